@@ -1,0 +1,43 @@
+"""Rényi-DP accounting: the mechanisms' RDP, conversion, calibration and the filter.
+
+All privacy math of renyiboost lives in this package; models ask it for numbers.
+"""
+
+from renyiboost.accounting.calibration import BUDGET_SLACK, Calibration, calibrate
+from renyiboost.accounting.conversion import dp_epsilon_at_orders, rdp_to_dp
+from renyiboost.accounting.events import (
+    DEFAULT_ORDERS,
+    ComposedEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PoissonSampledEvent,
+    RdpAccountant,
+    SelfComposedEvent,
+    event_rdp,
+)
+from renyiboost.accounting.filter import ChargeTable, FilterStep, IndividualRenyiFilter
+from renyiboost.accounting.leaf import LeafRelease
+from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaussian_rdp
+
+__all__ = [
+    "BUDGET_SLACK",
+    "DEFAULT_ORDERS",
+    "Calibration",
+    "ChargeTable",
+    "ComposedEvent",
+    "FilterStep",
+    "GaussianEvent",
+    "IndividualRenyiFilter",
+    "LaplaceEvent",
+    "LeafRelease",
+    "PoissonSampledEvent",
+    "RdpAccountant",
+    "SelfComposedEvent",
+    "calibrate",
+    "dp_epsilon_at_orders",
+    "event_rdp",
+    "gaussian_rdp",
+    "laplace_rdp",
+    "rdp_to_dp",
+    "subsampled_gaussian_rdp",
+]

@@ -1,0 +1,75 @@
+"""The DP leaf release of S-GBDT (Kirschte et al., Alg. 4, Thm. 10, Cor. 22).
+
+A leaf releases two numbers with independent Gaussian noise: the sum of the records'
+clipped gradients and their count (or, for Newton leaves, their clipped hessian sum).
+With noise scale σ and count share ``r1`` (``r2 = 1 − r1``):
+
+* the count (sensitivity ``Δc``: 1, or the hessian bound H) gets std ``Δc·σ/√(2·r1)``;
+* the gradient sum (sensitivity ``g*``, the gradient clip) gets std ``g*·σ/√(2·r2)``.
+
+Whitening the 2-D non-spherical Gaussian (dividing each coordinate by its std) turns it
+into a spherical Gaussian with unit variance whose sensitivity for a record contributing
+``a·Δc`` to the count and ``b·g*`` to the sum is ``√(2(r1·a² + r2·b²))/σ``. So the release
+is *exactly* a 1-D Gaussian mechanism with noise multiplier
+
+    z(a, b) = σ / √(2·s²),   s² = r1·a² + r2·b² ∈ [0, 1],
+
+and per tree, before subsampling, ``ρ(α) = α·s²/σ²``. A record falls in one leaf only, so
+all leaves of a tree together cost the same (parallel composition). ``s²`` is the record's
+*individual* squared sensitivity that the Rényi filter charges for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from renyiboost.accounting.events import GaussianEvent, PoissonSampledEvent
+
+
+@dataclass(frozen=True)
+class LeafRelease:
+    """Noise of one DP leaf: scale ``sigma`` split with count share ``count_share`` (r1)."""
+
+    sigma: float
+    count_share: float
+
+    def __post_init__(self) -> None:
+        if not self.sigma > 0:
+            raise ValueError(f"sigma must be > 0, got {self.sigma!r}")
+        if not 0.0 < self.count_share < 1.0:
+            raise ValueError(f"count_share must be in (0, 1), got {self.count_share!r}")
+
+    @property
+    def grad_share(self) -> float:
+        """r2 = 1 − r1."""
+        return 1.0 - self.count_share
+
+    def count_noise_std(self, count_sensitivity: float = 1.0) -> float:
+        """Std of the noise on the count (or on the hessian sum, sensitivity H)."""
+        return count_sensitivity * self.sigma / math.sqrt(2.0 * self.count_share)
+
+    def sum_noise_std(self, grad_clip: float) -> float:
+        """Std of the noise on the clipped-gradient sum (sensitivity ``grad_clip``)."""
+        return grad_clip * self.sigma / math.sqrt(2.0 * self.grad_share)
+
+    def sensitivity2(
+        self, count_ratio: float | np.ndarray, grad_ratio: float | np.ndarray
+    ) -> np.ndarray:
+        """Individual squared sensitivity ``s² = r1·a² + r2·b²`` (a, b ∈ [0, 1])."""
+        a = np.asarray(count_ratio, dtype=float)
+        b = np.asarray(grad_ratio, dtype=float)
+        return self.count_share * a * a + self.grad_share * b * b
+
+    def noise_multiplier(self, sensitivity2: float | np.ndarray) -> np.ndarray:
+        """``z = σ/√(2 s²)``; infinite for a record that contributes nothing."""
+        s2 = np.asarray(sensitivity2, dtype=float)
+        with np.errstate(divide="ignore"):
+            return self.sigma / np.sqrt(2.0 * s2)
+
+    def event(self, sensitivity2: float = 1.0, sampling_rate: float = 1.0) -> PoissonSampledEvent:
+        """The event one tree is, for a record of squared sensitivity ``sensitivity2``."""
+        z = float(self.noise_multiplier(sensitivity2))
+        return PoissonSampledEvent(sampling_rate, GaussianEvent(z))

@@ -1,0 +1,72 @@
+"""Baselines that set the floor under the learner."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from renyiboost.accounting import Calibration, LeafRelease, calibrate
+from renyiboost.randomness import noise_source
+from renyiboost.schema import PublicSchema
+
+
+class DPMeanBaseline:
+    """Predicts one DP mean of the clipped labels for every input (the trivial DP model).
+
+    The whole (ε, δ) budget goes to a single depth-0 DP leaf, released like the learner's
+    initial score: (noisy Σ clipped y) / (noisy n) with Gaussian noise of scale σ from
+    :func:`calibrate` (one round, no subsampling, shares 0.5/0.5).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> schema = PublicSchema(features={"a": (0, 1)}, target_bounds=(0, 10))
+    >>> model = DPMeanBaseline(schema, "regression", epsilon=1.0, delta=1e-6, seed=0)
+    >>> pred = model.fit(np.zeros((5000, 1)), np.full(5000, 4.0)).predict(np.zeros((2, 1)))
+    >>> bool(abs(pred[0] - 4.0) < 0.2)
+    True
+    """
+
+    def __init__(
+        self, schema: PublicSchema, task: str, epsilon: float, delta: float, seed: int | None = None
+    ) -> None:
+        if task == "regression" and schema.target_bounds is None:
+            raise ValueError("regression needs public target_bounds")
+        self.schema, self.task, self.epsilon, self.delta, self.seed = (
+            schema, task, epsilon, delta, seed
+        )
+        self.calibration: Calibration = calibrate(epsilon, delta, rounds=1, init_share=0.0)
+        self.value_: float | None = None
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> DPMeanBaseline:
+        noise = noise_source(self.seed, warn=False)
+        if self.task == "regression":
+            lo, hi = self.schema.target_bounds  # type: ignore[misc]
+            scaled = 2.0 * (np.clip(np.asarray(y, float), lo, hi) - lo) / (hi - lo) - 1.0
+        else:
+            scaled = np.asarray(y, float)
+        release = LeafRelease(self.calibration.sigma, 0.5)
+        total = scaled.sum() + noise.normal(1, release.sum_noise_std(1.0))[0]
+        count = scaled.size + noise.normal(1, release.count_noise_std(1.0))[0]
+        mean = float(total / count) if count > 1 else 0.0
+        if self.task == "regression":
+            lo, hi = self.schema.target_bounds  # type: ignore[misc]
+            self.value_ = lo + (min(max(mean, -1.0), 1.0) + 1.0) * (hi - lo) / 2.0
+        else:
+            self.value_ = min(max(mean, 0.0), 1.0)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        if self.value_ is None:
+            raise RuntimeError("fit the baseline first")
+        n = np.atleast_2d(X).shape[0]
+        if self.task == "regression":
+            return np.full(n, self.value_)
+        return np.full(n, int(self.value_ > 0.5))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        p = np.full(np.atleast_2d(X).shape[0], float(self.value_))
+        return np.column_stack([1.0 - p, p])
+
+
+__all__ = ["DPMeanBaseline"]

@@ -1,0 +1,276 @@
+"""The S-GBDT learner: DP initial score, random trees, DP leaves, individual Rényi filter.
+
+Kirschte et al., "S-GBDT: Frugal Differentially Private Gradient Boosting Decision Trees"
+(later "S-BDT"). One boosting round (Alg. 1 with the filter of Alg. 8):
+
+1. every active record computes its clipped gradient and leaf-denominator contribution
+   from its cached margin, hence its squared sensitivity s² (see
+   :mod:`renyiboost.accounting.leaf`);
+2. the individual Rényi filter decides who is eligible and charges them;
+3. eligible records are Poisson-subsampled at rate γ (independent Bernoulli draws);
+4. a random complete tree is grown from the public schema alone;
+5. each leaf is released as −lr·(noisy Σ g)/(noisy Σ denominator + λ) (Alg. 4);
+6. the cached margins of all active records are updated with the new tree.
+
+A round is *planned* (:meth:`SGBDTBooster.plan_round`, which draws all randomness and
+computes the new spent budgets) and then *applied* (:meth:`SGBDTBooster.apply_round`),
+so a caller with a durable store can commit the charges between the two: a tree never
+becomes visible before the budget it used is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from renyiboost.accounting import (
+    Calibration,
+    ChargeTable,
+    IndividualRenyiFilter,
+    LeafRelease,
+    calibrate,
+)
+from renyiboost.models.losses import LeafStatistics, LogisticLoss, SquaredLoss
+from renyiboost.models.trees import Ensemble, FeatureSelection, RandomTreeGrower
+from renyiboost.randomness import NoiseSource, noise_source
+from renyiboost.schema import PublicSchema
+
+Task = Literal["regression", "classification"]
+
+
+class SGBDTParams(BaseModel):
+    """Hyper-parameters of the S-GBDT learner (validated once, at the boundary)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Task = "regression"
+    epsilon: float | None = Field(1.0, description="target ε; None trains without privacy")
+    delta: float = Field(1e-6, gt=0, lt=1)
+    rounds: int = Field(100, ge=1, description="nominal rounds T of a full-sensitivity record")
+    max_rounds: int | None = Field(
+        None, ge=1, description="total rounds incl. the filter's extra rounds (None: = rounds)"
+    )
+    depth: int = Field(4, ge=0, le=12)
+    learning_rate: float = Field(0.1, gt=0)
+    sampling_rate: float = Field(0.1, gt=0, le=1)
+    count_share: float = Field(0.5, gt=0, lt=1, description="r1, leaf noise share of the count")
+    init_share: float = Field(0.05, ge=0, lt=1, description="RDP share of the initial score")
+    grad_clip: float = Field(0.3, gt=0)
+    hess_clip: float | None = Field(None, gt=0, le=0.25, description="Newton leaves if set")
+    reg_lambda: float = Field(1.0, ge=0)
+    leaf_clip: float | None = Field(None, gt=0)
+    feature_selection: FeatureSelection = "random"
+    split_candidates: int | None = Field(None, ge=1)
+    individual_filter: bool = True
+    max_order: int = Field(4096, ge=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> SGBDTParams:
+        if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"epsilon must be a finite number > 0 or None, got {self.epsilon}")
+        if self.hess_clip is not None and self.task != "classification":
+            raise ValueError("hess_clip (Newton leaves) applies to task='classification' only")
+        if self.max_rounds is not None and self.max_rounds < self.rounds:
+            raise ValueError(f"max_rounds must be >= rounds, got {self.max_rounds} < {self.rounds}")
+        return self
+
+    @property
+    def private(self) -> bool:
+        return self.epsilon is not None
+
+    @property
+    def total_rounds(self) -> int:
+        return self.max_rounds if self.max_rounds is not None else self.rounds
+
+
+@dataclass
+class RecordPool:
+    """Columnar state of the records the learner trains on (the active pool)."""
+
+    X: np.ndarray  # (n, k) encoded features
+    target: np.ndarray  # (n,) label on the loss's scale
+    margin: np.ndarray  # (n,) cached ensemble margin
+    spent: np.ndarray  # (n,) spent RDP at the filter's order
+    retired: np.ndarray  # (n,) bool: budget exhausted, never used again
+
+    @classmethod
+    def from_arrays(cls, X: np.ndarray, target: np.ndarray, init_margin: float = 0.0) -> RecordPool:
+        n = X.shape[0]
+        return cls(
+            X=X,
+            target=target,
+            margin=np.full(n, init_margin, dtype=float),
+            spent=np.zeros(n, dtype=float),
+            retired=np.zeros(n, dtype=bool),
+        )
+
+    def __len__(self) -> int:
+        return int(self.target.shape[0])
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """Everything one planned round decided; applying it mutates pool and ensemble."""
+
+    features: np.ndarray
+    thresholds: np.ndarray
+    leaves: np.ndarray
+    leaf_of_record: np.ndarray  # leaf index of every pool record in the new tree
+    spent: np.ndarray  # new spent RDP of every pool record
+    retired: np.ndarray  # new retired mask
+    n_eligible: int
+    n_sampled: int
+
+
+class SGBDTBooster:
+    """The learner's mechanics over a :class:`RecordPool`; estimators wrap it.
+
+    Parameters
+    ----------
+    params
+        Hyper-parameters, see :class:`SGBDTParams`.
+    schema
+        The public schema; ``schema.target_bounds`` is required for regression.
+    seed
+        ``None`` (default) draws from the OS CSPRNG; an integer makes the run reproducible
+        and marks the model as for testing only.
+    """
+
+    def __init__(self, params: SGBDTParams, schema: PublicSchema, seed: int | None = None) -> None:
+        self.params = params
+        self.schema = schema
+        self.seed = seed
+        self.noise: NoiseSource = noise_source(seed)
+        if params.task == "regression":
+            if schema.target_bounds is None:
+                raise ValueError(
+                    "regression needs public target_bounds=(lo, hi); reading them from the "
+                    "labels would leak them"
+                )
+            lo, hi = schema.target_bounds
+            self.loss: SquaredLoss | LogisticLoss = SquaredLoss(lo, hi, params.grad_clip)
+        else:
+            self.loss = LogisticLoss(params.grad_clip, params.hess_clip)
+        self.count_sensitivity = params.hess_clip if params.hess_clip is not None else 1.0
+        self.grower = RandomTreeGrower(
+            schema, params.depth, params.feature_selection, params.split_candidates
+        )
+        self.ensemble = Ensemble(depth=params.depth, is_categorical=schema.is_categorical)
+        self.calibration: Calibration | None = None
+        self.release: LeafRelease | None = None
+        self.filter: IndividualRenyiFilter | None = None
+        if params.private:
+            self.calibration = calibrate(
+                epsilon=params.epsilon,
+                delta=params.delta,
+                rounds=params.rounds,
+                sampling_rate=params.sampling_rate,
+                count_share=params.count_share,
+                init_share=params.init_share,
+                max_order=params.max_order,
+            )
+            self.release = LeafRelease(self.calibration.sigma, params.count_share)
+            table = ChargeTable(self.calibration.sigma, params.sampling_rate, self.calibration.order)
+            min_s2 = params.count_share if params.hess_clip is None else 0.0
+            self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table, min_s2)
+        self.rounds_done = 0
+
+    # ------------------------------------------------------------------ initial score
+    def initial_score(self, pool: RecordPool) -> tuple[float, np.ndarray]:
+        """DP initial score over the active pool and the records' new spent budgets.
+
+        Released as a depth-0 DP leaf over the scaled labels: (noisy Σ y) / (noisy n),
+        with the leaf noise split of :class:`LeafRelease` at ``init_sigma``. n is *not*
+        treated as public (S-GBDT's Alg. 6 does; that leaks the data set size).
+        """
+        active = ~pool.retired
+        y = pool.target[active]
+        total, count = float(y.sum()), float(y.size)
+        spent = pool.spent.copy()
+        cal = self.calibration
+        if cal is not None:
+            if cal.init_sigma is None:
+                return self._neutral_score(), spent
+            init = LeafRelease(cal.init_sigma, self.params.count_share)
+            total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])
+            count += float(self.noise.normal(1, init.count_noise_std(1.0))[0])
+            spent[active] += cal.init_charge
+        if count <= 0:
+            return self._neutral_score(), spent
+        mean = total / count
+        if isinstance(self.loss, SquaredLoss):
+            return float(np.clip(mean, -1.0, 1.0)), spent
+        p = float(np.clip(mean, 0.01, 0.99))
+        return math.log(p / (1.0 - p)), spent
+
+    def _neutral_score(self) -> float:
+        return 0.0
+
+    # ------------------------------------------------------------------ one round
+    def plan_round(self, pool: RecordPool) -> RoundOutcome:
+        """Draw and compute one round without changing any state (see module docstring)."""
+        active = np.flatnonzero(~pool.retired)
+        stats = self.loss.statistics(pool.margin[active], pool.target[active])
+        spent = pool.spent.copy()
+        retired = pool.retired.copy()
+        if self.filter is not None:
+            if self.params.individual_filter:
+                s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
+            else:
+                s2 = np.ones(active.size)  # data-independent: everyone pays full price
+            step = self.filter.step(pool.spent[active], s2)
+            eligible = step.eligible
+            spent[active] = step.spent
+            retired[active] = step.retired
+        else:
+            eligible = np.ones(active.size, dtype=bool)
+        sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
+        features, thresholds = self.grower.grow(self.rounds_done, self.noise)
+        leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
+        leaves = self._leaf_values(leaf_of_active[sampled], stats, sampled)
+        leaf_of_record = np.zeros(len(pool), dtype=np.int64)
+        leaf_of_record[active] = leaf_of_active
+        return RoundOutcome(
+            features=features,
+            thresholds=thresholds,
+            leaves=leaves,
+            leaf_of_record=leaf_of_record,
+            spent=spent,
+            retired=retired,
+            n_eligible=int(eligible.sum()),
+            n_sampled=int(sampled.sum()),
+        )
+
+    def _leaf_values(
+        self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray
+    ) -> np.ndarray:
+        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ); 0 if the noisy den ≤ 0."""
+        params = self.params
+        n_leaves = 2**params.depth
+        grad_sum = np.bincount(leaf_index, stats.grad[sampled], n_leaves).astype(float)
+        den_sum = np.bincount(leaf_index, stats.denominator[sampled], n_leaves).astype(float)
+        if self.release is not None:
+            grad_sum += self.noise.normal(n_leaves, self.release.sum_noise_std(params.grad_clip))
+            den_sum += self.noise.normal(
+                n_leaves, self.release.count_noise_std(self.count_sensitivity)
+            )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.where(
+                den_sum > 0, -params.learning_rate * grad_sum / (den_sum + params.reg_lambda), 0.0
+            )
+        if params.leaf_clip is not None:
+            values = np.clip(values, -params.leaf_clip, params.leaf_clip)
+        return values
+
+    def apply_round(self, pool: RecordPool, outcome: RoundOutcome) -> None:
+        """Make a planned round visible: append the tree, update margins and budgets."""
+        self.ensemble.append(outcome.features, outcome.thresholds, outcome.leaves)
+        active = ~outcome.retired
+        pool.margin[active] += outcome.leaves[outcome.leaf_of_record[active]]
+        pool.spent = outcome.spent
+        pool.retired = outcome.retired
+        self.rounds_done += 1

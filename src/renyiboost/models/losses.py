@@ -1,0 +1,80 @@
+"""Losses of the S-GBDT learner, with the per-record sensitivities the filter charges.
+
+Each loss returns the clipped gradient and the leaf denominator contribution of every
+record, and the two ratios ``a`` (denominator contribution / its sensitivity) and ``b``
+(|clipped gradient| / gradient clip) that :class:`~renyiboost.accounting.LeafRelease`
+turns into the record's squared sensitivity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+
+
+@dataclass(frozen=True)
+class LeafStatistics:
+    """Per-record inputs of one DP leaf release."""
+
+    grad: np.ndarray  # clipped gradient, |grad| <= grad_clip
+    denominator: np.ndarray  # 1 (count leaves) or the clipped hessian (Newton leaves)
+    count_ratio: np.ndarray | float  # a = denominator / its sensitivity, in [0, 1]
+    grad_ratio: np.ndarray  # b = |grad| / grad_clip, in [0, 1]
+
+
+@dataclass(frozen=True)
+class SquaredLoss:
+    """½(F − y)² on labels scaled to [−1, 1] by the *public* target bounds.
+
+    The gradient ``F − y`` is clipped to ``[−grad_clip, grad_clip]``; the leaf denominator
+    is the count (the hessian is 1).
+    """
+
+    lower: float
+    upper: float
+    grad_clip: float
+
+    def scale(self, y: np.ndarray) -> np.ndarray:
+        """Map labels from the public bounds to [−1, 1] (values outside are clipped)."""
+        y = np.clip(np.asarray(y, dtype=float), self.lower, self.upper)
+        return 2.0 * (y - self.lower) / (self.upper - self.lower) - 1.0
+
+    def unscale(self, margin: np.ndarray) -> np.ndarray:
+        return self.lower + (np.asarray(margin) + 1.0) * (self.upper - self.lower) / 2.0
+
+    def statistics(self, margin: np.ndarray, target: np.ndarray) -> LeafStatistics:
+        grad = np.clip(margin - target, -self.grad_clip, self.grad_clip)
+        return LeafStatistics(
+            grad=grad,
+            denominator=np.ones_like(grad),
+            count_ratio=1.0,
+            grad_ratio=np.abs(grad) / self.grad_clip,
+        )
+
+
+@dataclass(frozen=True)
+class LogisticLoss:
+    """Binary log-loss on labels in {0, 1}; margin F, probability σ(F), gradient σ(F) − y.
+
+    With ``hess_clip`` set, leaves are Newton steps: the denominator is the hessian
+    ``p(1 − p)`` clipped to the public bound ``hess_clip`` (its sensitivity). Since
+    ``p(1 − p) = |g|(1 − |g|)``, a record's charge is a function of its |g| alone.
+    """
+
+    grad_clip: float
+    hess_clip: float | None = None
+
+    def scale(self, y: np.ndarray) -> np.ndarray:
+        return np.asarray(y, dtype=float)
+
+    def statistics(self, margin: np.ndarray, target: np.ndarray) -> LeafStatistics:
+        p = expit(margin)
+        raw = p - target
+        grad = np.clip(raw, -self.grad_clip, self.grad_clip)
+        grad_ratio = np.abs(grad) / self.grad_clip
+        if self.hess_clip is None:
+            return LeafStatistics(grad, np.ones_like(grad), 1.0, grad_ratio)
+        hess = np.minimum(p * (1.0 - p), self.hess_clip)
+        return LeafStatistics(grad, hess, hess / self.hess_clip, grad_ratio)

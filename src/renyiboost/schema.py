@@ -1,0 +1,265 @@
+"""The public schema: feature bounds, category domains and target bounds.
+
+Everything here is a *public input* (DEVELOPERS invariant 1). The random trees draw their
+splits from these bounds only, and the leaves clip labels with the target bounds, so none of
+it may be read from the training records. :meth:`PublicSchema.from_data` exists for
+exploration only and says so with a :class:`~renyiboost.exceptions.PrivacyLeakWarning`.
+
+Encoding convention (one float matrix for every feature):
+
+* numeric feature: the value, clipped to ``[lo, hi]``;
+* categorical feature: the index of the value in the public domain; a value outside the
+  domain gets the index ``len(domain)`` (the "other" branch);
+* a missing value is ``NaN`` in both cases; trees send it down a fixed branch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from renyiboost.exceptions import PrivacyLeakWarning
+
+Category = str | int | bool
+FeatureSpec = tuple[float, float] | list[Category]
+
+
+class PublicSchema(BaseModel):
+    """Public description of the features and, for regression, of the target.
+
+    Parameters
+    ----------
+    features
+        Maps each feature name to ``(lo, hi)`` for a numeric feature or to the list of
+        allowed values for a categorical one. The order of the mapping is the column order.
+    target_bounds
+        ``(lo, hi)`` of a regression target; ``None`` for classification.
+
+    Examples
+    --------
+    >>> schema = PublicSchema(features={"age": (0, 100), "sex": ["F", "M"]})
+    >>> schema.encode_dict({"age": 130, "sex": "X"})
+    array([100.,   2.])
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    features: dict[str, FeatureSpec]
+    target_bounds: tuple[float, float] | None = None
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _normalise_features(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping) or not value:
+            raise ValueError("features must be a non-empty mapping name -> (lo, hi) or [values]")
+        normalised: dict[str, Any] = {}
+        for name, spec in value.items():
+            if isinstance(spec, tuple | list) and len(spec) == 2 and all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in spec
+            ):
+                lo, hi = float(spec[0]), float(spec[1])
+                if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                    raise ValueError(
+                        f"feature {name!r}: bounds must be finite with lo < hi, got {spec!r}"
+                    )
+                normalised[str(name)] = (lo, hi)
+            elif isinstance(spec, list | tuple) and len(spec) > 0:
+                values = list(spec)
+                if len(set(values)) != len(values):
+                    raise ValueError(f"feature {name!r}: category values must be unique")
+                normalised[str(name)] = values
+            else:
+                raise ValueError(
+                    f"feature {name!r}: expected (lo, hi) with two numbers or a non-empty list "
+                    f"of category values, got {spec!r}"
+                )
+        return normalised
+
+    @field_validator("target_bounds")
+    @classmethod
+    def _check_target_bounds(cls, value: tuple[float, float] | None) -> Any:
+        if value is not None:
+            lo, hi = value
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"target_bounds must be finite with lo < hi, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> PublicSchema:
+        if not self.features:
+            raise ValueError("features must name at least one feature")
+        return self
+
+    # ------------------------------------------------------------------ columnar views
+    @cached_property
+    def names(self) -> list[str]:
+        return list(self.features)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @cached_property
+    def is_categorical(self) -> np.ndarray:
+        return np.array([isinstance(s, list) for s in self.features.values()], dtype=bool)
+
+    @cached_property
+    def lower(self) -> np.ndarray:
+        """Lower public bound per column (0 for a categorical column's codes)."""
+        return np.array(
+            [0.0 if isinstance(s, list) else s[0] for s in self.features.values()], dtype=float
+        )
+
+    @cached_property
+    def upper(self) -> np.ndarray:
+        """Upper public bound per column (the "other" code for a categorical column)."""
+        return np.array(
+            [float(len(s)) if isinstance(s, list) else s[1] for s in self.features.values()],
+            dtype=float,
+        )
+
+    @cached_property
+    def n_categories(self) -> np.ndarray:
+        """Size of the public domain per column (0 for numeric columns)."""
+        return np.array(
+            [len(s) if isinstance(s, list) else 0 for s in self.features.values()], dtype=np.int64
+        )
+
+    @cached_property
+    def _category_index(self) -> dict[str, dict[Any, int]]:
+        return {
+            name: {v: i for i, v in enumerate(spec)}
+            for name, spec in self.features.items()
+            if isinstance(spec, list)
+        }
+
+    # ------------------------------------------------------------------ encoding
+    def _encode_value(self, name: str, value: Any) -> float:
+        spec = self.features[name]
+        if value is None:
+            return math.nan
+        if isinstance(spec, list):
+            return float(self._category_index[name].get(value, len(spec)))
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+            raise ValueError(f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
+        value = float(value)
+        if math.isnan(value):
+            raise ValueError(f"feature {name!r} is NaN; leave the feature out to mark it missing")
+        return min(max(value, spec[0]), spec[1])
+
+    def encode_dict(self, x: Mapping[str, Any]) -> np.ndarray:
+        """Encode one record given as a dict; absent features become NaN (missing).
+
+        Raises ``ValueError`` for NaN or non-numeric values in numeric features. Keys that
+        are not in the schema are ignored (count them with :meth:`unknown_features`).
+        """
+        return np.array([self._encode_value(n, x.get(n)) for n in self.names], dtype=float)
+
+    def unknown_features(self, x: Mapping[str, Any]) -> int:
+        """Number of keys of ``x`` that the schema does not know."""
+        return sum(1 for k in x if k not in self.features)
+
+    def encode_dicts(self, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
+        """Encode many dict records into an ``(n, n_features)`` float matrix."""
+        encoded = [self.encode_dict(x) for x in rows]
+        if not encoded:
+            return np.empty((0, self.n_features), dtype=float)
+        return np.vstack(encoded)
+
+    def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> np.ndarray:
+        """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
+
+        Vectorised per column; a missing column is all-missing.
+        """
+        lengths = {len(c) for c in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns have different lengths: {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+        out = np.full((n, self.n_features), np.nan, dtype=float)
+        for j, name in enumerate(self.names):
+            if name not in columns:
+                continue
+            spec = self.features[name]
+            col = columns[name]
+            if isinstance(spec, list):
+                index = self._category_index[name]
+                out[:, j] = [math.nan if v is None else index.get(v, len(spec)) for v in col]
+            else:
+                values = np.asarray(col, dtype=float)
+                if np.isnan(values).any():
+                    raise ValueError(f"feature {name!r} contains NaN")
+                out[:, j] = np.clip(values, spec[0], spec[1])
+        return out
+
+    def clip_encoded(self, X: np.ndarray) -> np.ndarray:
+        """Validate and clip an already encoded float matrix (codes for categoricals).
+
+        Numeric columns are clipped to their bounds; categorical codes outside the domain
+        become the "other" code. NaN marks a missing value and is kept.
+        """
+        X = np.array(X, dtype=float, copy=True)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(
+                f"X must have shape (n, {self.n_features}) for features {self.names}, "
+                f"got {X.shape}"
+            )
+        num = ~self.is_categorical
+        X[:, num] = np.clip(X[:, num], self.lower[num], self.upper[num])
+        cat = self.is_categorical
+        if cat.any():
+            codes = X[:, cat]
+            bad = (codes < 0) | (codes > self.n_categories[cat]) | (codes != np.round(codes))
+            codes = np.where(bad & ~np.isnan(codes), self.n_categories[cat], codes)
+            X[:, cat] = codes
+        return X
+
+    def decode_row(self, row: np.ndarray) -> dict[str, Any]:
+        """Inverse of :meth:`encode_dict` (clipped values stay clipped; "other" is None)."""
+        out: dict[str, Any] = {}
+        for j, (name, spec) in enumerate(self.features.items()):
+            v = row[j]
+            if math.isnan(v):
+                continue
+            if isinstance(spec, list):
+                code = int(v)
+                out[name] = spec[code] if code < len(spec) else None
+            else:
+                out[name] = float(v)
+        return out
+
+    # ------------------------------------------------------------------ the leak path
+    @classmethod
+    def from_data(
+        cls,
+        X: np.ndarray,
+        names: Sequence[str] | None = None,
+        y: np.ndarray | None = None,
+    ) -> PublicSchema:
+        """Read numeric bounds (and target bounds) from the data. Leaks privacy; warns.
+
+        This is what the reference S-BDT code does silently; here it is an explicit opt-in
+        that raises a :class:`PrivacyLeakWarning`, in the manner of diffprivlib.
+        """
+        warnings.warn(
+            "feature bounds were read from the data; the privacy guarantee does not cover "
+            "them. Pass public bounds to avoid this warning.",
+            PrivacyLeakWarning,
+            stacklevel=2,
+        )
+        X = np.asarray(X, dtype=float)
+        names = list(names) if names is not None else [f"x{j}" for j in range(X.shape[1])]
+        lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
+        hi = np.where(hi > lo, hi, lo + 1.0)
+        features = {n: (float(a), float(b)) for n, a, b in zip(names, lo, hi, strict=True)}
+        target = None
+        if y is not None:
+            y = np.asarray(y, dtype=float)
+            a, b = float(np.min(y)), float(np.max(y))
+            target = (a, b if b > a else a + 1.0)
+        return cls(features=features, target_bounds=target)

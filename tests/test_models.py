@@ -1,0 +1,216 @@
+"""The S-GBDT learner: random trees, DP leaves, the filter in the loop, I/O."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from renyiboost.exceptions import PrivacyLeakWarning, TestingOnlyWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.losses import LogisticLoss
+from renyiboost.models.trees import Ensemble, RandomTreeGrower
+from renyiboost.randomness import SecureNoise, SeededNoise, noise_source
+from renyiboost.schema import PublicSchema
+
+SCHEMA = PublicSchema(
+    features={"a": (0.0, 1.0), "b": (-5.0, 5.0), "c": ["x", "y", "z"]}, target_bounds=(0.0, 3.0)
+)
+
+
+def _data(n: int = 4000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.uniform(0, 1, n), rng.uniform(-5, 5, n), rng.integers(0, 3, n)])
+    y = 2.0 * X[:, 0] + 0.5 * (X[:, 2] == 1) + rng.normal(0, 0.05, n)
+    return X, np.clip(y, 0, 3)
+
+
+def _naive_predict(ens: Ensemble, X: np.ndarray) -> np.ndarray:
+    out = np.full(X.shape[0], ens.init_score)
+    for t in range(ens.n_trees):
+        for i, row in enumerate(X):
+            node = 0
+            for _ in range(ens.depth):
+                f, thr = ens.features[t, node], ens.thresholds[t, node]
+                left = row[f] == thr if ens.is_categorical[f] else row[f] < thr
+                node = 2 * node + (1 if left else 2)
+            out[i] += ens.leaves[t, node - (2**ens.depth - 1)]
+    return out
+
+
+# --------------------------------------------------------------------- trees
+
+
+def test_splits_stay_inside_the_open_public_interval() -> None:
+    depth = 5
+    features, thresholds = RandomTreeGrower(SCHEMA, depth=depth).grow(0, SeededNoise(3))
+    # Walk the heap, narrowing each numeric feature's interval along the path.
+    bounds: dict[int, dict[int, tuple[float, float]]] = {0: {0: (0.0, 1.0), 1: (-5.0, 5.0)}}
+    for node in range(2**depth - 1):
+        f, t = int(features[node]), float(thresholds[node])
+        left, right = dict(bounds[node]), dict(bounds[node])
+        if f == 2:
+            assert t in (0.0, 1.0, 2.0)
+        else:
+            lo, hi = bounds[node][f]
+            assert lo < t < hi
+            left[f], right[f] = (lo, t), (t, hi)
+        bounds[2 * node + 1], bounds[2 * node + 2] = left, right
+
+
+def test_cyclic_trees_use_one_feature_each_and_candidates_come_from_the_grid() -> None:
+    grower = RandomTreeGrower(SCHEMA, depth=3, feature_selection="cyclic", split_candidates=4)
+    for t in range(6):
+        features, thresholds = grower.grow(t, SeededNoise(t))
+        assert np.all(features == t % 3)
+        if t % 3 == 0:
+            assert set(np.round(thresholds, 12)) <= {0.2, 0.4, 0.6, 0.8}
+
+
+def test_tree_structure_never_depends_on_data() -> None:
+    """Growing takes no records at all: the same noise gives the same tree."""
+    a = RandomTreeGrower(SCHEMA, depth=4).grow(7, SeededNoise(11))
+    b = RandomTreeGrower(SCHEMA, depth=4).grow(7, SeededNoise(11))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_vectorised_prediction_equals_the_naive_walk() -> None:
+    X, y = _data(300)
+    X[::7, 0] = np.nan  # missing values take the fixed right branch
+    X[::11, 2] = np.nan
+    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=12, depth=3, sampling_rate=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model.fit(*_data(500))
+    np.testing.assert_allclose(model.ensemble.predict_margin(X), _naive_predict(model.ensemble, X))
+
+
+# --------------------------------------------------------------------- learning
+
+
+def test_non_private_learner_fits_a_simple_function() -> None:
+    X, y = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model = SGBDT(SCHEMA, seed=1, epsilon=None, rounds=150, depth=4, learning_rate=0.3,
+                      sampling_rate=0.5, grad_clip=1.0, reg_lambda=1.0).fit(X, y)
+    pred = model.predict(X)
+    r2 = 1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    assert r2 > 0.9
+
+
+def test_private_learner_learns_and_stays_within_budget() -> None:
+    X, y = _data(20000)
+    with pytest.warns(TestingOnlyWarning):
+        model = SGBDT(SCHEMA, seed=2, epsilon=1.0, rounds=40, max_rounds=80, depth=2,
+                      learning_rate=0.3, sampling_rate=0.2, grad_clip=0.3, reg_lambda=10.0).fit(X, y)
+    report = model.privacy_report()
+    assert report["epsilon"] <= 1.0 and report["seeded_for_testing"]
+    assert report["max_spent_rdp"] <= report["budget_rdp"]
+    pred = model.predict(X)
+    r2 = 1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    assert r2 > 0.5
+
+
+def test_cached_margins_equal_a_full_prediction() -> None:
+    X, y = _data(2000)
+    params = SGBDTParams(epsilon=2.0, rounds=10, depth=3, sampling_rate=0.5)
+    booster = SGBDTBooster(params, SCHEMA, seed=5)
+    pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), booster.loss.scale(y))
+    score, pool.spent = booster.initial_score(pool)
+    booster.ensemble.init_score = score
+    pool.margin[:] = score
+    for _ in range(10):
+        booster.apply_round(pool, booster.plan_round(pool))
+    active = ~pool.retired
+    np.testing.assert_allclose(pool.margin[active], booster.ensemble.predict_margin(pool.X)[active])
+
+
+def test_filter_gives_small_gradient_records_extra_rounds() -> None:
+    """With the filter a record with |g| < g* takes part in more than T rounds; without,
+    everyone pays full price and no one passes T."""
+    X, y = _data(3000)
+    counts = {}
+    for individual in (True, False):
+        params = SGBDTParams(epsilon=1.0, rounds=10, max_rounds=60, depth=2, sampling_rate=1.0,
+                             grad_clip=0.5, count_share=0.2, individual_filter=individual)
+        booster = SGBDTBooster(params, SCHEMA, seed=9)
+        pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), booster.loss.scale(y))
+        taken = np.zeros(len(pool), dtype=int)
+        for _ in range(60):
+            outcome = booster.plan_round(pool)
+            if outcome.n_eligible == 0:
+                break
+            before = pool.spent.copy()
+            booster.apply_round(pool, outcome)
+            taken += pool.spent > before
+        assert pool.spent.max() <= booster.calibration.budget_rdp
+        counts[individual] = taken
+    assert counts[False].max() == 10
+    assert counts[True].max() > 10
+
+
+def test_leaf_noise_has_the_calibrated_standard_deviation() -> None:
+    """Empty leaves release pure noise: its std must be g*·σ/√(2 r2) (3 % tolerance)."""
+    params = SGBDTParams(epsilon=1.0, rounds=5, depth=6, learning_rate=1.0, reg_lambda=0.0,
+                         count_share=0.3, grad_clip=0.5, sampling_rate=1.0)
+    booster = SGBDTBooster(params, SCHEMA, seed=0)
+    sums = booster.noise.normal(200_000, booster.release.sum_noise_std(0.5))
+    expected = 0.5 * booster.calibration.sigma / np.sqrt(2 * 0.7)
+    assert np.std(sums) == pytest.approx(expected, rel=0.03)
+    # and the release uses that same number
+    assert booster.release.sum_noise_std(params.grad_clip) == pytest.approx(expected)
+
+
+def test_newton_statistics_are_functions_of_the_gradient() -> None:
+    loss = LogisticLoss(grad_clip=1.0, hess_clip=0.25)
+    margin = np.linspace(-4, 4, 41)
+    stats1 = loss.statistics(margin, np.ones_like(margin))
+    g = np.abs(stats1.grad)
+    np.testing.assert_allclose(stats1.denominator, g * (1 - g))
+
+
+# --------------------------------------------------------------------- public inputs, randomness
+
+
+def test_regression_without_public_target_bounds_raises() -> None:
+    schema = PublicSchema(features={"a": (0.0, 1.0)})
+    with pytest.raises(ValueError, match="target_bounds"):
+        SGBDT(schema, epsilon=1.0).fit(np.zeros((10, 1)), np.zeros(10))
+
+
+def test_reading_bounds_from_data_warns() -> None:
+    with pytest.warns(PrivacyLeakWarning):
+        schema = PublicSchema.from_data(np.array([[1.0, 2.0], [3.0, 5.0]]), ["u", "v"], np.array([0.0, 1.0]))
+    assert schema.features["v"] == (2.0, 5.0)
+
+
+def test_default_noise_is_the_csprng_and_a_seed_warns() -> None:
+    assert isinstance(noise_source(None), SecureNoise)
+    with pytest.warns(TestingOnlyWarning):
+        assert noise_source(3).seeded
+    u = SecureNoise().uniform(100_000)
+    assert 0 < u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    z = SecureNoise().normal(100_000, 2.0)
+    assert abs(z.std() - 2.0) < 0.05
+
+
+def test_schema_validation_messages_name_the_feature() -> None:
+    with pytest.raises(ValueError, match="'a'"):
+        PublicSchema(features={"a": (1.0, 0.0)})
+    with pytest.raises(ValueError, match="NaN"):
+        SCHEMA.encode_dict({"a": float("nan")})
+    assert SCHEMA.encode_dict({"a": 7.0, "c": "w"}).tolist()[0::2] == [1.0, 3.0]
+
+
+def test_json_round_trip_predicts_identically() -> None:
+    X, y = _data(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model = SGBDT(SCHEMA, seed=4, epsilon=1.0, rounds=10, depth=3).fit(X, y)
+        again = SGBDT.from_json(model.to_json())
+    np.testing.assert_array_equal(model.predict(X), again.predict(X))
+    assert again.imported_privacy_report["epsilon"] == model.privacy_report()["epsilon"]

@@ -44,6 +44,13 @@ class NoiseSource:
         """A uniform integer in ``[0, n)``."""
         return min(int(self.uniform(1)[0] * n), n - 1)
 
+    def get_state(self) -> dict | None:
+        """State to persist so a resumed seeded run continues the same draws (None: CSPRNG)."""
+        return None
+
+    def set_state(self, state: dict | None) -> None:
+        """Restore :meth:`get_state`'s value; a CSPRNG has nothing to restore."""
+
 
 class SecureNoise(NoiseSource):
     """Randomness from ``os.urandom`` (the operating system's CSPRNG)."""
@@ -66,6 +73,13 @@ class SeededNoise(NoiseSource):
 
     def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
         return self._rng.standard_normal(size) * std
+
+    def get_state(self) -> dict | None:
+        return self._rng.bit_generator.state
+
+    def set_state(self, state: dict | None) -> None:
+        if state is not None:
+            self._rng.bit_generator.state = state
 
 
 def noise_source(seed: int | np.random.SeedSequence | None, *, warn: bool = True) -> NoiseSource:

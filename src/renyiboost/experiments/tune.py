@@ -31,16 +31,16 @@ from renyiboost.models.batch import SGBDT
 
 SPACES: dict[str, dict[str, list[Any]]] = {
     "abalone": {
-        "rounds": [25, 50, 75, 100, 150],
-        "extra_rounds_factor": [1.0, 1.5, 2.0],
+        "rounds": [50, 100, 150, 200],
+        "extra_rounds_factor": [1.0, 1.25],
         "depth": [2, 3],
-        "learning_rate": [0.1, 0.2, 0.3, 0.5],
-        "grad_clip": [0.1, 0.2, 0.3, 0.5],
-        "reg_lambda": [5.0, 15.0, 30.0],
-        "count_share": [0.2, 0.3, 0.5],
-        "sampling_rate": [0.05, 0.1, 0.2, 0.3],
-        "init_share": [0.05, 0.1, 0.2],
-        "split_candidates": [16, 32, None],
+        "learning_rate": [0.1, 0.2, 0.3],
+        "grad_clip": [0.2, 0.3],
+        "reg_lambda": [15.0, 30.0, 60.0, 100.0],
+        "count_share": [0.2, 0.3, 0.4],
+        "sampling_rate": [0.02, 0.05, 0.1, 0.2],
+        "init_share": [0.1, 0.2, 0.3],
+        "split_candidates": [16, None],
         "feature_selection": ["cyclic", "random"],
     },
     "adult": {

@@ -266,11 +266,24 @@ class SGBDTBooster:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
         return values
 
+    def advance(self, pool: RecordPool, outcome: RoundOutcome) -> RecordPool:
+        """The pool after ``outcome``, as new arrays; ``pool`` itself is left unchanged.
+
+        A durable caller commits these arrays before :meth:`append_tree` makes the tree
+        visible (DEVELOPERS invariant 2).
+        """
+        active = ~outcome.retired
+        margin = pool.margin.copy()
+        margin[active] += outcome.leaves[outcome.leaf_of_record[active]]
+        return RecordPool(pool.X, pool.target, margin, outcome.spent, outcome.retired)
+
+    def append_tree(self, outcome: RoundOutcome) -> None:
+        """Make a planned round's tree visible to prediction."""
+        self.ensemble.append(outcome.features, outcome.thresholds, outcome.leaves)
+        self.rounds_done += 1
+
     def apply_round(self, pool: RecordPool, outcome: RoundOutcome) -> None:
         """Make a planned round visible: append the tree, update margins and budgets."""
-        self.ensemble.append(outcome.features, outcome.thresholds, outcome.leaves)
-        active = ~outcome.retired
-        pool.margin[active] += outcome.leaves[outcome.leaf_of_record[active]]
-        pool.spent = outcome.spent
-        pool.retired = outcome.retired
-        self.rounds_done += 1
+        after = self.advance(pool, outcome)
+        pool.margin, pool.spent, pool.retired = after.margin, after.spent, after.retired
+        self.append_tree(outcome)

@@ -143,18 +143,30 @@ class Ensemble:
             self.leaves = self.leaves[-n_trees:]
 
     def route(self, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-        """Leaf index of every row in every given tree: shape ``(n_rows, n_trees)``."""
+        """Leaf index of every row in every given tree: shape ``(n_rows, n_trees)``.
+
+        Gathers from flattened arrays (one ``np.take`` per level) instead of 2-D fancy
+        indexing; categorical tests are only evaluated when the schema has such columns.
+        """
         n_rows, n_trees = X.shape[0], features.shape[0]
-        node = np.zeros((n_rows, n_trees), dtype=np.int64)
-        tree = np.arange(n_trees)[None, :]
-        rows = np.arange(n_rows)[:, None]
+        n_internal = features.shape[1]
+        flat_features, flat_thresholds = features.ravel(), thresholds.ravel()
+        flat_X = np.ascontiguousarray(X).ravel()
+        tree_offset = (np.arange(n_trees, dtype=np.intp) * n_internal)[None, :]
+        row_offset = (np.arange(n_rows, dtype=np.intp) * X.shape[1])[:, None]
+        any_categorical = bool(self.is_categorical.any())
+        node = np.zeros((n_rows, n_trees), dtype=np.intp)
         for _ in range(self.depth):
-            f = features[tree, node]
-            t = thresholds[tree, node]
-            x = X[rows, f]
-            go_left = np.where(self.is_categorical[f], x == t, x < t)
+            slot = node + tree_offset
+            f = np.take(flat_features, slot)
+            t = np.take(flat_thresholds, slot)
+            x = np.take(flat_X, row_offset + f)
+            if any_categorical:
+                go_left = np.where(np.take(self.is_categorical, f), x == t, x < t)
+            else:
+                go_left = x < t
             node = 2 * node + 2 - go_left
-        return node - (2**self.depth - 1)
+        return node - n_internal
 
     def route_one_tree(self, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
         """Leaf index of every row in a single tree (the training path)."""

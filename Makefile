@@ -1,0 +1,31 @@
+# Fresh machine: `make demo` runs the main job, `make test` runs the tests.
+# Each target creates .venv and installs the package with what it needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+.PHONY: install test demo reproduce bench lint
+install: $(VENV)/.installed
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/renyiboost reproduce --dataset abalone --epsilon 0.54 --repeats 2
+
+reproduce: $(VENV)/.installed
+	for ds in abalone adult; do for eps in 0.15 0.54; do \
+	  $(PY) -m renyiboost.experiments.reproduce --dataset $$ds --epsilon $$eps --repeats 5 \
+	    --json results/reproduce_$${ds}_$${eps}.json || exit 1; done; done
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks

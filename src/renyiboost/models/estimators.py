@@ -1,0 +1,279 @@
+"""River estimators: thin shells over :class:`~renyiboost.stream.engine.StreamEngine`.
+
+``SGBDTRegressor`` and ``SGBDTClassifier`` (binary) speak River's ``learn_one`` /
+``predict_one`` and mini-batch APIs; all the work — the pool, the filter, the rounds and the
+store — is the engine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from river import base
+from scipy.special import expit
+
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, KeyBudget, PrivacyReport, StreamEngine
+from renyiboost.stream.store import StateStore
+
+
+class _SGBDTEstimator:
+    """Shared constructor, learning and reporting of the two estimators."""
+
+    _task: str = "regression"
+
+    def __init__(
+        self,
+        features: Mapping[str, Any],
+        target_bounds: tuple[float, float] | None = None,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-6,
+        rounds: int = 100,
+        depth: int = 4,
+        learning_rate: float = 0.1,
+        sampling_rate: float = 0.1,
+        count_share: float = 0.5,
+        init_share: float = 0.05,
+        grad_clip: float = 0.3,
+        hess_clip: float | None = None,
+        reg_lambda: float = 1.0,
+        leaf_clip: float | None = None,
+        feature_selection: str = "random",
+        split_candidates: int | None = None,
+        individual_filter: bool = True,
+        train_every: int = 100,
+        trees_per_trigger: int = 1,
+        warmup: int = 100,
+        max_trees: int | None = None,
+        store: StateStore | str | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.features = features
+        self.target_bounds = target_bounds
+        self.epsilon = epsilon
+        self.delta = delta
+        self.rounds = rounds
+        self.depth = depth
+        self.learning_rate = learning_rate
+        self.sampling_rate = sampling_rate
+        self.count_share = count_share
+        self.init_share = init_share
+        self.grad_clip = grad_clip
+        self.hess_clip = hess_clip
+        self.reg_lambda = reg_lambda
+        self.leaf_clip = leaf_clip
+        self.feature_selection = feature_selection
+        self.split_candidates = split_candidates
+        self.individual_filter = individual_filter
+        self.train_every = train_every
+        self.trees_per_trigger = trees_per_trigger
+        self.warmup = warmup
+        self.max_trees = max_trees
+        self.store = store
+        self.seed = seed
+        if self._task == "classification" and target_bounds is not None:
+            raise ValueError("target_bounds is for regression; a classifier's labels are 0/1")
+        schema = PublicSchema(
+            features=dict(features),
+            target_bounds=target_bounds if self._task == "regression" else None,
+        )
+        params = SGBDTParams(
+            task=self._task, epsilon=epsilon, delta=delta, rounds=rounds, depth=depth,
+            learning_rate=learning_rate, sampling_rate=sampling_rate, count_share=count_share,
+            init_share=init_share, grad_clip=grad_clip, hess_clip=hess_clip,
+            reg_lambda=reg_lambda, leaf_clip=leaf_clip, feature_selection=feature_selection,
+            split_candidates=split_candidates, individual_filter=individual_filter,
+        )
+        config = EngineConfig(
+            public_schema=schema, params=params, train_every=train_every,
+            trees_per_trigger=trees_per_trigger, warmup=warmup, max_trees=max_trees,
+        )
+        self._engine = StreamEngine(config, store=store, seed=seed)
+
+    # ------------------------------------------------------------------ River plumbing
+    @property
+    def _is_stochastic(self) -> bool:
+        return True
+
+    @property
+    def engine(self) -> StreamEngine:
+        """The engine behind the estimator (pool, ledger, model, store)."""
+        return self._engine
+
+    def _encode_one(self, x: Mapping[str, Any]) -> np.ndarray:
+        return self._engine.schema.encode_dict(x)[None, :]
+
+    def _encode_many(self, X: Any) -> tuple[np.ndarray, int]:
+        columns = {str(c): X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
+        schema = self._engine.schema
+        unknown = sum(1 for c in columns if c not in schema.features)
+        n = len(next(iter(columns.values()))) if columns else 0
+        return schema.encode_columns(columns), unknown * n
+
+    # ------------------------------------------------------------------ learning
+    def learn_one(self, x: dict, y: Any, *, key: Any = None, **kwargs: Any) -> None:
+        """Buffer a copy of ``x`` under ``key`` (a new sequence id if None); may run rounds.
+
+        Raises ``ValueError`` for NaN or non-numeric values of numeric features and for
+        labels outside the public domain; the pool is then left untouched.
+        """
+        row = self._encode_one(x)
+        unknown = self._engine.schema.unknown_features(x)
+        self._engine.add(row, np.array([float(y)]), None if key is None else [key],
+                         unknown_features=unknown)
+
+    def learn_many(self, X: Any, y: Any, keys: list[Any] | None = None) -> None:
+        """``learn_one`` over the rows of a DataFrame (or a column mapping), in order."""
+        rows, unknown = self._encode_many(X)
+        targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y, dtype=float)
+        self._engine.add(rows, targets, keys, unknown_features=unknown)
+
+    def train(self, rounds: int = 1) -> int:
+        """Signal a batch boundary: merge buffered records and run ``rounds`` rounds now."""
+        return self._engine.train(rounds)
+
+    # ------------------------------------------------------------------ reporting
+    def privacy_report(self) -> PrivacyReport:
+        """ε, δ, the order, σ, the budget, spent quantiles and pool counts."""
+        return self._engine.privacy_report()
+
+    def budget_of(self, key: Any) -> KeyBudget:
+        """Spent RDP and status of one key."""
+        return self._engine.budget_of(key)
+
+    def _margins(self, X: Any) -> np.ndarray:
+        rows, _ = self._encode_many(X)
+        return self._engine.predict_margin(rows)
+
+    def _series(self, values: np.ndarray, X: Any) -> Any:
+        import pandas as pd
+
+        return pd.Series(values, index=getattr(X, "index", None))
+
+
+class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
+    """Differentially private boosted random trees with an individual Rényi filter (River).
+
+    Each key has one lifetime Rényi-DP budget; rounds charge every eligible record for its
+    own clipped gradient, and exhausted keys retire (S-GBDT, Kirschte et al., Alg. 8).
+
+    Parameters
+    ----------
+    features
+        Public schema: name → ``(lo, hi)`` or a list of category values. Never read it from
+        the data.
+    target_bounds
+        Public ``(lo, hi)`` of the target; labels outside raise ``ValueError``.
+    epsilon, delta
+        The (ε, δ) guarantee per key; ``epsilon=None`` trains without privacy.
+    rounds
+        Nominal rounds T a full-sensitivity record can afford (small gradients buy more).
+    depth, learning_rate, sampling_rate, count_share, init_share, grad_clip, hess_clip,
+    reg_lambda, leaf_clip, feature_selection, split_candidates, individual_filter
+        The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`).
+    train_every, trees_per_trigger, warmup, max_trees
+        Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`).
+    store
+        ``None`` keeps state in memory; a path or ``sqlite:///`` URL makes it durable, and
+        constructing the estimator again with the same arguments resumes from it.
+    seed
+        ``None`` (default): CSPRNG noise. An integer makes runs reproducible and the model
+        is then for testing only (``TestingOnlyWarning``).
+
+    Examples
+    --------
+    >>> from river import datasets, evaluate, metrics
+    >>> from renyiboost import SGBDTRegressor
+    >>> model = SGBDTRegressor(
+    ...     features={"ordinal_date": (736389, 737389), "gallup": (30, 55), "ipsos": (30, 55),
+    ...               "morning_consult": (30, 55), "rasmussen": (30, 55), "you_gov": (30, 55)},
+    ...     target_bounds=(30, 55), epsilon=1.0, rounds=10, depth=2, sampling_rate=0.5,
+    ...     learning_rate=0.5, grad_clip=1.0, train_every=50, warmup=50)
+    >>> metric = evaluate.progressive_val_score(datasets.TrumpApproval(), model, metrics.MAE())
+    >>> model.privacy_report().epsilon <= 1.0
+    True
+    """
+
+    _task = "regression"
+
+    def _unscale(self, margin: np.ndarray) -> np.ndarray:
+        lo, hi = self.target_bounds  # type: ignore[misc]
+        return lo + (np.clip(margin, -1.0, 1.0) + 1.0) * (hi - lo) / 2.0
+
+    def predict_one(self, x: dict, **kwargs: Any) -> float:
+        return float(self._unscale(self._engine.predict_margin(self._encode_one(x)))[0])
+
+    def predict_many(self, X: Any) -> Any:
+        return self._series(self._unscale(self._margins(X)), X)
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        yield {
+            "features": {"ordinal_date": (736389, 737389), "gallup": (30, 55), "ipsos": (30, 55),
+                         "morning_consult": (30, 55), "rasmussen": (30, 55),
+                         "you_gov": (30, 55)},
+            "target_bounds": (30.0, 55.0),
+            "epsilon": 1.0, "rounds": 5, "depth": 2, "sampling_rate": 0.5,
+            "train_every": 20, "warmup": 20, "learning_rate": 0.5,
+        }
+
+
+class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
+    """Binary classifier version of :class:`SGBDTRegressor` (logistic loss).
+
+    ``hess_clip`` switches to Newton leaves (noisy clipped-hessian sums in the denominator).
+    Labels are booleans (or 0/1); ``predict_proba_one`` returns ``{False: p0, True: p1}``,
+    also before any learning (then 0.5 each). Parameters are those of
+    :class:`SGBDTRegressor` (``target_bounds`` must stay None).
+
+    Examples
+    --------
+    >>> from river import datasets, evaluate, metrics
+    >>> from renyiboost import SGBDTClassifier
+    >>> phishing = datasets.Phishing()
+    >>> features = {name: (0, 1) for name in next(iter(phishing))[0]}
+    >>> model = SGBDTClassifier(features, epsilon=1.0, rounds=10, depth=3, sampling_rate=0.5,
+    ...                         learning_rate=0.5, train_every=50, warmup=50)
+    >>> metric = evaluate.progressive_val_score(phishing, model, metrics.Accuracy())
+    >>> model.predict_proba_one({"https": 1.0}).keys() == {False, True}
+    True
+    """
+
+    _task = "classification"
+
+    @property
+    def _multiclass(self) -> bool:
+        return False
+
+    def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[bool, float]:
+        p = float(expit(self._engine.predict_margin(self._encode_one(x))[0]))
+        return {False: 1.0 - p, True: p}
+
+    def predict_one(self, x: dict, **kwargs: Any) -> bool:
+        return bool(self._engine.predict_margin(self._encode_one(x))[0] > 0.0)
+
+    def predict_proba_many(self, X: Any) -> Any:
+        import pandas as pd
+
+        p = expit(self._margins(X))
+        return pd.DataFrame({False: 1.0 - p, True: p}, index=getattr(X, "index", None))
+
+    def predict_many(self, X: Any) -> Any:
+        return self._series(self._margins(X) > 0.0, X)
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        yield {
+            "features": {name: (0.0, 1.0) for name in (
+                "empty_server_form_handler", "popup_window", "https",
+                "request_from_other_domain", "anchor_from_other_domain", "is_popular",
+                "long_url", "age_of_domain", "ip_in_url")},
+            "epsilon": 1.0, "rounds": 5, "depth": 2, "sampling_rate": 0.5,
+            "train_every": 20, "warmup": 20, "learning_rate": 0.5,
+        }
+
+
+__all__ = ["SGBDTClassifier", "SGBDTRegressor"]

@@ -1,0 +1,446 @@
+"""The streaming engine: an active pool of keyed records, triggers, retirement, durable rounds.
+
+The engine owns the public schema, the calibration, the model (initial score and trees) and
+the *active pool*: the records that still have budget, stored columnar in numpy (features,
+target, cached margin, spent RDP). Data flows one way::
+
+    add() → pending buffer → merge into the pool → initial score / round → commit → visible
+
+**Privacy unit = key.** Every record has a key (given, or a generated sequence id). A key
+has one lifetime budget B (S-GBDT Alg. 8 with Feldman & Zrnic's individual filter). A new
+record with a known active key replaces that key's features and label and keeps its spent
+budget (an upsert, like a compacted topic). Once a key is retired its later records are
+dropped and counted, never trained on. Keys are compared as strings (``1`` and ``"1"`` are
+one key, which can only merge budgets, never split one).
+
+**Triggers.** ``train_every`` new records since the last trigger run ``trees_per_trigger``
+rounds; :meth:`StreamEngine.train` runs rounds explicitly (a batch boundary). Before the
+first round the DP initial score is released over the pool (at least ``warmup`` records).
+
+**Durability.** Every released output is committed to the store (charges, retirements, the
+tree, the source offsets it covers) before it becomes visible to :meth:`predict_margin`
+(DEVELOPERS invariant 2). Restarting from the same store restores the exact ledger, model
+and pool; records that arrived after the last commit are re-read from the source offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.store import Commit, Snapshot, StateStore, open_store
+
+SEEN, ACTIVE, RETIRED = 0, 1, 2
+KEY_STATUS = {SEEN: "pending", ACTIVE: "active", RETIRED: "retired"}
+
+
+class EngineConfig(BaseModel):
+    """Everything that fixes the meaning of a budget; a store refuses a different one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    public_schema: PublicSchema
+    params: SGBDTParams
+    train_every: int = Field(100, ge=1, description="new records per trigger")
+    trees_per_trigger: int = Field(1, ge=1, description="rounds run by one trigger")
+    warmup: int = Field(100, ge=1, description="records needed before the initial score")
+    max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")
+
+
+class PrivacyReport(BaseModel):
+    """What the engine has released and spent; every number comes from the accounting."""
+
+    private: bool
+    epsilon: float
+    delta: float | None
+    order: int | None
+    sigma: float | None
+    budget_rdp: float | None
+    max_spent_rdp: float
+    spent_fraction_quantiles: dict[str, float]
+    n_trees: int
+    rounds_done: int
+    n_active: int
+    n_retired: int
+    n_dropped: int
+    n_pending: int
+    n_unknown_features: int
+    seeded_for_testing: bool
+
+
+class KeyBudget(BaseModel):
+    """One key's standing in the ledger."""
+
+    key: str
+    status: str  # "unknown", "pending", "active" or "retired"
+    spent_rdp: float
+    budget_rdp: float | None
+
+
+class StreamEngine:
+    """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
+
+    Parameters
+    ----------
+    config
+        The public schema, learner parameters and triggers (:class:`EngineConfig`).
+    store
+        ``None`` (memory), a path / ``sqlite:///`` URL (SQLite) or a :class:`StateStore`.
+        An existing store with the same config is resumed.
+    seed
+        ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
+    """
+
+    def __init__(
+        self, config: EngineConfig, store: StateStore | str | None = None, seed: int | None = None
+    ) -> None:
+        self.config = config
+        self.schema = config.public_schema
+        self.booster = SGBDTBooster(config.params, self.schema, seed)
+        self.store = open_store(store)
+        self._config_json = config.model_dump_json()
+        k = self.schema.n_features
+        self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0))
+        self.pool_uids = np.zeros(0, dtype=np.int64)
+        self._keys: dict[str, int] = {}
+        self._status = np.zeros(0, dtype=np.int8)  # by uid
+        self._slot = np.zeros(0, dtype=np.int64)  # by uid: row in the pool, or -1
+        self._ledger_spent = np.zeros(0, dtype=float)  # by uid: final spent of retired keys
+        self._next_uid = 0
+        self._initialized = False
+        self.counters: dict[str, int] = {"dropped": 0, "unknown_features": 0, "superseded": 0}
+        self.offsets: dict[str, Any] = {}  # source position covered by the last commit
+        self._pending_uids: list[int] = []
+        self._pending_rows: list[np.ndarray] = []
+        self._pending_targets: list[float] = []
+        self._pending_position: dict[str, int] = {}
+        self._since_trigger = 0
+        self._uncommitted_keys: list[tuple[int, str]] = []
+        self._uncommitted_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._merged_position: dict[str, int] = {}
+        snapshot = self.store.load(self._config_json)
+        if snapshot is not None:
+            self._restore(snapshot)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def ensemble(self):  # noqa: ANN201 - the booster's Ensemble
+        return self.booster.ensemble
+
+    @property
+    def n_pending(self) -> int:
+        return len(self._pending_uids)
+
+    # ------------------------------------------------------------------ input
+    def scale_targets(self, y: np.ndarray) -> np.ndarray:
+        """Validate labels at the boundary and map them to the loss's scale.
+
+        Regression labels must be finite and inside the public ``target_bounds``;
+        classification labels must be 0/1 (or bools). Raises ``ValueError`` naming the value.
+        """
+        y = np.asarray(y, dtype=float).reshape(-1)
+        if not np.all(np.isfinite(y)):
+            raise ValueError(f"labels must be finite numbers, got {y[~np.isfinite(y)][:3].tolist()}")
+        if self.config.params.task == "classification":
+            bad = (y != 0) & (y != 1)
+            if bad.any():
+                raise ValueError(f"binary labels must be 0/1 or False/True, got {y[bad][0]!r}")
+        else:
+            lo, hi = self.schema.target_bounds  # type: ignore[misc]
+            bad = (y < lo) | (y > hi)
+            if bad.any():
+                raise ValueError(
+                    f"label {y[bad][0]!r} is outside the public target_bounds ({lo}, {hi})"
+                )
+        return self.booster.loss.scale(y)
+
+    def _uid_for(self, key: Any | None) -> int:
+        if key is None:
+            uid = self._new_uid()
+            return uid
+        name = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+        uid = self._keys.get(name)
+        if uid is None:
+            uid = self._new_uid()
+            self._keys[name] = uid
+            self._uncommitted_keys.append((uid, name))
+        return uid
+
+    def _new_uid(self) -> int:
+        uid = self._next_uid
+        self._next_uid += 1
+        if uid >= self._status.size:
+            grow = max(1024, self._status.size)
+            self._status = np.concatenate([self._status, np.zeros(grow, np.int8)])
+            self._slot = np.concatenate([self._slot, np.full(grow, -1, np.int64)])
+            self._ledger_spent = np.concatenate([self._ledger_spent, np.zeros(grow)])
+        return uid
+
+    def add(
+        self,
+        rows: np.ndarray,
+        targets: np.ndarray,
+        keys: list[Any] | None = None,
+        positions: list[tuple[str, int]] | None = None,
+        unknown_features: int = 0,
+    ) -> None:
+        """Buffer encoded rows (validated by the caller) and fire triggers.
+
+        ``targets`` are raw labels (checked by :meth:`scale_targets`). ``positions`` gives,
+        per record, ``(source partition, next offset)``; the position reached by the records
+        merged into a round is committed with it. Rows are copied. Triggers fire at the same
+        record counts whatever the batching, so ``learn_many`` equals a ``learn_one`` loop.
+        """
+        rows = np.array(rows, dtype=float, ndmin=2, copy=True)
+        scaled = self.scale_targets(targets)
+        if rows.shape != (scaled.size, self.schema.n_features):
+            raise ValueError(
+                f"rows must have shape ({scaled.size}, {self.schema.n_features}), got {rows.shape}"
+            )
+        if keys is not None and len(keys) != scaled.size:
+            raise ValueError(f"got {len(keys)} keys for {scaled.size} rows")
+        self.counters["unknown_features"] += int(unknown_features)
+        every = self.config.train_every
+        for i in range(scaled.size):
+            uid = self._uid_for(None if keys is None else keys[i])
+            if positions is not None:
+                partition, offset = positions[i]
+                self._pending_position[partition] = offset
+            if self._status[uid] == RETIRED:
+                self.counters["dropped"] += 1
+            else:
+                self._pending_uids.append(uid)
+                self._pending_rows.append(rows[i])
+                self._pending_targets.append(float(scaled[i]))
+            self._since_trigger += 1
+            if self._since_trigger >= every:
+                self._since_trigger = 0
+                self.train(self.config.trees_per_trigger)
+
+    # ------------------------------------------------------------------ merging
+    def _merge_pending(self) -> None:
+        """Move pending records into the pool (upserts replace rows, keep spent)."""
+        self._merged_position.update(self._pending_position)
+        self._pending_position = {}
+        if not self._pending_uids:
+            return
+        uids = np.asarray(self._pending_uids, dtype=np.int64)
+        X = np.vstack(self._pending_rows)
+        y = np.asarray(self._pending_targets, dtype=float)
+        self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
+        # Last write wins within the buffer, arrival order kept.
+        unique, first_rev = np.unique(uids[::-1], return_index=True)
+        last = np.sort(uids.size - 1 - first_rev)
+        self.counters["superseded"] += int(uids.size - last.size)
+        uids, X, y = uids[last], X[last], y[last]
+        live = self._status[uids] != RETIRED
+        self.counters["dropped"] += int((~live).sum())
+        uids, X, y = uids[live], X[live], y[live]
+        if uids.size == 0:
+            return
+        margin = self.ensemble.predict_margin(X)
+        slots = self._slot[uids]
+        upsert = slots >= 0
+        pool = self.pool
+        if upsert.any():
+            pool.X[slots[upsert]] = X[upsert]
+            pool.target[slots[upsert]] = y[upsert]
+            pool.margin[slots[upsert]] = margin[upsert]
+        new = ~upsert
+        n_old, n_new = len(pool), int(new.sum())
+        if n_new:
+            self.pool = RecordPool(
+                X=np.concatenate([pool.X, X[new]]),
+                target=np.concatenate([pool.target, y[new]]),
+                margin=np.concatenate([pool.margin, margin[new]]),
+                spent=np.concatenate([pool.spent, np.zeros(n_new)]),
+                retired=np.concatenate([pool.retired, np.zeros(n_new, dtype=bool)]),
+            )
+            self.pool_uids = np.concatenate([self.pool_uids, uids[new]])
+            self._slot[uids[new]] = np.arange(n_old, n_old + n_new)
+            self._status[uids[new]] = ACTIVE
+        self._uncommitted_rows.append((uids, X, y))
+
+    # ------------------------------------------------------------------ training
+    def train(self, rounds: int = 1) -> int:
+        """Merge pending records and run up to ``rounds`` rounds; returns the trees added.
+
+        The initial score is released first if it has not been (and enough records are
+        present). A round in which no record is eligible releases nothing.
+        """
+        self._merge_pending()
+        if not self._initialized:
+            if len(self.pool) < self.config.warmup:
+                return 0
+            self._release_initial_score()
+        added = 0
+        for _ in range(rounds):
+            if len(self.pool) == 0 or not self._round():
+                break
+            added += 1
+        return added
+
+    def _release_initial_score(self) -> None:
+        score, spent = self.booster.initial_score(self.pool)
+        after = RecordPool(self.pool.X, self.pool.target, self.pool.margin + score, spent,
+                           self.pool.retired)
+        self._initialized = True
+        self.ensemble.init_score = score
+        self._commit(after, tree=None, retired_mask=np.zeros(len(after), dtype=bool))
+        self.pool = after
+
+    def _round(self) -> bool:
+        booster, pool = self.booster, self.pool
+        outcome: RoundOutcome = booster.plan_round(pool)
+        if outcome.n_eligible == 0:
+            return False
+        after = booster.advance(pool, outcome)
+        max_trees = self.config.max_trees
+        first_kept = None
+        if max_trees is not None and self.ensemble.n_trees + 1 > max_trees:
+            # Dropping the oldest tree is free post-processing; remove it from the margins.
+            drop = self.ensemble.n_trees + 1 - max_trees
+            ens = self.ensemble
+            leaf = ens.route(pool.X, ens.features[:drop], ens.thresholds[:drop])
+            after.margin -= ens.leaves[np.arange(drop)[None, :], leaf].sum(axis=1)
+            first_kept = booster.rounds_done + 1 - max_trees
+        tree = (booster.rounds_done, outcome.features, outcome.thresholds, outcome.leaves)
+        self._commit(after, tree=tree, retired_mask=after.retired, first_kept=first_kept)
+        booster.append_tree(outcome)
+        if max_trees is not None:
+            self.ensemble.keep_last(max_trees)
+        return True
+
+    def _commit(
+        self,
+        after: RecordPool,
+        tree: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None,
+        retired_mask: np.ndarray,
+        first_kept: int | None = None,
+    ) -> None:
+        """Commit the state after an output, then compact the pool (retired keys leave)."""
+        keep = ~retired_mask
+        retired_uids = self.pool_uids[retired_mask]
+        retired_spent = after.spent[retired_mask]
+        kept = RecordPool(after.X[keep], after.target[keep], after.margin[keep],
+                          after.spent[keep], np.zeros(int(keep.sum()), dtype=bool))
+        kept_uids = self.pool_uids[keep]
+        new_rows = None
+        if self._uncommitted_rows:
+            new_rows = tuple(np.concatenate(parts) for parts in zip(*self._uncommitted_rows))
+        rounds_done = self.booster.rounds_done + (1 if tree is not None else 0)
+        change = Commit(
+            meta={"config": json.loads(self._config_json),
+                  "state": self._state_meta(rounds_done, self._merged_position)},
+            pool_uids=kept_uids, pool_X=kept.X, pool_target=kept.target,
+            pool_margin=kept.margin, pool_spent=kept.spent,
+            new_rows=new_rows,  # type: ignore[arg-type]
+            new_keys=list(self._uncommitted_keys),
+            retired=(retired_uids, retired_spent) if retired_uids.size else None,
+            tree=tree, first_kept_round=first_kept,
+        )
+        self.store.commit(change)
+        # Durable from here on: update the in-memory state to match.
+        self._uncommitted_keys, self._uncommitted_rows = [], []
+        self.offsets = dict(self._merged_position)
+        self.pool, self.pool_uids = kept, kept_uids
+        self._slot[retired_uids] = -1
+        self._status[retired_uids] = RETIRED
+        self._ledger_spent[retired_uids] = retired_spent
+        self._slot[kept_uids] = np.arange(kept_uids.size)
+
+    def _state_meta(self, rounds_done: int, position: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "n_features": self.schema.n_features,
+            "depth": self.config.params.depth,
+            "rounds_done": rounds_done,
+            "initialized": self._initialized,
+            "init_score": self.ensemble.init_score,
+            "next_uid": self._next_uid,
+            "counters": dict(self.counters),
+            "offsets": position,
+            "rng": self.booster.noise.get_state(),
+        }
+
+    def _restore(self, snap: Snapshot) -> None:
+        meta = snap.meta
+        ens = self.ensemble
+        ens.init_score = float(meta["init_score"])
+        ens.features, ens.thresholds, ens.leaves = snap.features, snap.thresholds, snap.leaves
+        self.booster.rounds_done = int(meta["rounds_done"])
+        self._initialized = bool(meta["initialized"])
+        self.counters.update(meta["counters"])
+        self.offsets = dict(meta["offsets"] or {})
+        self._merged_position = dict(self.offsets)
+        self.booster.noise.set_state(meta["rng"])
+        self._keys = dict(snap.keys)
+        n_uid = int(meta["next_uid"])
+        self._next_uid = 0
+        while self._next_uid < n_uid:  # grow the by-uid arrays
+            self._new_uid()
+        self.pool = RecordPool(snap.pool_X, snap.pool_target, snap.pool_margin, snap.pool_spent,
+                               np.zeros(snap.pool_uids.size, dtype=bool))
+        self.pool_uids = snap.pool_uids
+        self._status[snap.pool_uids] = ACTIVE
+        self._slot[snap.pool_uids] = np.arange(snap.pool_uids.size)
+        self._status[snap.retired_uids] = RETIRED
+        self._ledger_spent[snap.retired_uids] = snap.retired_spent
+
+    # ------------------------------------------------------------------ prediction
+    def predict_margin(self, X: np.ndarray) -> np.ndarray:
+        """The committed model's margin for encoded rows (never an uncommitted tree)."""
+        return self.ensemble.predict_margin(X)
+
+    # ------------------------------------------------------------------ reporting
+    def budget_of(self, key: Any) -> KeyBudget:
+        """Spent RDP and status of a user-given key."""
+        name = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+        cal = self.booster.calibration
+        budget = cal.budget_rdp if cal else None
+        uid = self._keys.get(name)
+        if uid is None:
+            return KeyBudget(key=name, status="unknown", spent_rdp=0.0, budget_rdp=budget)
+        status = int(self._status[uid])
+        if status == ACTIVE:
+            spent = float(self.pool.spent[self._slot[uid]])
+        elif status == RETIRED:
+            spent = float(self._ledger_spent[uid])
+        else:
+            spent = 0.0
+        return KeyBudget(key=name, status=KEY_STATUS[status], spent_rdp=spent, budget_rdp=budget)
+
+    def privacy_report(self) -> PrivacyReport:
+        cal = self.booster.calibration
+        retired = self._status[: self._next_uid] == RETIRED
+        spent = np.concatenate([self.pool.spent, self._ledger_spent[: self._next_uid][retired]])
+        quantiles: dict[str, float] = {}
+        if cal is not None and spent.size:
+            for q in (0.5, 0.9, 0.99, 1.0):
+                quantiles[f"q{int(q * 100)}"] = float(np.quantile(spent, q) / cal.budget_rdp)
+        return PrivacyReport(
+            private=cal is not None,
+            epsilon=cal.epsilon if cal else math.inf,
+            delta=cal.delta if cal else None,
+            order=cal.order if cal else None,
+            sigma=cal.sigma if cal else None,
+            budget_rdp=cal.budget_rdp if cal else None,
+            max_spent_rdp=float(spent.max()) if spent.size else 0.0,
+            spent_fraction_quantiles=quantiles,
+            n_trees=self.ensemble.n_trees,
+            rounds_done=self.booster.rounds_done,
+            n_active=len(self.pool),
+            n_retired=int(retired.sum()),
+            n_dropped=self.counters["dropped"],
+            n_pending=self.n_pending,
+            n_unknown_features=self.counters["unknown_features"],
+            seeded_for_testing=self.booster.noise.seeded,
+        )
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,77 @@
+"""Bundled data sets: the protocol's row counts, public schemas, and agreement with shared/."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from renyiboost.datasets import load
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "cols", "task"),
+    [
+        ("abalone", 4177, 8, "regression"),
+        ("adult", 30162, 14, "classification"),
+        ("adult-test", 15060, 14, "classification"),
+        ("elec2", 45312, 6, "classification"),
+        ("california", 20640, 8, "regression"),
+    ],
+)
+def test_row_counts_and_tasks(name: str, rows: int, cols: int, task: str) -> None:
+    data = load(name)
+    assert data.X.shape == (rows, cols) and data.y.shape == (rows,)
+    assert data.task == task
+    assert not np.isnan(data.X).any()
+    if task == "classification":
+        assert set(np.unique(data.y)) == {0.0, 1.0}
+
+
+def test_adult_positive_rates_match_the_uci_description() -> None:
+    # UCI: 24.78 % of the cleaned training rows and 24.57 % of the test rows are >50K.
+    assert load("adult").y.mean() == pytest.approx(7508 / 30162)
+    assert load("adult-test").y.mean() == pytest.approx(3700 / 15060)
+
+
+@pytest.mark.parametrize("name", ["abalone", "adult", "elec2", "california"])
+def test_encoded_values_respect_the_public_schema(name: str) -> None:
+    data = load(name)
+    schema = data.schema
+    num, cat = ~schema.is_categorical, schema.is_categorical
+    assert np.all(data.X[:, num] >= schema.lower[num])
+    assert np.all(data.X[:, num] <= schema.upper[num])
+    # every category value of the bundled rows is in its published domain (no "other")
+    assert np.all(data.X[:, cat] < schema.n_categories[cat])
+
+
+def test_bundled_files_are_the_shared_ones() -> None:
+    """The package's copies are byte-identical to shared/data (checksums in SOURCES.md)."""
+    if not SHARED.is_dir():
+        pytest.fail(f"shared/data is expected beside the repository at {SHARED}")
+    folder = resources.files("renyiboost.datasets").joinpath("data")
+    for name in ("abalone.csv.gz", "adult.data.gz", "adult.test.gz", "elec2.csv.gz"):
+        ours = hashlib.sha256(folder.joinpath(name).read_bytes()).hexdigest()
+        theirs = hashlib.sha256((SHARED / name).read_bytes()).hexdigest()
+        assert ours == theirs, name
+
+
+def test_abalone_first_row_decodes_to_the_csv_row() -> None:
+    data = load("abalone")
+    x, y = next(iter(data.records()))
+    with gzip.open(SHARED / "abalone.csv.gz", "rt") as fh:
+        first = next(iter(list(csv.DictReader(fh))[:1]))
+    assert x["sex"] == first["sex"] and x["length"] == float(first["length"])
+    assert y == float(first["rings"])
+
+
+def test_unknown_data_set_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="abalone"):
+        load("iris")

@@ -1,0 +1,270 @@
+"""The streaming engine and the River estimators: budgets, keys, stores, bad input."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from river import checks
+
+from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.store import SQLiteStore
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+FEATURES = {"a": (0.0, 1.0), "b": (-5.0, 5.0), "c": ["x", "y", "z"]}
+
+
+def _stream(n: int, seed: int = 0) -> list[tuple[dict, float]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = {"a": float(rng.uniform()), "b": float(rng.uniform(-5, 5)),
+             "c": ["x", "y", "z"][rng.integers(3)]}
+        y = float(np.clip(2 * x["a"] + (x["c"] == "y") + rng.normal(0, 0.1), 0, 3))
+        out.append((x, y))
+    return out
+
+
+def _regressor(**kwargs) -> SGBDTRegressor:
+    params = dict(features=FEATURES, target_bounds=(0.0, 3.0), epsilon=1.0, rounds=6, depth=2,
+                  sampling_rate=0.5, learning_rate=0.5, grad_clip=0.5, train_every=25,
+                  warmup=25, seed=7)
+    return SGBDTRegressor(**(params | kwargs))
+
+
+# --------------------------------------------------------------------- River's own checks
+
+
+def _river_checks():
+    for cls in (SGBDTRegressor, SGBDTClassifier):
+        model = cls(**next(cls._unit_test_params()))
+        for check in checks.yield_checks(model):
+            yield pytest.param(model, check, id=f"{cls.__name__}-{check.__name__}")
+
+
+@pytest.mark.parametrize(("model", "check"), list(_river_checks()))
+def test_river_check_estimator(model, check) -> None:
+    if check.__name__ in model._unit_test_skips():
+        pytest.skip("declared in _unit_test_skips")
+    check(model.clone())
+
+
+# --------------------------------------------------------------------- budgets and keys
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 40), min_size=50, max_size=400),
+    seed=st.integers(0, 10_000),
+    individual=st.booleans(),
+)
+def test_no_key_ever_spends_more_than_its_budget(keys: list[int], seed: int, individual) -> None:
+    model = _regressor(rounds=3, train_every=10, warmup=10, seed=seed,
+                       individual_filter=individual)
+    engine = model.engine
+    budget = engine.booster.calibration.budget_rdp
+    seen_retired: set[int] = set()
+    for (x, y), key in zip(_stream(len(keys), seed), keys, strict=True):
+        model.learn_one(x, y, key=key)
+        assert np.all(engine.pool.spent <= budget)
+        # a retired key never comes back into the active pool
+        active = {int(k) for k, uid in engine._keys.items() if engine._status[uid] == 1}
+        assert not (active & seen_retired)
+        seen_retired |= {int(k) for k in keys if model.budget_of(k).status == "retired"}
+    report = model.privacy_report()
+    assert report.max_spent_rdp <= budget
+    assert report.n_retired == len(seen_retired)
+
+
+def test_upsert_replaces_features_and_keeps_the_spent_budget() -> None:
+    model = _regressor(train_every=30, warmup=30)
+    for i, (x, y) in enumerate(_stream(60)):
+        model.learn_one(x, y, key=i % 30)
+    before = model.budget_of(3)
+    assert before.status == "active" and before.spent_rdp > 0
+    engine = model.engine
+    n_active = len(engine.pool)
+    model.learn_one({"a": 0.99, "b": 4.0, "c": "z"}, 2.5, key=3)
+    engine._merge_pending()
+    assert len(engine.pool) == n_active  # replaced, not appended
+    row = engine.pool.X[engine._slot[engine._keys["3"]]]
+    assert row.tolist() == [0.99, 4.0, 2.0]
+    assert model.budget_of(3).spent_rdp == before.spent_rdp
+
+
+def test_retired_keys_are_dropped_and_counted() -> None:
+    model = _regressor(rounds=2, sampling_rate=1.0, train_every=20, warmup=20)
+    data = _stream(400)
+    for i, (x, y) in enumerate(data[:200]):
+        model.learn_one(x, y, key=i % 20)
+    retired = [k for k in range(20) if model.budget_of(k).status == "retired"]
+    assert retired, "with T = 2 and γ = 1 keys must retire"
+    dropped = model.privacy_report().n_dropped
+    for x, y in data[200:240]:
+        model.learn_one(x, y, key=retired[0])
+    assert model.privacy_report().n_dropped == dropped + 40
+    assert engine_has_no(model, retired[0])
+
+
+def engine_has_no(model: SGBDTRegressor, key: int) -> bool:
+    engine = model.engine
+    return engine._keys[str(key)] not in set(engine.pool_uids.tolist())
+
+
+def test_cached_margins_stay_equal_to_the_model_with_upserts_and_max_trees() -> None:
+    model = _regressor(max_trees=4, rounds=20, train_every=20, warmup=20)
+    for i, (x, y) in enumerate(_stream(600)):
+        model.learn_one(x, y, key=i % 150)
+    engine = model.engine
+    assert engine.ensemble.n_trees == 4 and engine.booster.rounds_done > 4
+    np.testing.assert_allclose(engine.pool.margin, engine.predict_margin(engine.pool.X),
+                               atol=1e-12)
+
+
+def test_learns_a_signal_on_a_long_stream() -> None:
+    model = _regressor(rounds=20, depth=3, epsilon=2.0, train_every=200, warmup=200,
+                       trees_per_trigger=2)
+    data = _stream(6000, seed=3)
+    for x, y in data[:5000]:
+        model.learn_one(x, y)
+    pred = np.array([model.predict_one(x) for x, _ in data[5000:]])
+    y = np.array([y for _, y in data[5000:]])
+    r2 = 1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    assert r2 > 0.5
+
+
+# --------------------------------------------------------------------- the SQLite store
+
+
+def _fill(model, data, keys) -> None:
+    for (x, y), key in zip(data, keys, strict=True):
+        model.learn_one(x, y, key=key)
+
+
+def test_restart_from_sqlite_restores_ledger_trees_and_predictions(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    data = _stream(900, seed=1)
+    keys = [i % 300 for i in range(900)]
+    first = _regressor(store=str(path), max_trees=8)
+    _fill(first, data[:500], keys[:500])
+    first.train(1)  # a batch boundary: the pending records are merged and committed
+    probe = [x for x, _ in data[:50]]
+    expected = [first.predict_one(x) for x in probe]
+    ledger = {k: first.budget_of(k) for k in range(300)}
+    report = first.privacy_report()
+    first.engine.close()
+
+    again = _regressor(store=f"sqlite:///{path}", max_trees=8)
+    assert [again.predict_one(x) for x in probe] == expected
+    assert {k: again.budget_of(k) for k in range(300)} == ledger
+    got = again.privacy_report()
+    assert got.model_dump(exclude={"n_pending"}) == report.model_dump(exclude={"n_pending"})
+    np.testing.assert_array_equal(again.engine.pool.margin, first.engine.pool.margin)
+
+    # Resuming continues exactly like an uninterrupted run (seeded noise state is stored).
+    uninterrupted = _regressor(max_trees=8)
+    _fill(uninterrupted, data[:500], keys[:500])
+    uninterrupted.train(1)
+    _fill(uninterrupted, data[500:], keys[500:])
+    _fill(again, data[500:], keys[500:])
+    np.testing.assert_array_equal(again.engine.ensemble.leaves,
+                                  uninterrupted.engine.ensemble.leaves)
+    assert again.budget_of(5) == uninterrupted.budget_of(5)
+
+
+def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    model = _regressor(store=str(path))
+    _fill(model, _stream(60), list(range(60)))
+    model.engine.close()
+    with pytest.raises(ValueError, match="different configuration"):
+        _regressor(store=str(path), epsilon=2.0)
+
+
+class _FailingStore(SQLiteStore):
+    def __init__(self, path, fail_at: int) -> None:
+        super().__init__(path)
+        self.calls, self.fail_at = 0, fail_at
+
+    def commit(self, change) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError("disk full (injected)")
+        super().commit(change)
+
+
+def test_a_failed_commit_releases_nothing(tmp_path) -> None:
+    """Invariant 2: the tree of a round whose commit failed is never visible."""
+    store = _FailingStore(tmp_path / "f.db", fail_at=3)
+    model = _regressor(store=store)
+    data = _stream(200)
+    with pytest.raises(OSError, match="injected"):
+        _fill(model, data, list(range(200)))
+    engine = model.engine
+    n_trees, spent = engine.ensemble.n_trees, engine.pool.spent.copy()
+    assert n_trees == 1  # commit 1: initial score, commit 2: tree 1, commit 3 failed
+    again = _regressor(store=SQLiteStore(tmp_path / "f.db"))
+    assert again.engine.ensemble.n_trees == n_trees
+    committed = len(again.engine.pool)
+    np.testing.assert_array_equal(again.engine.pool.spent, spent[:committed])
+    # records merged after the last commit were never charged; the source re-reads them
+    assert np.all(spent[committed:] == 0.0)
+
+
+# --------------------------------------------------------------------- bad input
+
+
+def test_bad_input_raises_clear_errors_and_leaves_the_pool_untouched() -> None:
+    model = _regressor()
+    _fill(model, _stream(30), list(range(30)))
+    engine = model.engine
+    state = (len(engine.pool), engine.n_pending, engine.pool.spent.copy())
+    with pytest.raises(ValueError, match="'a' is NaN"):
+        model.learn_one({"a": float("nan"), "b": 0.0}, 1.0)
+    with pytest.raises(ValueError, match="'b' is numeric"):
+        model.learn_one({"a": 0.5, "b": "high"}, 1.0)
+    with pytest.raises(ValueError, match="outside the public target_bounds"):
+        model.learn_one({"a": 0.5}, 7.0)
+    with pytest.raises(ValueError, match="finite"):
+        model.learn_one({"a": 0.5}, float("inf"))
+    assert (len(engine.pool), engine.n_pending) == state[:2]
+    np.testing.assert_array_equal(engine.pool.spent, state[2])
+    model.learn_one({"a": 0.5, "zzz": 1, "www": 2}, 1.0)  # unknown features: ignored, counted
+    assert model.privacy_report().n_unknown_features == 2
+    model.learn_one({}, 1.0)  # all features missing: the fixed branch
+    assert engine.n_pending == state[1] + 2
+
+
+def test_classifier_labels_and_probabilities() -> None:
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, rounds=3, train_every=10, warmup=10)
+    assert model.predict_proba_one({"a": 0.3}) == {False: 0.5, True: 0.5}
+    with pytest.raises(ValueError, match="0/1"):
+        model.learn_one({"a": 0.3}, 2)
+    with pytest.raises(ValueError, match="target_bounds"):
+        SGBDTClassifier({"a": (0.0, 1.0)}, target_bounds=(0, 1))
+
+
+def test_learn_one_copies_its_input() -> None:
+    model = _regressor()
+    x = {"a": 0.1, "b": 1.0, "c": "x"}
+    model.learn_one(x, 1.0)
+    snapshot = copy.deepcopy(x)
+    x["a"] = 0.9
+    assert model.engine._pending_rows[-1][0] == snapshot["a"]
+
+
+def test_engine_config_validation_names_the_field() -> None:
+    schema = PublicSchema(features=FEATURES, target_bounds=(0.0, 3.0))
+    with pytest.raises(ValueError, match="train_every"):
+        EngineConfig(public_schema=schema, params=SGBDTParams(), train_every=0)
+    engine = StreamEngine(EngineConfig(public_schema=schema, params=SGBDTParams(epsilon=1.0)))
+    assert engine.privacy_report().n_trees == 0

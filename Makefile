@@ -17,7 +17,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/renyiboost reproduce --dataset abalone --epsilon 0.54 --repeats 2
+	$(VENV)/bin/renyiboost demo
 
 reproduce: $(VENV)/.installed
 	for ds in abalone adult; do for eps in 0.15 0.54; do \

@@ -79,7 +79,7 @@ def bench_rounds(sizes: list[int]) -> dict[str, float]:
         X = rng.uniform(size=(n, 10))
         pool = RecordPool.from_arrays(X, rng.uniform(-1, 1, n))
 
-        def one_round() -> None:
+        def one_round(booster: SGBDTBooster = booster, pool: RecordPool = pool) -> None:
             booster.apply_round(pool, booster.plan_round(pool))
 
         seconds = best_of(one_round)
@@ -106,6 +106,89 @@ def bench_predict(n_rows: int) -> dict[str, float]:
     return out
 
 
+def bench_learn_one(n: int) -> dict[str, float]:
+    """learn_one records/s: SGBDTRegressor vs river's SGTRegressor on the same stream."""
+    from river.tree import SGTRegressor
+
+    from renyiboost import SGBDTRegressor
+    from renyiboost.datasets import load_california
+
+    data = load_california()
+    stream = list(data.records())[:n]
+    ours = SGBDTRegressor(features=data.schema.features, target_bounds=data.schema.target_bounds,
+                          epsilon=1.0, rounds=50, depth=6, sampling_rate=0.1, train_every=500,
+                          warmup=500)
+    peer = SGTRegressor()
+
+    def run(model: object) -> float:
+        start = time.perf_counter()
+        for x, y in stream:
+            model.learn_one(x, y)  # type: ignore[attr-defined]
+        return len(stream) / (time.perf_counter() - start)
+
+    out = {"learn_one_per_s": run(ours), "sgt_learn_one_per_s": run(peer)}
+    out["learn_one_ratio_vs_sgt"] = out["learn_one_per_s"] / out["sgt_learn_one_per_s"]
+    print(f"learn_one, California {n:,} records: ours {out['learn_one_per_s']:10,.0f}/s   "
+          f"river SGTRegressor {out['sgt_learn_one_per_s']:10,.0f}/s   "
+          f"ratio {out['learn_one_ratio_vs_sgt']:.1f}x (goal >= 10x)")
+    return out
+
+
+def bench_commit(sizes: list[int]) -> dict[str, float]:
+    """Round compute vs SQLite commit time for an engine with n active records."""
+    import tempfile
+
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+    from renyiboost.stream.store import PoolState
+
+    out = {}
+    for n in sizes:
+        booster, schema = _booster(10, 6, 1000)
+        config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
+                              warmup=1)
+        with tempfile.TemporaryDirectory() as tmp:
+            engine = StreamEngine(config, store=f"{tmp}/state.db", seed=0)
+            rng = np.random.default_rng(0)
+            engine.add(rng.uniform(size=(n, 10)), rng.uniform(size=n))
+            engine.train(1)  # initial score + first round: the new rows' segment is written
+            store = engine.store
+            spent = {"commit": 0.0}
+            inner = store.commit
+
+            def timed(change: object) -> None:
+                start = time.perf_counter()
+                inner(change)  # type: ignore[arg-type]
+                spent["commit"] += time.perf_counter() - start
+
+            store.commit = timed  # type: ignore[method-assign]
+            rounds = 3
+            start = time.perf_counter()
+            engine.train(rounds)
+            total = (time.perf_counter() - start) / rounds
+            commit = spent["commit"] / rounds
+            # A snapshot is written once the events since the last one outweigh it
+            # snapshot_ratio times; its cost is spread over the rounds in between.
+            pool = engine.pool
+            state = PoolState(engine.pool_uids, pool.X, pool.target, pool.margin, pool.spent)
+            store._db.execute("BEGIN IMMEDIATE")
+            start = time.perf_counter()
+            store._snapshot(state, 0)
+            store._db.execute("COMMIT")
+            snapshot = time.perf_counter() - start
+            engine.close()
+        per_snapshot = store.snapshot_ratio * 24 / 2  # rounds of 2-byte codes per snapshot
+        amortised = commit + snapshot / per_snapshot
+        compute = total - commit
+        out[f"engine_round_{n}_s"] = compute
+        out[f"engine_commit_{n}_s"] = commit
+        out[f"engine_snapshot_{n}_s"] = snapshot
+        out[f"engine_commit_ratio_{n}"] = amortised / compute
+        print(f"engine round, {n:>9,} active: compute {1e3 * compute:8.1f} ms   "
+              f"commit {1e3 * commit:6.1f} ms + snapshot {1e3 * snapshot:6.1f} ms every "
+              f"{per_snapshot:.0f} rounds   ratio {amortised / compute:.2f} (goal <= 0.20)")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -115,6 +198,8 @@ def main() -> int:
     results |= bench_accounting()
     results |= bench_rounds([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
     results |= bench_predict(20_000 if args.quick else 100_000)
+    results |= bench_learn_one(5_000 if args.quick else 20_000)
+    results |= bench_commit([10_000, 100_000] if args.quick else [100_000, 1_000_000])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "core.json").write_text(json.dumps(results, indent=2))
     print(f"written {RESULTS / 'core.json'}")

@@ -150,11 +150,15 @@ def _fill(model, data, keys) -> None:
         model.learn_one(x, y, key=key)
 
 
-def test_restart_from_sqlite_restores_ledger_trees_and_predictions(tmp_path) -> None:
+@pytest.mark.parametrize("snapshot_ratio", [0.0, 0.3, 1e9], ids=["every", "some", "never"])
+def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
+    tmp_path, snapshot_ratio: float
+) -> None:
+    """Snapshots at every commit, now and then, or never (restore replays every event)."""
     path = tmp_path / "state.db"
     data = _stream(900, seed=1)
     keys = [i % 300 for i in range(900)]
-    first = _regressor(store=str(path), max_trees=8)
+    first = _regressor(store=SQLiteStore(path, snapshot_ratio=snapshot_ratio), max_trees=8)
     _fill(first, data[:500], keys[:500])
     first.train(1)  # a batch boundary: the pending records are merged and committed
     probe = [x for x, _ in data[:50]]
@@ -169,6 +173,10 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(tmp_path) -> 
     got = again.privacy_report()
     assert got.model_dump(exclude={"n_pending"}) == report.model_dump(exclude={"n_pending"})
     np.testing.assert_array_equal(again.engine.pool.margin, first.engine.pool.margin)
+    np.testing.assert_array_equal(again.engine.pool.spent, first.engine.pool.spent)
+    np.testing.assert_array_equal(again.engine.pool_uids, first.engine.pool_uids)
+    np.testing.assert_array_equal(again.engine.ensemble.leaves, first.engine.ensemble.leaves)
+    assert again.engine.offsets == first.engine.offsets
 
     # Resuming continues exactly like an uninterrupted run (seeded noise state is stored).
     uninterrupted = _regressor(max_trees=8)

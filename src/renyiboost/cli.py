@@ -10,6 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch ``renyiboost <command> …`` to the command's own parser."""
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
+        "demo": "replay a bundled data set under drift through the engine (the main job)",
         "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
         "tune": "hyper-parameter search on training data only",
     }
@@ -20,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv[:1])
         return 2
     command, rest = argv[0], argv[1:]
-    if command == "reproduce":
+    if command == "demo":
+        from renyiboost.experiments.demo import main as run
+    elif command == "reproduce":
         from renyiboost.experiments.reproduce import main as run
     else:
         from renyiboost.experiments.tune import main as run

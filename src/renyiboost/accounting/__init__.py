@@ -15,12 +15,18 @@ from renyiboost.accounting.events import (
     SelfComposedEvent,
     event_rdp,
 )
-from renyiboost.accounting.filter import ChargeTable, FilterStep, IndividualRenyiFilter
+from renyiboost.accounting.filter import (
+    NOT_ELIGIBLE,
+    ChargeTable,
+    FilterStep,
+    IndividualRenyiFilter,
+)
 from renyiboost.accounting.leaf import LeafRelease
 from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaussian_rdp
 
 __all__ = [
     "BUDGET_SLACK",
+    "NOT_ELIGIBLE",
     "DEFAULT_ORDERS",
     "Calibration",
     "ChargeTable",

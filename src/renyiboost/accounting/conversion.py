@@ -51,9 +51,11 @@ def rdp_to_dp(
 
     Examples
     --------
-    >>> eps, order = rdp_to_dp([410, 411], [0.02603719, 0.0261], 5e-8)
+    >>> from renyiboost.accounting.rdp import subsampled_gaussian_rdp
+    >>> orders = range(2, 2001)
+    >>> eps, order = rdp_to_dp(orders, 50 * subsampled_gaussian_rdp(0.1, 63.04, orders), 5e-8)
     >>> round(eps, 4), order
-    (0.05, 410.0)
+    (0.05, 411.0)
     """
     alphas = _as_orders(orders, integer=False)
     eps = dp_epsilon_at_orders(alphas, rdp, delta, method=method)

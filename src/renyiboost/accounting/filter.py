@@ -23,6 +23,9 @@ import numpy as np
 
 from renyiboost.accounting.rdp import subsampled_gaussian_rdp, subsampled_gaussian_rdp_many
 
+#: Charge code of a record the filter did not admit to a round (charged nothing).
+NOT_ELIGIBLE = np.uint16(65535)
+
 
 class ChargeTable:
     """Per-round RDP charge at order α̂ as a function of s², rounded up on a grid.
@@ -37,8 +40,8 @@ class ChargeTable:
     def __init__(
         self, sigma: float, sampling_rate: float, order: int, resolution: int = 1024
     ) -> None:
-        if resolution < 1:
-            raise ValueError(f"resolution must be >= 1, got {resolution}")
+        if not 1 <= resolution < int(NOT_ELIGIBLE):
+            raise ValueError(f"resolution must be in [1, {int(NOT_ELIGIBLE) - 1}], got {resolution}")
         self.sigma = float(sigma)
         self.sampling_rate = float(sampling_rate)
         self.order = int(order)
@@ -57,11 +60,14 @@ class ChargeTable:
         z = self.sigma / math.sqrt(2.0 * sensitivity2)
         return float(subsampled_gaussian_rdp(self.sampling_rate, z, self.order)[0])
 
+    def indices(self, sensitivity2: np.ndarray) -> np.ndarray:
+        """Grid index of each s² value, rounded up (the charge code the filter records)."""
+        s2 = np.clip(np.asarray(sensitivity2, dtype=float), 0.0, 1.0)
+        return np.minimum(np.ceil(s2 * self.resolution), self.resolution).astype(np.uint16)
+
     def charges(self, sensitivity2: np.ndarray) -> np.ndarray:
         """Charges for an array of s² values, each rounded up to the next grid point."""
-        s2 = np.clip(np.asarray(sensitivity2, dtype=float), 0.0, 1.0)
-        index = np.ceil(s2 * self.resolution).astype(np.int64)
-        return self.grid_charges[np.minimum(index, self.resolution)]
+        return self.grid_charges[self.indices(sensitivity2)]
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class FilterStep:
     charges: np.ndarray  # float: charge of each record this round (0 if not eligible)
     spent: np.ndarray  # float: spent RDP after the round
     retired: np.ndarray  # bool: can never be eligible again
+    codes: np.ndarray  # uint16: grid index charged, or NOT_ELIGIBLE
 
 
 class IndividualRenyiFilter:
@@ -91,7 +98,17 @@ class IndividualRenyiFilter:
     def __init__(self, budget_rdp: float, table: ChargeTable, min_sensitivity2: float) -> None:
         self.budget_rdp = float(budget_rdp)
         self.table = table
+        self._min_sensitivity2 = float(min_sensitivity2)
         self.min_charge = float(table.charges(np.array([min_sensitivity2]))[0])
+
+    def use_grid(self, grid_charges: np.ndarray) -> None:
+        """Charge from a stored table (a restore must replay the charges it committed)."""
+        grid = np.asarray(grid_charges, dtype=float)
+        if grid.shape != self.table.grid_charges.shape:
+            raise ValueError(f"charge grid has shape {grid.shape}, "
+                             f"expected {self.table.grid_charges.shape}")
+        self.table.grid_charges = grid
+        self.min_charge = float(grid[self.table.indices(np.array([self._min_sensitivity2]))[0]])
 
     def retired(self, spent: np.ndarray) -> np.ndarray:
         """Records whose remaining budget is below the smallest possible charge."""
@@ -99,8 +116,19 @@ class IndividualRenyiFilter:
 
     def step(self, spent: np.ndarray, sensitivity2: np.ndarray) -> FilterStep:
         """Decide eligibility, charge the eligible records and flag the retired ones."""
-        charges = self.table.charges(sensitivity2)
+        index = self.table.indices(sensitivity2)
+        charges = self.table.grid_charges[index]
         eligible = spent + charges <= self.budget_rdp
-        charges = np.where(eligible, charges, 0.0)
-        new_spent = spent + charges
-        return FilterStep(eligible, charges, new_spent, self.retired(new_spent))
+        codes = np.where(eligible, index, NOT_ELIGIBLE).astype(np.uint16)
+        new_spent = self.charge(spent, codes)
+        return FilterStep(eligible, np.where(eligible, charges, 0.0), new_spent,
+                          self.retired(new_spent), codes)
+
+    def charge(self, spent: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Spent RDP after charging recorded codes; the only place spent grows.
+
+        Replaying the codes of committed rounds with the committed grid reproduces the
+        spent budgets bit for bit (the same additions in the same order).
+        """
+        eligible = codes != NOT_ELIGIBLE
+        return spent + np.where(eligible, self.table.grid_charges[np.where(eligible, codes, 0)], 0.0)

@@ -60,17 +60,23 @@ def _read_csv(filename: str, *, header: bool) -> list[list[str]]:
     return rows[1:] if header else rows
 
 
-def _columns(rows: list[list[str]], names: list[str]) -> dict[str, list[str]]:
-    return {name: [row[j].strip() for row in rows] for j, name in enumerate(names)}
-
-
-def _numeric_columns(schema: PublicSchema, columns: dict[str, list[str]]) -> dict[str, Any]:
-    """Parse the numeric columns to floats; categorical ones stay strings."""
-    return {
-        name: (col if isinstance(schema.features[name], list) else np.asarray(col, dtype=float))
+def _dataset(
+    name: str,
+    rows: list[list[str]],
+    schema: PublicSchema,
+    target: str,
+    task: Task,
+    label: Callable[[list[str]], np.ndarray] = lambda col: np.asarray(col, dtype=float),
+) -> Dataset:
+    """Encode CSV rows whose columns are the schema's features followed by ``target``."""
+    columns = {name: [row[j].strip() for row in rows]
+               for j, name in enumerate([*schema.names, target])}
+    features = {
+        name: col if isinstance(schema.features[name], list) else np.asarray(col, dtype=float)
         for name, col in columns.items()
         if name in schema.features
     }
+    return Dataset(name, schema.encode_columns(features), label(columns[target]), schema, task)
 
 
 # --------------------------------------------------------------------------- Abalone
@@ -94,11 +100,7 @@ ABALONE_SCHEMA = PublicSchema(
 def load_abalone() -> Dataset:
     """UCI Abalone (4,177 rows): predict the number of rings (age − 1.5 years)."""
     rows = _read_csv("abalone.csv.gz", header=True)
-    names = [*ABALONE_SCHEMA.names, "rings"]
-    columns = _columns(rows, names)
-    X = ABALONE_SCHEMA.encode_columns(_numeric_columns(ABALONE_SCHEMA, columns))
-    y = np.asarray(columns["rings"], dtype=float)
-    return Dataset("abalone", X, y, ABALONE_SCHEMA, "regression")
+    return _dataset("abalone", rows, ABALONE_SCHEMA, "rings", "regression")
 
 
 # --------------------------------------------------------------------------- Adult
@@ -155,12 +157,10 @@ def load_adult(split: str = "train") -> Dataset:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     rows = _read_csv("adult.data.gz" if split == "train" else "adult.test.gz", header=False)
     rows = [r for r in rows if len(r) == 15 and not any(v.strip() == "?" for v in r)]
-    names = [*ADULT_SCHEMA.names, "income"]
-    columns = _columns(rows, names)
-    X = ADULT_SCHEMA.encode_columns(_numeric_columns(ADULT_SCHEMA, columns))
-    y = np.array([v.rstrip(".") == ">50K" for v in columns["income"]], dtype=float)
-    return Dataset("adult" if split == "train" else "adult-test", X, y, ADULT_SCHEMA,
-                   "classification")
+    return _dataset(
+        "adult" if split == "train" else "adult-test", rows, ADULT_SCHEMA, "income",
+        "classification", lambda col: np.array([v.rstrip(".") == ">50K" for v in col], float),
+    )
 
 
 # --------------------------------------------------------------------------- Elec2
@@ -176,16 +176,12 @@ ELEC2_SCHEMA = PublicSchema(
 def load_elec2() -> Dataset:
     """Elec2 (45,312 rows, natural order): does the NSW price go UP (1) or DOWN (0)?"""
     rows = _read_csv("elec2.csv.gz", header=True)
-    names = [*ELEC2_SCHEMA.names, "target"]
-    columns = _columns(rows, names)
-    X = ELEC2_SCHEMA.encode_columns(_numeric_columns(ELEC2_SCHEMA, columns))
-    y = np.asarray(columns["target"], dtype=float)
-    return Dataset("elec2", X, y, ELEC2_SCHEMA, "classification")
+    return _dataset("elec2", rows, ELEC2_SCHEMA, "target", "classification")
 
 
 # --------------------------------------------------------------------------- California
 #: 1990 census block groups: incomes in $10k (top-coded at 15), ages top-coded at 52,
-#: house values in $100k (top-coded at 5), California's latitude/longitude box.
+#: house values in $100k (top-coded at $500,001), California's latitude/longitude box.
 CALIFORNIA_SCHEMA = PublicSchema(
     features={
         "MedInc": (0.0, 15.0),
@@ -197,18 +193,14 @@ CALIFORNIA_SCHEMA = PublicSchema(
         "Latitude": (32.0, 42.0),
         "Longitude": (-125.0, -114.0),
     },
-    target_bounds=(0.0, 5.0),
+    target_bounds=(0.0, 5.00001),
 )
 
 
 def load_california() -> Dataset:
     """California housing (20,640 rows): median house value in $100,000."""
     rows = _read_csv("california_housing.csv.gz", header=True)
-    names = [*CALIFORNIA_SCHEMA.names, "MedHouseVal"]
-    columns = _columns(rows, names)
-    X = CALIFORNIA_SCHEMA.encode_columns(_numeric_columns(CALIFORNIA_SCHEMA, columns))
-    y = np.asarray(columns["MedHouseVal"], dtype=float)
-    return Dataset("california", X, y, CALIFORNIA_SCHEMA, "regression")
+    return _dataset("california", rows, CALIFORNIA_SCHEMA, "MedHouseVal", "regression")
 
 
 LOADERS: dict[str, Callable[[], Dataset]] = {

@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.accounting import (
+    NOT_ELIGIBLE,
     Calibration,
     ChargeTable,
     IndividualRenyiFilter,
@@ -124,6 +125,7 @@ class RoundOutcome:
     retired: np.ndarray  # new retired mask
     n_eligible: int
     n_sampled: int
+    codes: np.ndarray | None = None  # uint16 charge code of every pool record (private only)
 
 
 class SGBDTBooster:
@@ -217,6 +219,7 @@ class SGBDTBooster:
         stats = self.loss.statistics(pool.margin[active], pool.target[active])
         spent = pool.spent.copy()
         retired = pool.retired.copy()
+        codes = None
         if self.filter is not None:
             if self.params.individual_filter:
                 s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
@@ -226,6 +229,8 @@ class SGBDTBooster:
             eligible = step.eligible
             spent[active] = step.spent
             retired[active] = step.retired
+            codes = np.full(len(pool), NOT_ELIGIBLE, dtype=np.uint16)
+            codes[active] = step.codes
         else:
             eligible = np.ones(active.size, dtype=bool)
         sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
@@ -243,6 +248,32 @@ class SGBDTBooster:
             retired=retired,
             n_eligible=int(eligible.sum()),
             n_sampled=int(sampled.sum()),
+            codes=codes,
+        )
+
+    def replay_outcome(
+        self,
+        pool: RecordPool,
+        features: np.ndarray,
+        thresholds: np.ndarray,
+        leaves: np.ndarray,
+        codes: np.ndarray | None,
+    ) -> RoundOutcome:
+        """Rebuild a committed round's outcome from its tree and charge codes (no noise).
+
+        Spent budgets come from :meth:`IndividualRenyiFilter.charge` exactly as in
+        :meth:`plan_round`, so a restored state equals the state that was committed.
+        """
+        spent, retired = pool.spent.copy(), pool.retired.copy()
+        n_eligible = len(pool)
+        if self.filter is not None and codes is not None:
+            spent = self.filter.charge(pool.spent, codes)
+            retired = pool.retired | self.filter.retired(spent)
+            n_eligible = int((codes != NOT_ELIGIBLE).sum())
+        return RoundOutcome(
+            features=features, thresholds=thresholds, leaves=leaves,
+            leaf_of_record=self.ensemble.route_one_tree(pool.X, features, thresholds),
+            spent=spent, retired=retired, n_eligible=n_eligible, n_sampled=0, codes=codes,
         )
 
     def _leaf_values(

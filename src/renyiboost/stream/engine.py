@@ -13,6 +13,9 @@ budget (an upsert, like a compacted topic). Once a key is retired its later reco
 dropped and counted, never trained on. Keys are compared as strings (``1`` and ``"1"`` are
 one key, which can only merge budgets, never split one).
 
+**Rounds.** A stream has no nominal end: rounds go on while any key has budget left, unless
+``params.max_rounds`` caps them (what global, non-individual accounting would have to do).
+
 **Triggers.** ``train_every`` new records since the last trigger run ``trees_per_trigger``
 rounds; :meth:`StreamEngine.train` runs rounds explicitly (a batch boundary). Before the
 first round the DP initial score is released over the pool (at least ``warmup`` records).
@@ -33,8 +36,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
+from renyiboost.models.trees import Ensemble
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.store import Commit, Snapshot, StateStore, open_store
+from renyiboost.stream.store import (
+    Commit,
+    InitEvent,
+    MergeEvent,
+    PoolState,
+    RoundEvent,
+    Snapshot,
+    StateStore,
+    open_store,
+)
 
 SEEN, ACTIVE, RETIRED = 0, 1, 2
 KEY_STATUS = {SEEN: "pending", ACTIVE: "active", RETIRED: "retired"}
@@ -122,15 +135,17 @@ class StreamEngine:
         self._pending_position: dict[str, int] = {}
         self._since_trigger = 0
         self._uncommitted_keys: list[tuple[int, str]] = []
-        self._uncommitted_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_events: list[MergeEvent] = []
         self._merged_position: dict[str, int] = {}
         snapshot = self.store.load(self._config_json)
         if snapshot is not None:
             self._restore(snapshot)
+        if self.booster.filter is not None:
+            self.store.save_charge_grid(self.booster.filter.table.grid_charges)
 
     # ------------------------------------------------------------------ properties
     @property
-    def ensemble(self):  # noqa: ANN201 - the booster's Ensemble
+    def ensemble(self) -> Ensemble:
         return self.booster.ensemble
 
     @property
@@ -225,7 +240,11 @@ class StreamEngine:
 
     # ------------------------------------------------------------------ merging
     def _merge_pending(self) -> None:
-        """Move pending records into the pool (upserts replace rows, keep spent)."""
+        """Move pending records into the pool (upserts replace rows, keep spent).
+
+        The merge is applied at once and committed with the next output; until then nothing
+        visible depends on it, and after a crash the source re-reads these records.
+        """
         self._merged_position.update(self._pending_position)
         self._pending_position = {}
         if not self._pending_uids:
@@ -235,37 +254,38 @@ class StreamEngine:
         y = np.asarray(self._pending_targets, dtype=float)
         self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
         # Last write wins within the buffer, arrival order kept.
-        unique, first_rev = np.unique(uids[::-1], return_index=True)
+        _, first_rev = np.unique(uids[::-1], return_index=True)
         last = np.sort(uids.size - 1 - first_rev)
         self.counters["superseded"] += int(uids.size - last.size)
         uids, X, y = uids[last], X[last], y[last]
         live = self._status[uids] != RETIRED
         self.counters["dropped"] += int((~live).sum())
-        uids, X, y = uids[live], X[live], y[live]
-        if uids.size == 0:
-            return
-        margin = self.ensemble.predict_margin(X)
-        slots = self._slot[uids]
+        if live.any():
+            event = MergeEvent(uids[live], X[live], y[live], self.predict_margin(X[live]))
+            self._apply_merge(event)
+            self._pending_events.append(event)
+
+    def _apply_merge(self, event: MergeEvent) -> None:
+        slots = self._slot[event.uids]
         upsert = slots >= 0
         pool = self.pool
         if upsert.any():
-            pool.X[slots[upsert]] = X[upsert]
-            pool.target[slots[upsert]] = y[upsert]
-            pool.margin[slots[upsert]] = margin[upsert]
+            pool.X[slots[upsert]] = event.X[upsert]
+            pool.target[slots[upsert]] = event.target[upsert]
+            pool.margin[slots[upsert]] = event.margin[upsert]
         new = ~upsert
         n_old, n_new = len(pool), int(new.sum())
         if n_new:
             self.pool = RecordPool(
-                X=np.concatenate([pool.X, X[new]]),
-                target=np.concatenate([pool.target, y[new]]),
-                margin=np.concatenate([pool.margin, margin[new]]),
+                X=np.concatenate([pool.X, event.X[new]]),
+                target=np.concatenate([pool.target, event.target[new]]),
+                margin=np.concatenate([pool.margin, event.margin[new]]),
                 spent=np.concatenate([pool.spent, np.zeros(n_new)]),
                 retired=np.concatenate([pool.retired, np.zeros(n_new, dtype=bool)]),
             )
-            self.pool_uids = np.concatenate([self.pool_uids, uids[new]])
-            self._slot[uids[new]] = np.arange(n_old, n_old + n_new)
-            self._status[uids[new]] = ACTIVE
-        self._uncommitted_rows.append((uids, X, y))
+            self.pool_uids = np.concatenate([self.pool_uids, event.uids[new]])
+            self._slot[event.uids[new]] = np.arange(n_old, n_old + n_new)
+            self._status[event.uids[new]] = ACTIVE
 
     # ------------------------------------------------------------------ training
     def train(self, rounds: int = 1) -> int:
@@ -287,110 +307,139 @@ class StreamEngine:
         return added
 
     def _release_initial_score(self) -> None:
-        score, spent = self.booster.initial_score(self.pool)
-        after = RecordPool(self.pool.X, self.pool.target, self.pool.margin + score, spent,
-                           self.pool.retired)
-        self._initialized = True
-        self.ensemble.init_score = score
-        self._commit(after, tree=None, retired_mask=np.zeros(len(after), dtype=bool))
-        self.pool = after
+        score, _ = self.booster.initial_score(self.pool)
+        cal = self.booster.calibration
+        charge = cal.init_charge if cal is not None and cal.init_sigma is not None else 0.0
+        event = InitEvent(score, charge)
+        after = self._init_state(event)
+        self._commit(event, after)
+        self._install(event, after)
+
+    def _init_state(self, event: InitEvent) -> RecordPool:
+        pool = self.pool
+        return RecordPool(pool.X, pool.target, pool.margin + event.score,
+                          pool.spent + event.charge, pool.retired)
 
     def _round(self) -> bool:
-        booster, pool = self.booster, self.pool
-        outcome: RoundOutcome = booster.plan_round(pool)
+        booster = self.booster
+        cap = self.config.params.max_rounds
+        if cap is not None and booster.rounds_done >= cap:
+            return False
+        outcome = booster.plan_round(self.pool)
         if outcome.n_eligible == 0:
             return False
-        after = booster.advance(pool, outcome)
         max_trees = self.config.max_trees
-        first_kept = None
-        if max_trees is not None and self.ensemble.n_trees + 1 > max_trees:
-            # Dropping the oldest tree is free post-processing; remove it from the margins.
-            drop = self.ensemble.n_trees + 1 - max_trees
-            ens = self.ensemble
-            leaf = ens.route(pool.X, ens.features[:drop], ens.thresholds[:drop])
-            after.margin -= ens.leaves[np.arange(drop)[None, :], leaf].sum(axis=1)
-            first_kept = booster.rounds_done + 1 - max_trees
-        tree = (booster.rounds_done, outcome.features, outcome.thresholds, outcome.leaves)
-        self._commit(after, tree=tree, retired_mask=after.retired, first_kept=first_kept)
-        booster.append_tree(outcome)
-        if max_trees is not None:
-            self.ensemble.keep_last(max_trees)
+        dropped = 0 if max_trees is None else max(0, self.ensemble.n_trees + 1 - max_trees)
+        event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
+                           outcome.leaves, outcome.codes, dropped)
+        after = self._round_state(event, outcome)
+        self._commit(event, after)
+        self._install(event, after)
         return True
 
-    def _commit(
-        self,
-        after: RecordPool,
-        tree: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None,
-        retired_mask: np.ndarray,
-        first_kept: int | None = None,
-    ) -> None:
-        """Commit the state after an output, then compact the pool (retired keys leave)."""
-        keep = ~retired_mask
-        retired_uids = self.pool_uids[retired_mask]
-        retired_spent = after.spent[retired_mask]
-        kept = RecordPool(after.X[keep], after.target[keep], after.margin[keep],
-                          after.spent[keep], np.zeros(int(keep.sum()), dtype=bool))
-        kept_uids = self.pool_uids[keep]
-        new_rows = None
-        if self._uncommitted_rows:
-            new_rows = tuple(np.concatenate(parts) for parts in zip(*self._uncommitted_rows))
-        rounds_done = self.booster.rounds_done + (1 if tree is not None else 0)
-        change = Commit(
-            meta={"config": json.loads(self._config_json),
-                  "state": self._state_meta(rounds_done, self._merged_position)},
-            pool_uids=kept_uids, pool_X=kept.X, pool_target=kept.target,
-            pool_margin=kept.margin, pool_spent=kept.spent,
-            new_rows=new_rows,  # type: ignore[arg-type]
+    def _round_state(self, event: RoundEvent, outcome: RoundOutcome) -> RecordPool:
+        """The pool after a round (pure); dropped trees leave the cached margins."""
+        after = self.booster.advance(self.pool, outcome)
+        if event.dropped:
+            ens, drop = self.ensemble, event.dropped
+            leaf = ens.route(self.pool.X, ens.features[:drop], ens.thresholds[:drop])
+            after.margin -= ens.leaves[np.arange(drop)[None, :], leaf].sum(axis=1)
+        return after
+
+    def _commit(self, event: InitEvent | RoundEvent, after: RecordPool) -> None:
+        """Make the output and the merges before it durable (before anything is visible)."""
+        retired = after.retired
+        keep = ~retired
+        rounds_done = self.booster.rounds_done + isinstance(event, RoundEvent)
+        n_trees = self.ensemble.n_trees
+        if isinstance(event, RoundEvent):
+            n_trees += 1 - event.dropped
+        self.store.commit(Commit(
+            events=[*self._pending_events, event],
+            meta={"state": self._state_meta(rounds_done, event)},
+            after=PoolState(self.pool_uids[keep], after.X[keep], after.target[keep],
+                            after.margin[keep], after.spent[keep]),
             new_keys=list(self._uncommitted_keys),
-            retired=(retired_uids, retired_spent) if retired_uids.size else None,
-            tree=tree, first_kept_round=first_kept,
-        )
-        self.store.commit(change)
-        # Durable from here on: update the in-memory state to match.
-        self._uncommitted_keys, self._uncommitted_rows = [], []
+            retired=(self.pool_uids[retired], after.spent[retired]) if retired.any() else None,
+            first_kept_round=rounds_done - n_trees,
+        ))
+        self._pending_events, self._uncommitted_keys = [], []
         self.offsets = dict(self._merged_position)
-        self.pool, self.pool_uids = kept, kept_uids
+
+    def _install(self, event: InitEvent | RoundEvent, after: RecordPool) -> None:
+        """Make a committed output visible and compact the pool (retired keys leave)."""
+        if isinstance(event, InitEvent):
+            self.ensemble.init_score = event.score
+            self._initialized = True
+        else:
+            self.ensemble.append(event.features, event.thresholds, event.leaves)
+            self.booster.rounds_done += 1
+            if event.dropped:
+                self.ensemble.keep_last(self.ensemble.n_trees - event.dropped)
+        retired = after.retired
+        keep = ~retired
+        retired_uids = self.pool_uids[retired]
         self._slot[retired_uids] = -1
         self._status[retired_uids] = RETIRED
-        self._ledger_spent[retired_uids] = retired_spent
-        self._slot[kept_uids] = np.arange(kept_uids.size)
+        self._ledger_spent[retired_uids] = after.spent[retired]
+        self.pool = RecordPool(after.X[keep], after.target[keep], after.margin[keep],
+                               after.spent[keep], np.zeros(int(keep.sum()), dtype=bool))
+        self.pool_uids = self.pool_uids[keep]
+        self._slot[self.pool_uids] = np.arange(self.pool_uids.size)
 
-    def _state_meta(self, rounds_done: int, position: dict[str, Any]) -> dict[str, Any]:
+    def _state_meta(self, rounds_done: int, event: InitEvent | RoundEvent) -> dict[str, Any]:
+        """The state as it will be once ``event`` is installed."""
+        init = isinstance(event, InitEvent)
         return {
             "n_features": self.schema.n_features,
             "depth": self.config.params.depth,
             "rounds_done": rounds_done,
-            "initialized": self._initialized,
-            "init_score": self.ensemble.init_score,
             "next_uid": self._next_uid,
             "counters": dict(self.counters),
-            "offsets": position,
+            "offsets": self._merged_position,
+            "init_score": event.score if init else self.ensemble.init_score,
+            "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
         }
 
     def _restore(self, snap: Snapshot) -> None:
+        """Load the last snapshot and replay the committed events after it."""
         meta = snap.meta
-        ens = self.ensemble
-        ens.init_score = float(meta["init_score"])
-        ens.features, ens.thresholds, ens.leaves = snap.features, snap.thresholds, snap.leaves
-        self.booster.rounds_done = int(meta["rounds_done"])
-        self._initialized = bool(meta["initialized"])
+        if snap.charge_grid is not None and self.booster.filter is not None:
+            self.booster.filter.use_grid(snap.charge_grid)
         self.counters.update(meta["counters"])
-        self.offsets = dict(meta["offsets"] or {})
-        self._merged_position = dict(self.offsets)
         self.booster.noise.set_state(meta["rng"])
         self._keys = dict(snap.keys)
-        n_uid = int(meta["next_uid"])
-        self._next_uid = 0
-        while self._next_uid < n_uid:  # grow the by-uid arrays
+        while self._next_uid < int(meta["next_uid"]):  # grow the by-uid arrays
             self._new_uid()
-        self.pool = RecordPool(snap.pool_X, snap.pool_target, snap.pool_margin, snap.pool_spent,
-                               np.zeros(snap.pool_uids.size, dtype=bool))
-        self.pool_uids = snap.pool_uids
-        self._status[snap.pool_uids] = ACTIVE
-        self._slot[snap.pool_uids] = np.arange(snap.pool_uids.size)
         self._status[snap.retired_uids] = RETIRED
         self._ledger_spent[snap.retired_uids] = snap.retired_spent
+        pool = snap.pool
+        self.pool = RecordPool(pool.X, pool.target, pool.margin, pool.spent,
+                               np.zeros(pool.uids.size, dtype=bool))
+        self.pool_uids = pool.uids
+        self._status[pool.uids] = ACTIVE
+        self._slot[pool.uids] = np.arange(pool.uids.size)
+        # The model as of the snapshot: the stored trees before the first replayed round.
+        first_replayed = next((e.round for e in snap.events if isinstance(e, RoundEvent)),
+                              int(meta["rounds_done"]))
+        ens = self.ensemble
+        for round_ in sorted(r for r in snap.trees if r < first_replayed):
+            ens.append(*snap.trees[round_])
+        self.booster.rounds_done = first_replayed
+        ens.init_score = float(meta.get("init_score", 0.0))
+        self._initialized = bool(meta.get("initialized", False))
+        for event in snap.events:
+            if isinstance(event, MergeEvent):
+                self._apply_merge(event)
+            elif isinstance(event, InitEvent):
+                self._install(event, self._init_state(event))
+            else:
+                outcome = self.booster.replay_outcome(self.pool, event.features,
+                                                      event.thresholds, event.leaves, event.codes)
+                self._install(event, self._round_state(event, outcome))
+        self.offsets = dict(meta["offsets"] or {})
+        self._merged_position = dict(self.offsets)
 
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:

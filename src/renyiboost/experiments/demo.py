@@ -1,0 +1,191 @@
+"""The main job: replay a bundled data set under drift through the engine, prequentially.
+
+``renyiboost demo`` (``make demo``) streams the data set in batches through a
+:class:`~renyiboost.stream.engine.StreamEngine` backed by the SQLite store. Every batch is
+first predicted by the committed model, then learned (test-then-train). It prints the
+metrics per batch and the final privacy report, and writes a PNG with the metric over the
+stream, the histogram of spent/budget and the retired count over the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from renyiboost.experiments.metrics import error_rate, r2_score
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sources import LATE_SUBPOPULATIONS, SCENARIOS, InMemorySource
+
+#: Learner settings of the demo per task (public, chosen for a short stream at ε = 1).
+DEMO_PARAMS: dict[str, dict[str, Any]] = {
+    "regression": dict(rounds=30, depth=3, learning_rate=0.2, sampling_rate=0.2,
+                       grad_clip=0.3, reg_lambda=30.0, count_share=0.3, init_share=0.1),
+    "classification": dict(rounds=30, depth=4, learning_rate=0.2, sampling_rate=0.2,
+                           grad_clip=0.5, hess_clip=0.25, reg_lambda=5.0, count_share=0.1,
+                           init_share=0.05, feature_selection="cyclic", split_candidates=32),
+}
+
+
+def batch_metrics(task: str, y: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
+    """MAE and R² (regression) or error in percent (classification) of one batch."""
+    if task == "regression":
+        mae = float(np.mean(np.abs(y - prediction)))
+        r2 = r2_score(y, prediction) if np.ptp(y) > 0 else float("nan")
+        return {"mae": mae, "r2": r2}
+    return {"error": error_rate(y, prediction)}
+
+
+def predict(engine: StreamEngine, X: np.ndarray) -> np.ndarray:
+    """Predictions of the committed model on the label's scale (probabilities for 0/1)."""
+    margin = engine.predict_margin(X)
+    if engine.config.params.task == "regression":
+        return engine.booster.loss.unscale(np.clip(margin, -1.0, 1.0))
+    return 1.0 / (1.0 + np.exp(-margin))
+
+
+def replay(
+    engine: StreamEngine,
+    source: InMemorySource,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Test-then-train over the source's batches; one record of metrics per batch."""
+    task = engine.config.params.task
+    history = []
+    seen = 0
+    for index, batch in enumerate(source):
+        prediction = predict(engine, batch.X)
+        row: dict[str, Any] = {"batch": index, "seen": seen + batch.y.size,
+                               "late_share": float(batch.late.mean())}
+        row |= batch_metrics(task, batch.y, prediction)
+        if batch.late.any():
+            late = batch_metrics(task, batch.y[batch.late], prediction[batch.late])
+            row |= {f"late_{k}": v for k, v in late.items()}
+        engine.add(batch.X, batch.y, batch.keys, batch.positions)
+        seen += batch.y.size
+        report = engine.privacy_report()
+        row |= {"n_trees": report.n_trees, "n_active": report.n_active,
+                "n_retired": report.n_retired, "rounds_done": report.rounds_done}
+        history.append(row)
+        if on_batch:
+            on_batch(row)
+    return history
+
+
+def plot(history: list[dict[str, Any]], engine: StreamEngine, path: Path, title: str) -> None:
+    """Metric over the stream, spent/budget histogram, retired count over the stream."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen = [h["seen"] for h in history]
+    metric = "mae" if "mae" in history[0] else "error"
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    axes[0].plot(seen, [h[metric] for h in history], label="all records")
+    late = [(h["seen"], h[f"late_{metric}"]) for h in history if f"late_{metric}" in h]
+    if late:
+        axes[0].plot(*zip(*late, strict=True), "o-", label="late sub-population")
+    axes[0].set(xlabel="records seen", ylabel=f"prequential {metric}", title="metric per batch")
+    axes[0].legend()
+    cal = engine.booster.calibration
+    if cal is not None:
+        retired = engine._status[: engine._next_uid] == 2
+        spent = np.concatenate([engine.pool.spent, engine._ledger_spent[: engine._next_uid][retired]])
+        axes[1].hist(spent / cal.budget_rdp, bins=40, range=(0, 1))
+    axes[1].set(xlabel="spent / budget", ylabel="keys", title="individual budgets")
+    axes[2].plot(seen, [h["n_retired"] for h in history], label="retired")
+    axes[2].plot(seen, [h["n_active"] for h in history], label="active")
+    axes[2].set(xlabel="records seen", ylabel="keys", title="active pool and retirement")
+    axes[2].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _progress(done: int, total: int, text: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="renyiboost demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="abalone",
+                        choices=["abalone", "adult", "elec2", "california", "agrawal"])
+    parser.add_argument("--scenario", default="late", choices=SCENARIOS)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--train-every", type=int, default=100)
+    parser.add_argument("--trees-per-trigger", type=int, default=6)
+    parser.add_argument("--state", default="out/demo/state.db",
+                        help="SQLite state file (deleted first unless --resume)")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--plot", default="out/demo/demo.png")
+    parser.add_argument("--json", dest="json_path", help="write the per-batch history here")
+    parser.add_argument("--seed", type=int, default=None, help="for tests only")
+    args = parser.parse_args(argv)
+
+    source = InMemorySource(args.dataset, scenario=args.scenario, batch_size=args.batch_size)
+    task = source.data.task
+    params = SGBDTParams(task=task, epsilon=args.epsilon, delta=args.delta, **DEMO_PARAMS[task])
+    config = EngineConfig(public_schema=source.schema, params=params,
+                          train_every=args.train_every, trees_per_trigger=args.trees_per_trigger,
+                          warmup=args.train_every)
+    state = Path(args.state)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(state) + suffix).unlink(missing_ok=True)
+    engine = StreamEngine(config, store=str(state), seed=args.seed)
+    late_name = LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
+    print(f"renyiboost demo: {source.data.name} ({len(source)} records), scenario "
+          f"'{args.scenario}' (late: {late_name}), epsilon={args.epsilon}, delta={args.delta}, "
+          f"state {state}")
+    metric = "mae" if task == "regression" else "error"
+    print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6} "
+          f"{'active':>7} {'retired':>8}")
+    n_batches = -(-len(source) // args.batch_size)
+    start = time.perf_counter()
+
+    def show(row: dict[str, Any]) -> None:
+        _progress(row["batch"] + 1, n_batches, "")
+        late = row.get(f"late_{metric}")
+        sys.stderr.write("\r" + " " * 60 + "\r")
+        print(f"{row['batch']:>5} {row['seen']:>6} {row[metric]:>8.3f} "
+              f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6} "
+              f"{row['n_active']:>7} {row['n_retired']:>8}", flush=True)
+        _progress(row["batch"] + 1, n_batches, "")
+
+    history = replay(engine, source, on_batch=show)
+    sys.stderr.write("\n")
+    elapsed = time.perf_counter() - start
+    report = engine.privacy_report()
+    print(f"\nreplayed {len(source)} records in {elapsed:.1f} s")
+    print("privacy report:")
+    for name, value in report.model_dump().items():
+        print(f"  {name:28s} {value}")
+    plot_path = Path(args.plot)
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
+    plot(history, engine, plot_path,
+         f"{source.data.name}, scenario '{args.scenario}', ε = {report.epsilon:.3g}")
+    print(f"plot written to {plot_path}")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(
+            {"history": history, "report": report.model_dump()}, indent=1))
+    engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -140,26 +140,40 @@ class PublicSchema(BaseModel):
         }
 
     # ------------------------------------------------------------------ encoding
-    def _encode_value(self, name: str, value: Any) -> float:
-        spec = self.features[name]
-        if value is None:
-            return math.nan
-        if isinstance(spec, list):
-            return float(self._category_index[name].get(value, len(spec)))
-        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-            raise ValueError(f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
-        value = float(value)
-        if math.isnan(value):
-            raise ValueError(f"feature {name!r} is NaN; leave the feature out to mark it missing")
-        return min(max(value, spec[0]), spec[1])
+    @cached_property
+    def _encoders(self) -> list[tuple[str, dict[Any, int] | None, float, float]]:
+        """Per column: name, category index (None if numeric), lower and upper bound."""
+        return [
+            (name, self._category_index.get(name), float(lo), float(hi))
+            for name, lo, hi in zip(self.names, self.lower, self.upper, strict=True)
+        ]
 
     def encode_dict(self, x: Mapping[str, Any]) -> np.ndarray:
         """Encode one record given as a dict; absent features become NaN (missing).
 
         Raises ``ValueError`` for NaN or non-numeric values in numeric features. Keys that
         are not in the schema are ignored (count them with :meth:`unknown_features`).
+        This is the ``learn_one`` path, so it is a plain loop without numpy per value.
         """
-        return np.array([self._encode_value(n, x.get(n)) for n in self.names], dtype=float)
+        row = []
+        for name, index, lo, hi in self._encoders:
+            value = x.get(name)
+            if value is None:
+                row.append(math.nan)
+            elif index is not None:
+                row.append(float(index.get(value, hi)))  # hi is the "other" code
+            elif type(value) is float or type(value) is int or (
+                isinstance(value, int | float | np.number) and not isinstance(value, bool)
+            ):
+                value = float(value)
+                if value != value:
+                    raise ValueError(
+                        f"feature {name!r} is NaN; leave the feature out to mark it missing")
+                row.append(lo if value < lo else hi if value > hi else value)
+            else:
+                raise ValueError(
+                    f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
+        return np.array(row)
 
     def unknown_features(self, x: Mapping[str, Any]) -> int:
         """Number of keys of ``x`` that the schema does not know."""

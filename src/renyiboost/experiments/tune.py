@@ -37,7 +37,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
         "learning_rate": [0.1, 0.2, 0.3],
         "grad_clip": [0.2, 0.3],
         "reg_lambda": [15.0, 30.0, 60.0, 100.0],
-        "count_share": [0.2, 0.3, 0.4],
+        "count_share": [0.1, 0.2, 0.3, 0.4],
         "sampling_rate": [0.02, 0.05, 0.1, 0.2],
         "init_share": [0.1, 0.2, 0.3],
         "split_candidates": [16, None],
@@ -95,17 +95,34 @@ def _evaluate(job: tuple[str, float, dict[str, Any], int]) -> float:
     return float(np.mean(scores))
 
 
-def tune(dataset: str, epsilon: float, candidates: int, seeds: int, workers: int) -> list[dict]:
-    rng = np.random.default_rng(12345)
-    pool = [sample_candidate(SPACES[dataset], rng) for _ in range(candidates)]
-    jobs = [(dataset, epsilon, params, 10_000 * s) for params in pool for s in range(seeds)]
+def _score_all(
+    dataset: str, epsilon: float, pool: list[dict[str, Any]], seeds: range, workers: int
+) -> list[dict[str, Any]]:
+    jobs = [(dataset, epsilon, params, 10_000 * s) for params in pool for s in seeds]
     with ProcessPoolExecutor(max_workers=workers) as executor:
         scores = list(executor.map(_evaluate, jobs))
+    n = len(seeds)
     table = [
-        {"params": params, "score": float(np.mean(scores[i * seeds : (i + 1) * seeds]))}
+        {"params": params, "score": float(np.mean(scores[i * n : (i + 1) * n])), "seeds": n}
         for i, params in enumerate(pool)
     ]
     return sorted(table, key=lambda row: -row["score"])
+
+
+def tune(
+    dataset: str, epsilon: float, candidates: int, seeds: int, workers: int,
+    refine: int = 0, refine_seeds: int = 8,
+) -> list[dict]:
+    """Random search; then the ``refine`` best are scored again with ``refine_seeds`` fresh
+    noise seeds, because the winner of a noisy search is partly the luckiest."""
+    rng = np.random.default_rng(12345)
+    pool = [sample_candidate(SPACES[dataset], rng) for _ in range(candidates)]
+    table = _score_all(dataset, epsilon, pool, range(seeds), workers)
+    if refine:
+        top = [row["params"] for row in table[:refine]]
+        fresh = range(seeds, seeds + refine_seeds)
+        table = _score_all(dataset, epsilon, top, fresh, workers) + table[refine:]
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--refine", type=int, default=0, help="re-score the best K")
+    parser.add_argument("--refine-seeds", type=int, default=8)
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
-    table = tune(args.dataset, args.epsilon, args.candidates, args.seeds, args.workers)
+    table = tune(args.dataset, args.epsilon, args.candidates, args.seeds, args.workers,
+                 args.refine, args.refine_seeds)
     for row in table[:5]:
         print(f"{row['score']:.4f}  {json.dumps(row['params'])}")
     if args.json_path:

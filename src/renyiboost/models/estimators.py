@@ -120,15 +120,14 @@ class _SGBDTEstimator:
         Raises ``ValueError`` for NaN or non-numeric values of numeric features and for
         labels outside the public domain; the pool is then left untouched.
         """
-        row = self._encode_one(x)
-        unknown = self._engine.schema.unknown_features(x)
-        self._engine.add(row, np.array([float(y)]), None if key is None else [key],
-                         unknown_features=unknown)
+        schema = self._engine.schema
+        self._engine.add_one(schema.encode_dict(x), y, key,
+                             unknown_features=schema.unknown_features(x))
 
     def learn_many(self, X: Any, y: Any, keys: list[Any] | None = None) -> None:
         """``learn_one`` over the rows of a DataFrame (or a column mapping), in order."""
         rows, unknown = self._encode_many(X)
-        targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y, dtype=float)
+        targets = y.to_numpy() if hasattr(y, "to_numpy") else y
         self._engine.add(rows, targets, keys, unknown_features=unknown)
 
     def train(self, rounds: int = 1) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -127,7 +128,8 @@ class StreamEngine:
         self._ledger_spent = np.zeros(0, dtype=float)  # by uid: final spent of retired keys
         self._next_uid = 0
         self._initialized = False
-        self.counters: dict[str, int] = {"dropped": 0, "unknown_features": 0, "superseded": 0}
+        self.counters: dict[str, int] = {
+            "dropped": 0, "unknown_features": 0, "superseded": 0, "upserts": 0}
         self.offsets: dict[str, Any] = {}  # source position covered by the last commit
         self._pending_uids: list[int] = []
         self._pending_rows: list[np.ndarray] = []
@@ -136,6 +138,8 @@ class StreamEngine:
         self._since_trigger = 0
         self._uncommitted_keys: list[tuple[int, str]] = []
         self._pending_events: list[MergeEvent] = []
+        #: Called with each output once it is committed and visible (e.g. to publish it).
+        self.listeners: list[Callable[[InitEvent | RoundEvent], None]] = []
         self._merged_position: dict[str, int] = {}
         snapshot = self.store.load(self._config_json)
         if snapshot is not None:
@@ -153,27 +157,23 @@ class StreamEngine:
         return len(self._pending_uids)
 
     # ------------------------------------------------------------------ input
-    def scale_targets(self, y: np.ndarray) -> np.ndarray:
-        """Validate labels at the boundary and map them to the loss's scale.
+    def check_label(self, y: Any) -> float:
+        """Validate one label at the boundary; returns it as a float.
 
         Regression labels must be finite and inside the public ``target_bounds``;
         classification labels must be 0/1 (or bools). Raises ``ValueError`` naming the value.
         """
-        y = np.asarray(y, dtype=float).reshape(-1)
-        if not np.all(np.isfinite(y)):
-            raise ValueError(f"labels must be finite numbers, got {y[~np.isfinite(y)][:3].tolist()}")
+        value = float(y)
+        if not math.isfinite(value):
+            raise ValueError(f"labels must be finite numbers, got {y!r}")
         if self.config.params.task == "classification":
-            bad = (y != 0) & (y != 1)
-            if bad.any():
-                raise ValueError(f"binary labels must be 0/1 or False/True, got {y[bad][0]!r}")
+            if value != 0.0 and value != 1.0:
+                raise ValueError(f"binary labels must be 0/1 or False/True, got {y!r}")
         else:
             lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            bad = (y < lo) | (y > hi)
-            if bad.any():
-                raise ValueError(
-                    f"label {y[bad][0]!r} is outside the public target_bounds ({lo}, {hi})"
-                )
-        return self.booster.loss.scale(y)
+            if not lo <= value <= hi:
+                raise ValueError(f"label {y!r} is outside the public target_bounds ({lo}, {hi})")
+        return value
 
     def _uid_for(self, key: Any | None) -> int:
         if key is None:
@@ -200,45 +200,64 @@ class StreamEngine:
     def add(
         self,
         rows: np.ndarray,
-        targets: np.ndarray,
+        targets: Any,
         keys: list[Any] | None = None,
         positions: list[tuple[str, int]] | None = None,
         unknown_features: int = 0,
     ) -> None:
         """Buffer encoded rows (validated by the caller) and fire triggers.
 
-        ``targets`` are raw labels (checked by :meth:`scale_targets`). ``positions`` gives,
-        per record, ``(source partition, next offset)``; the position reached by the records
-        merged into a round is committed with it. Rows are copied. Triggers fire at the same
-        record counts whatever the batching, so ``learn_many`` equals a ``learn_one`` loop.
+        ``targets`` are raw labels, all checked by :meth:`check_label` before any row is
+        buffered. ``positions`` gives, per record, ``(source partition, next offset)``; the
+        position reached by the records merged into a round is committed with it. Rows are
+        copied. Triggers fire at the same record counts whatever the batching, so
+        ``learn_many`` equals a ``learn_one`` loop.
         """
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
-        scaled = self.scale_targets(targets)
-        if rows.shape != (scaled.size, self.schema.n_features):
+        labels = [self.check_label(y) for y in np.asarray(targets).reshape(-1)]
+        if rows.shape != (len(labels), self.schema.n_features):
             raise ValueError(
-                f"rows must have shape ({scaled.size}, {self.schema.n_features}), got {rows.shape}"
+                f"rows must have shape ({len(labels)}, {self.schema.n_features}), got {rows.shape}"
             )
-        if keys is not None and len(keys) != scaled.size:
-            raise ValueError(f"got {len(keys)} keys for {scaled.size} rows")
+        for name, given in (("keys", keys), ("positions", positions)):
+            if given is not None and len(given) != len(labels):
+                raise ValueError(f"got {len(given)} {name} for {len(labels)} rows")
         self.counters["unknown_features"] += int(unknown_features)
-        every = self.config.train_every
-        for i in range(scaled.size):
-            uid = self._uid_for(None if keys is None else keys[i])
-            if positions is not None:
-                partition, offset = positions[i]
-                self._pending_position[partition] = offset
-            if self._status[uid] == RETIRED:
-                self.counters["dropped"] += 1
-            else:
-                self._pending_uids.append(uid)
-                self._pending_rows.append(rows[i])
-                self._pending_targets.append(float(scaled[i]))
-            self._since_trigger += 1
-            if self._since_trigger >= every:
-                self._since_trigger = 0
-                self.train(self.config.trees_per_trigger)
+        for i, label in enumerate(labels):
+            self._buffer(rows[i], label, None if keys is None else keys[i],
+                         None if positions is None else positions[i])
 
-    # ------------------------------------------------------------------ merging
+    def add_one(
+        self,
+        row: np.ndarray,
+        target: Any,
+        key: Any = None,
+        position: tuple[str, int] | None = None,
+        unknown_features: int = 0,
+    ) -> None:
+        """:meth:`add` for one encoded row (the ``learn_one`` path, no batch overhead)."""
+        label = self.check_label(target)
+        if len(row) != self.schema.n_features:
+            raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
+        self.counters["unknown_features"] += unknown_features
+        self._buffer(np.array(row, dtype=float), label, key, position)
+
+    def _buffer(self, row: np.ndarray, label: float, key: Any, position: tuple[str, int] | None
+                ) -> None:
+        uid = self._uid_for(key)
+        if position is not None:
+            self._pending_position[position[0]] = position[1]
+        if self._status[uid] == RETIRED:
+            self.counters["dropped"] += 1
+        else:
+            self._pending_uids.append(uid)
+            self._pending_rows.append(row)
+            self._pending_targets.append(label)
+        self._since_trigger += 1
+        if self._since_trigger >= self.config.train_every:
+            self._since_trigger = 0
+            self.train(self.config.trees_per_trigger)
+
     def _merge_pending(self) -> None:
         """Move pending records into the pool (upserts replace rows, keep spent).
 
@@ -251,7 +270,7 @@ class StreamEngine:
             return
         uids = np.asarray(self._pending_uids, dtype=np.int64)
         X = np.vstack(self._pending_rows)
-        y = np.asarray(self._pending_targets, dtype=float)
+        y = self.booster.loss.scale(np.asarray(self._pending_targets, dtype=float))
         self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
         # Last write wins within the buffer, arrival order kept.
         _, first_rev = np.unique(uids[::-1], return_index=True)
@@ -260,6 +279,7 @@ class StreamEngine:
         uids, X, y = uids[last], X[last], y[last]
         live = self._status[uids] != RETIRED
         self.counters["dropped"] += int((~live).sum())
+        self.counters["upserts"] += int((self._slot[uids[live]] >= 0).sum())
         if live.any():
             event = MergeEvent(uids[live], X[live], y[live], self.predict_margin(X[live]))
             self._apply_merge(event)
@@ -306,6 +326,13 @@ class StreamEngine:
             added += 1
         return added
 
+    def flush(self) -> None:
+        """Merge pending records and commit them with their source position, releasing
+        nothing (a clean shutdown: a restart then re-reads no event)."""
+        self._merge_pending()
+        if self._pending_events or self._merged_position != self.offsets:
+            self._commit(None, self.pool)
+
     def _release_initial_score(self) -> None:
         score, _ = self.booster.initial_score(self.pool)
         cal = self.booster.calibration
@@ -314,6 +341,7 @@ class StreamEngine:
         after = self._init_state(event)
         self._commit(event, after)
         self._install(event, after)
+        self._notify(event)
 
     def _init_state(self, event: InitEvent) -> RecordPool:
         pool = self.pool
@@ -335,7 +363,16 @@ class StreamEngine:
         after = self._round_state(event, outcome)
         self._commit(event, after)
         self._install(event, after)
+        self._notify(event)
         return True
+
+    def _notify(self, event: InitEvent | RoundEvent) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    def skip(self, position: tuple[str, int]) -> None:
+        """Advance the source position past a record that was not buffered (dead-lettered)."""
+        self._pending_position[position[0]] = position[1]
 
     def _round_state(self, event: RoundEvent, outcome: RoundOutcome) -> RecordPool:
         """The pool after a round (pure); dropped trees leave the cached margins."""
@@ -346,7 +383,7 @@ class StreamEngine:
             after.margin -= ens.leaves[np.arange(drop)[None, :], leaf].sum(axis=1)
         return after
 
-    def _commit(self, event: InitEvent | RoundEvent, after: RecordPool) -> None:
+    def _commit(self, event: InitEvent | RoundEvent | None, after: RecordPool) -> None:
         """Make the output and the merges before it durable (before anything is visible)."""
         retired = after.retired
         keep = ~retired
@@ -355,7 +392,7 @@ class StreamEngine:
         if isinstance(event, RoundEvent):
             n_trees += 1 - event.dropped
         self.store.commit(Commit(
-            events=[*self._pending_events, event],
+            events=[*self._pending_events, *([event] if event is not None else [])],
             meta={"state": self._state_meta(rounds_done, event)},
             after=PoolState(self.pool_uids[keep], after.X[keep], after.target[keep],
                             after.margin[keep], after.spent[keep]),
@@ -387,7 +424,8 @@ class StreamEngine:
         self.pool_uids = self.pool_uids[keep]
         self._slot[self.pool_uids] = np.arange(self.pool_uids.size)
 
-    def _state_meta(self, rounds_done: int, event: InitEvent | RoundEvent) -> dict[str, Any]:
+    def _state_meta(self, rounds_done: int, event: InitEvent | RoundEvent | None
+                    ) -> dict[str, Any]:
         """The state as it will be once ``event`` is installed."""
         init = isinstance(event, InitEvent)
         return {

@@ -124,8 +124,22 @@ class StateStore:
     def save_charge_grid(self, grid: np.ndarray) -> None:
         """Keep the filter's charge table, so a restore replays the very same charges."""
 
+    def get_meta(self, name: str) -> Any:
+        """A small value kept beside the state (e.g. the last published model version)."""
+        return self._side.get(name)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        """Durably record a small value outside any round (its own transaction)."""
+        self._side[name] = value
+
     def close(self) -> None:
         """Release the store's resources."""
+
+    @property
+    def _side(self) -> dict[str, Any]:
+        if not hasattr(self, "_side_values"):
+            self._side_values: dict[str, Any] = {}
+        return self._side_values
 
 
 class MemoryStore(StateStore):
@@ -285,6 +299,12 @@ class SQLiteStore(StateStore):
         return all_X[last[where]], all_target[last[where]]
 
     # ------------------------------------------------------------------ writing
+    def get_meta(self, name: str) -> Any:
+        return self._meta(f"side:{name}")
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self._write_meta({f"side:{name}": value})
+
     def save_charge_grid(self, grid: np.ndarray) -> None:
         if self._meta("charge_grid") is None:
             self._write_meta({"charge_grid": np.asarray(grid, dtype=float).tolist()})

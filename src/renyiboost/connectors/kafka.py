@@ -1,0 +1,334 @@
+"""Kafka: train continuously from a topic, publish model updates, dead-letter bad events.
+
+* :class:`KafkaTrainer` consumes event topics in a consumer group and feeds the engine. The
+  source offsets live in the **state store** and are committed in the same SQLite
+  transaction as the round that consumed them (the Kafka Streams / Flink pattern); on
+  (re)assignment the consumer seeks to them, and Kafka's own group commits are only
+  informational. After a crash at any moment no event is trained twice or skipped.
+* Every committed round is published to the model topic (keyed by the model name) as a
+  :class:`ModelUpdate` carrying the new trees, the privacy report and a version (the number
+  of rounds). Publishing happens after the commit, so no published tree was ever unpaid for;
+  a crash between the two re-publishes on restart, and followers ignore versions they have.
+* :class:`ModelFollower` rebuilds the model from the model topic and serves predictions
+  without access to the state store or the raw events.
+* Events that fail to parse or validate go to ``<topic>.dlq`` with the reason and the source
+  topic/partition/offset in headers, and are counted per reason; the stream never stops.
+
+Nothing here is broker-specific: it uses plain consumer groups, keyed produce and headers
+(Kafka ≥ 2.8), never transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.special import expit
+
+from renyiboost.connectors.events import EventFormat, EventParser, Parsed
+from renyiboost.models.trees import Ensemble
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import StreamEngine
+from renyiboost.stream.store import InitEvent, RoundEvent
+
+UPDATE_FORMAT = "renyiboost.update/1"
+
+
+class KafkaSettings(BaseModel):
+    """Connection and topics. ``extra`` is passed through to librdkafka (security etc.)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str
+    topics: list[str]
+    group_id: str = "renyiboost"
+    model_topic: str = "renyiboost.models"
+    model_name: str = "model"
+    batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
+    poll_timeout: float = Field(0.5, gt=0)
+    session_timeout_ms: int = Field(6000, ge=1000)
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    def client(self, **more: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.extra, **more}
+
+
+class TreeUpdate(BaseModel):
+    round: int
+    features: list[int]
+    thresholds: list[float]
+    leaves: list[float]
+
+
+class ModelUpdate(BaseModel):
+    """One published model version: the trees added since the previous version."""
+
+    format: str = UPDATE_FORMAT
+    model: str
+    version: int  # rounds done; a follower applies versions in order and skips old ones
+    task: str
+    depth: int
+    public_schema: dict[str, Any]
+    init_score: float
+    max_trees: int | None
+    trees: list[TreeUpdate]
+    privacy: dict[str, Any]
+
+
+class KafkaTrainer:
+    """Consume events, train the engine, publish updates, dead-letter bad events.
+
+    Parameters
+    ----------
+    engine
+        The engine (with a durable store for exactly-once: the offsets live there).
+    settings
+        Connection, topics and model topic.
+    event_format
+        Field names and the size limit of events.
+    """
+
+    def __init__(
+        self, engine: StreamEngine, settings: KafkaSettings,
+        event_format: EventFormat | None = None,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.parser = EventParser(engine.schema, engine.check_label, event_format)
+        self.dead_letters: Counter[str] = Counter()
+        self.consumed = 0
+        self.stopping = False
+        self.consumer = Consumer(settings.client(**{
+            "group.id": settings.group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": settings.session_timeout_ms,
+        }))
+        self.producer = Producer(settings.client(**{"enable.idempotence": True, "linger.ms": 5}))
+        self.consumer.subscribe(settings.topics, on_assign=self._on_assign)
+        engine.listeners.append(self._on_output)
+        self._published = int(engine.store.get_meta("published_version") or 0)
+        self._unpublished = engine.booster.rounds_done > self._published
+        self.assigned = False
+
+    # ------------------------------------------------------------------ offsets
+    def _on_assign(self, consumer: Consumer, partitions: list) -> None:
+        """Seek every assigned partition to the offset committed with the last round."""
+        offsets = self.engine.offsets
+        for tp in partitions:
+            stored = offsets.get(f"{tp.topic}:{tp.partition}")
+            tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING
+        consumer.assign(partitions)
+        self.assigned = True
+
+    # ------------------------------------------------------------------ the loop
+    def poll_once(self) -> int:
+        """Consume one bounded batch and feed it to the engine; returns the messages read."""
+        messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
+        for message in messages:
+            if message.error():
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"Kafka error: {message.error()}")
+                continue
+            self._handle(message)
+        self.consumed += len(messages)
+        self.publish()
+        if messages and self.engine.offsets:
+            self._commit_informational()
+        return len(messages)
+
+    def _handle(self, message: Message) -> None:
+        position = (f"{message.topic()}:{message.partition()}", message.offset() + 1)
+        parsed = self.parser.parse(message.value(), message.key())
+        if isinstance(parsed, Parsed):
+            self.engine.add_one(parsed.row, parsed.label, parsed.key, position)
+            return
+        self.dead_letters[parsed.reason] += 1
+        self.engine.skip(position)
+        self.producer.produce(
+            f"{message.topic()}.dlq", value=message.value(), key=message.key(),
+            headers=[
+                ("reason", parsed.reason.encode()), ("detail", parsed.detail.encode()),
+                ("source.topic", message.topic().encode()),
+                ("source.partition", str(message.partition()).encode()),
+                ("source.offset", str(message.offset()).encode()),
+            ],
+        )
+        self.producer.poll(0)
+
+    def _commit_informational(self) -> None:
+        """Tell the group where the durable state is (monitoring only; never read back)."""
+        from confluent_kafka import TopicPartition
+
+        offsets = [TopicPartition(tp.split(":")[0], int(tp.split(":")[1]), int(offset))
+                   for tp, offset in self.engine.offsets.items()]
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=True)
+        except Exception:  # noqa: BLE001 - informational only
+            pass
+
+    def run(
+        self,
+        max_idle: float | None = None,
+        on_poll: Callable[[KafkaTrainer], None] | None = None,
+    ) -> None:
+        """Poll until :meth:`stop` (e.g. from a signal handler) or ``max_idle`` seconds idle."""
+        idle_since, was_assigned = time.monotonic(), self.assigned
+        while not self.stopping:
+            if self.poll_once() or self.assigned != was_assigned:
+                idle_since, was_assigned = time.monotonic(), self.assigned
+            elif max_idle is not None and self.assigned and time.monotonic() - idle_since > max_idle:
+                break
+            if on_poll:
+                on_poll(self)
+        self.close()
+
+    def stop(self) -> None:
+        """Finish the current batch (and the rounds it triggers), then close."""
+        self.stopping = True
+
+    def close(self) -> None:
+        self.publish()
+        self.producer.flush(10)
+        self.consumer.close()
+
+    # ------------------------------------------------------------------ publishing
+    def _on_output(self, event: InitEvent | RoundEvent) -> None:
+        self._unpublished = True
+
+    def publish(self) -> None:
+        """Publish the committed rounds not yet published (after the commit, never before)."""
+        if not self._unpublished:
+            return
+        engine = self.engine
+        version = engine.booster.rounds_done
+        update = model_update(engine, self.settings.model_name, since=self._published)
+        self.producer.produce(self.settings.model_topic, key=self.settings.model_name.encode(),
+                              value=update.model_dump_json().encode())
+        if self.producer.flush(10) == 0:
+            self._published = version
+            self._unpublished = False
+            engine.store.set_meta("published_version", version)
+
+    def status(self) -> dict[str, Any]:
+        report = self.engine.privacy_report()
+        return {"consumed": self.consumed, "dead_letters": dict(self.dead_letters),
+                "published_version": self._published, "offsets": self.engine.offsets,
+                "privacy": report.model_dump()}
+
+
+def model_update(engine: StreamEngine, name: str, since: int) -> ModelUpdate:
+    """The update from version ``since`` to the engine's committed model."""
+    ens = engine.ensemble
+    first_round = engine.booster.rounds_done - ens.n_trees
+    trees = [
+        TreeUpdate(round=first_round + i, features=ens.features[i].tolist(),
+                   thresholds=ens.thresholds[i].tolist(), leaves=ens.leaves[i].tolist())
+        for i in range(ens.n_trees) if first_round + i >= since
+    ]
+    config = engine.config
+    return ModelUpdate(
+        model=name, version=engine.booster.rounds_done, task=config.params.task,
+        depth=config.params.depth, public_schema=engine.schema.model_dump(mode="json"),
+        init_score=ens.init_score, max_trees=config.max_trees, trees=trees,
+        privacy=engine.privacy_report().model_dump(),
+    )
+
+
+class ModelFollower:
+    """Serves predictions from the model topic's latest version (no state store needed).
+
+    Reads the topic from the beginning and applies updates in version order; a repeated or
+    older version (a re-publish after a crash) is ignored.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, model_topic: str, model_name: str = "model",
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.model_topic = model_topic
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap_servers, **(extra or {}),
+            "group.id": f"renyiboost-follower-{time.time_ns()}",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+        })
+        self.consumer.subscribe([model_topic])
+        self.version = 0
+        self.ensemble: Ensemble | None = None
+        self.schema: PublicSchema | None = None
+        self.task = "regression"
+        self.privacy: dict[str, Any] = {}
+        self._next_round = 0
+
+    def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
+        """Apply the updates available now; returns how many were applied."""
+        applied = 0
+        for message in self.consumer.consume(max_messages, timeout):
+            if message.error() or message.key() != self.model_name.encode():
+                continue
+            update = ModelUpdate.model_validate_json(message.value())
+            if update.version <= self.version:
+                continue
+            self._apply(update)
+            applied += 1
+        return applied
+
+    def wait_for(self, version: int, timeout: float = 30.0) -> None:
+        """Poll until the follower has ``version`` (raises ``TimeoutError``)."""
+        deadline = time.monotonic() + timeout
+        while self.version < version:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"model version {version} not seen (have {self.version})")
+            self.poll(0.5)
+
+    def _apply(self, update: ModelUpdate) -> None:
+        if self.ensemble is None:
+            self.schema = PublicSchema(**update.public_schema)
+            self.task = update.task
+            self.ensemble = Ensemble(depth=update.depth, is_categorical=self.schema.is_categorical)
+        ens = self.ensemble
+        ens.init_score = update.init_score
+        for tree in update.trees:
+            if tree.round >= self._next_round:
+                ens.append(np.asarray(tree.features, dtype=np.int64),
+                           np.asarray(tree.thresholds, dtype=float),
+                           np.asarray(tree.leaves, dtype=float))
+                self._next_round = tree.round + 1
+        if update.max_trees is not None:
+            ens.keep_last(update.max_trees)
+        self.version = update.version
+        self.privacy = update.privacy
+
+    def predict_margin(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
+        if self.ensemble is None or self.schema is None:
+            raise RuntimeError("no model version received yet")
+        return self.ensemble.predict_margin(self.schema.encode_dicts(rows))
+
+    def predict_one(self, x: Mapping[str, Any]) -> float | bool:
+        margin = float(self.predict_margin([x])[0])
+        if self.task == "classification":
+            return margin > 0.0
+        lo, hi = self.schema.target_bounds  # type: ignore[union-attr,misc]
+        return lo + (min(max(margin, -1.0), 1.0) + 1.0) * (hi - lo) / 2.0
+
+    def predict_proba_one(self, x: Mapping[str, Any]) -> dict[bool, float]:
+        p = float(expit(self.predict_margin([x])[0]))
+        return {False: 1.0 - p, True: p}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def event_json(key: str, x: Mapping[str, Any], y: float | bool,
+               event_format: EventFormat | None = None) -> bytes:
+    """Serialise one event in the default (or given) format."""
+    fmt = event_format or EventFormat()
+    return json.dumps({fmt.key_field: key, fmt.features_field: dict(x), fmt.label_field: y}).encode()

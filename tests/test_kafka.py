@@ -1,0 +1,236 @@
+"""Kafka end to end against a real broker: training, model topic, dead letters, crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, ModelFollower, event_json
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sources import InMemorySource
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _produce(
+    bootstrap: str, topic: str, values: list[tuple[bytes | None, bytes]], **where
+) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in values:
+        producer.produce(topic, key=key, value=value, **where)
+    assert producer.flush(30) == 0
+
+
+def _abalone_events(limit: int | None = None) -> list[tuple[bytes, bytes]]:
+    source = InMemorySource("abalone", scenario="late", batch_size=500, limit=limit)
+    events = []
+    for batch in source:
+        for row, y, key in zip(batch.X, batch.y, batch.keys, strict=True):
+            x = source.schema.decode_row(row)
+            events.append((key.encode(), event_json(key, x, float(y))))
+    return events
+
+
+def _engine(store: str | None, seed: int = 1) -> StreamEngine:
+    source = InMemorySource("abalone")
+    params = SGBDTParams(task="regression", epsilon=1.0, rounds=20, depth=3,
+                         learning_rate=0.3, sampling_rate=0.3, grad_clip=0.3,
+                         reg_lambda=20.0, count_share=0.3)
+    config = EngineConfig(public_schema=source.schema, params=params, train_every=200,
+                          trees_per_trigger=2, warmup=200)
+    return StreamEngine(config, store=store, seed=seed)
+
+
+def _settings(bootstrap: str, topic: str, **kw) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=bootstrap, topics=[topic],
+                         group_id=f"g-{topic}", model_topic=f"{topic}.models",
+                         model_name="abalone", **kw)
+
+
+def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_path) -> None:
+    topic = _topic("abalone")
+    _produce(kafka_bootstrap, topic, _abalone_events())
+    engine = _engine(str(tmp_path / "state.db"))
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=3.0)
+    report = engine.privacy_report()
+    assert trainer.consumed == 4177 and not trainer.dead_letters
+    # the committed offsets cover exactly the merged events; the rest are re-read on restart
+    assert sum(engine.offsets.values()) == 4177 - engine.n_pending
+    assert report.n_trees > 20
+
+    follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
+    follower.wait_for(engine.booster.rounds_done)
+    probe = [x for x, _ in InMemorySource("abalone").data.records()][:200]
+    ours = engine.booster.loss.unscale(np.clip(
+        engine.predict_margin(engine.schema.encode_dicts(probe)), -1, 1))
+    np.testing.assert_allclose([follower.predict_one(x) for x in probe], ours, rtol=1e-12)
+    assert follower.privacy["epsilon"] == report.epsilon
+    follower.close()
+
+
+def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tmp_path) -> None:
+    topic = _topic("dlq")
+    good = _abalone_events(limit=300)
+    bad = [
+        (b"k1", b"{not json"),
+        (b"k2", json.dumps({"key": "k2", "x": {"length": "long"}, "y": 5}).encode()),
+        (b"k3", b'{"key": "k3", "x": {"length": NaN}, "y": 5}'),
+        (b"k4", json.dumps({"key": "k4", "x": {"colour": 1.0}, "y": 5}).encode()),
+        (b"k5", json.dumps({"key": "k5", "x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}).encode()),
+        (None, json.dumps({"x": {"length": 0.5}, "y": 5}).encode()),
+        (b"k7", json.dumps({"key": "k7", "x": {"length": 0.5}, "y": 99}).encode()),
+    ]
+    _produce(kafka_bootstrap, topic, good[:150] + bad + good[150:], partition=0)
+    engine = _engine(str(tmp_path / "s.db"))
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=3.0)
+    assert dict(trainer.dead_letters) == {"json": 1, "schema": 3, "oversize": 1,
+                                          "missing_key": 1, "label": 1}
+    engine.train(1)
+    assert engine.privacy_report().n_active == 300  # every valid event trained
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"r-{topic}",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([f"{topic}.dlq"])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < len(bad) and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(100, 1.0) if not m.error()]
+    consumer.close()
+    assert len(got) == len(bad)
+    headers = sorted((dict(m.headers()) for m in got), key=lambda h: int(h["source.offset"]))
+    assert [h["reason"].decode() for h in headers] == [
+        "json", "schema", "schema", "schema", "oversize", "missing_key", "label"]
+    assert all(h["source.topic"].decode() == topic for h in headers)
+    assert [int(h["source.offset"]) for h in headers] == list(range(150, 157))
+
+
+def _service_config(tmp_path: Path, bootstrap: str, topic: str) -> Path:
+    features = "\n".join(
+        f"{name} = {json.dumps(list(spec))}"
+        for name, spec in InMemorySource("abalone").schema.features.items()
+    )
+    text = f"""
+source = "kafka://{bootstrap}/{topic}"
+state = "{tmp_path / 'state.db'}"
+model_topic = "{topic}.models"
+model_name = "abalone"
+
+[kafka]
+group_id = "g-{topic}"
+batch_size = 20
+session_timeout_ms = 2000
+
+[model]
+task = "regression"
+epsilon = 1.0
+target_bounds = [0, 30]
+rounds = 20
+depth = 4
+sampling_rate = 0.3
+learning_rate = 0.3
+train_every = 40
+trees_per_trigger = 3
+warmup = 40
+seed = 5
+
+[model.features]
+{features}
+"""
+    path = tmp_path / "train.toml"
+    path.write_text(text)
+    return path
+
+
+def _trainer_process(config: Path, max_idle: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "renyiboost", "train", "--config", str(config),
+         "--max-idle", str(max_idle), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def _engine_from(config: Path) -> StreamEngine:
+    from renyiboost.connectors.service import load_config
+
+    cfg = load_config(config)
+    return StreamEngine(cfg.model.engine_config(), store=cfg.state, seed=cfg.model.seed)
+
+
+def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootstrap, tmp_path):
+    """20 SIGKILLs at seeded random moments while events keep arriving; then a clean run.
+
+    Exactly once: every event's key is in the ledger, none was merged twice (each key is
+    sent once, so a replayed event would be an upsert), the committed offsets cover every
+    event, and every published tree is the committed tree of its round.
+    """
+    topic = _topic("crash")
+    events = _abalone_events(limit=3000)
+    config = _service_config(tmp_path, kafka_bootstrap, topic)
+    rng = np.random.default_rng(20261123)
+    chunk = len(events) // 20
+    for i in range(20):
+        _produce(kafka_bootstrap, topic, events[i * chunk:(i + 1) * chunk])
+        process = _trainer_process(config, max_idle=120)
+        time.sleep(float(rng.uniform(1.0, 4.0)))
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        assert process.returncode == -signal.SIGKILL
+    final = _trainer_process(config, max_idle=4)
+    out, err = final.communicate(timeout=120)
+    assert final.returncode == 0, err.decode()[-2000:]
+
+    engine = _engine_from(config)
+    keys = {key.decode() for key, _ in events}
+    statuses = {engine.budget_of(k).status for k in keys}
+    assert statuses <= {"active", "retired"}  # none skipped
+    assert engine.counters["upserts"] == 0 and engine.counters["superseded"] == 0  # none twice
+    assert sum(engine.offsets.values()) == len(events)
+    report = engine.privacy_report()
+    assert report.max_spent_rdp <= report.budget_rdp and report.n_pending == 0
+
+    follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
+    follower.wait_for(engine.booster.rounds_done)
+    assert follower.version == engine.booster.rounds_done
+    np.testing.assert_array_equal(follower.ensemble.leaves, engine.ensemble.leaves)
+    np.testing.assert_array_equal(follower.ensemble.thresholds, engine.ensemble.thresholds)
+    follower.close()
+
+
+def test_sigterm_finishes_the_batch_commits_and_exits_cleanly(kafka_bootstrap, tmp_path):
+    topic = _topic("term")
+    events = _abalone_events(limit=1000)
+    _produce(kafka_bootstrap, topic, events)
+    config = _service_config(tmp_path, kafka_bootstrap, topic)
+    process = _trainer_process(config, max_idle=120)
+    deadline = time.monotonic() + 60
+    consumed = 0
+    while consumed < len(events) and time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if line:
+            consumed = json.loads(line)["consumed"]
+    assert consumed == len(events)
+    process.send_signal(signal.SIGTERM)
+    process.wait(15)
+    assert process.returncode == 0
+    engine = _engine_from(config)
+    assert sum(engine.offsets.values()) == len(events)  # every event committed on the way out
+    assert engine.privacy_report().n_active + engine.privacy_report().n_retired == len(events)

@@ -267,7 +267,7 @@ def test_learn_one_copies_its_input() -> None:
     model.learn_one(x, 1.0)
     snapshot = copy.deepcopy(x)
     x["a"] = 0.9
-    assert model.engine._pending_rows[-1][0] == snapshot["a"]
+    assert model.engine._pending_rows[-1].ravel()[0] == snapshot["a"]
 
 
 def test_engine_config_validation_names_the_field() -> None:

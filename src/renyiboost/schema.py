@@ -175,6 +175,18 @@ class PublicSchema(BaseModel):
                     f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
         return np.array(row)
 
+    def encode_validated(self, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Encode many dicts whose values were already validated (finite numbers for numeric
+        features, e.g. by the Kafka event model): one numpy pass per column, no checks."""
+        out = np.empty((len(rows), self.n_features), dtype=float)
+        for j, (name, index, lo, hi) in enumerate(self._encoders):
+            column = [row.get(name) for row in rows]
+            if index is None:
+                out[:, j] = np.clip(np.array(column, dtype=float), lo, hi)  # None -> NaN
+            else:
+                out[:, j] = [math.nan if v is None else index.get(v, hi) for v in column]
+        return out
+
     def unknown_features(self, x: Mapping[str, Any]) -> int:
         """Number of keys of ``x`` that the schema does not know."""
         return sum(1 for k in x if k not in self.features)

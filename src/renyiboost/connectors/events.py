@@ -14,11 +14,11 @@ or missing fields, NaN), ``missing_key`` (no key in the payload nor in the messa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -27,13 +27,16 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    TypeAdapter,
     ValidationError,
-    create_model,
 )
+from typing_extensions import NotRequired, TypedDict
 
 from renyiboost.schema import PublicSchema
 
-Number = Annotated[StrictFloat | StrictInt, Field(allow_inf_nan=False)]
+#: Finiteness is checked after validation, in one loop (pydantic's allow_inf_nan=False runs
+#: a Python validator per value, which costs more than the rest of an event's validation).
+Number = StrictFloat | StrictInt
 Category = StrictStr | StrictInt | StrictBool
 REASONS = ("oversize", "json", "schema", "missing_key", "label")
 
@@ -51,10 +54,10 @@ class EventFormat(BaseModel):
 
 @dataclass(frozen=True)
 class Parsed:
-    """A valid event."""
+    """A valid event (features as a validated dict, not yet encoded)."""
 
     key: str
-    row: np.ndarray
+    features: dict[str, Any]
     label: float
 
 
@@ -66,15 +69,25 @@ class Rejected:
     detail: str
 
 
+def _typed_dict(name: str, fields: dict[str, Any]) -> type:
+    """A TypedDict that pydantic validates strictly (unknown keys are errors)."""
+    typed = TypedDict(name, fields)  # type: ignore[operator]
+    typed.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
+    return typed
+
+
 class EventParser:
     """Validates JSON events against a model built from the public schema.
+
+    The model is a pydantic ``TypedDict`` (validated straight from the JSON bytes into
+    dicts, ~7 µs an event); encoding to the float matrix happens per batch.
 
     Examples
     --------
     >>> schema = PublicSchema(features={"age": (0, 100), "sex": ["F", "M"]})
     >>> parser = EventParser(schema, label_check=float)
-    >>> parser.parse(b'{"key": "u1", "x": {"age": 130, "sex": "M"}, "y": 1}').row.tolist()
-    [100.0, 1.0]
+    >>> parser.parse(b'{"key": "u1", "x": {"age": 130, "sex": "M"}, "y": 1}').features
+    {'age': 130, 'sex': 'M'}
     >>> parser.parse(b'{"key": "u1", "x": {"age": "old"}, "y": 1}').reason
     'schema'
     """
@@ -88,21 +101,16 @@ class EventParser:
         self.schema = schema
         self.format = event_format or EventFormat()
         self.label_check = label_check
-        fields: dict[str, Any] = {
-            name: ((Category if isinstance(spec, list) else Number) | None, None)
+        features = _typed_dict("EventFeatures", {
+            name: NotRequired[(Category if isinstance(spec, list) else Number) | None]
             for name, spec in schema.features.items()
-        }
-        features = create_model("EventFeatures", __config__=ConfigDict(extra="forbid"), **fields)
+        })
         fmt = self.format
-        self.model: type[BaseModel] = create_model(
-            "Event",
-            __config__=ConfigDict(extra="forbid"),
-            **{
-                fmt.key_field: (StrictStr | StrictInt | None, None),
-                fmt.features_field: (features, ...),
-                fmt.label_field: (StrictFloat | StrictInt | StrictBool, ...),
-            },
-        )
+        self.adapter = TypeAdapter(_typed_dict("Event", {
+            fmt.key_field: NotRequired[StrictStr | StrictInt | None],
+            fmt.features_field: features,
+            fmt.label_field: StrictFloat | StrictInt | StrictBool,
+        }))
 
     def parse(self, value: bytes | None, message_key: bytes | None = None) -> Parsed | Rejected:
         """Validate one message value; the payload's key wins over the message key."""
@@ -112,20 +120,24 @@ class EventParser:
         if len(value) > fmt.max_bytes:
             return Rejected("oversize", f"{len(value)} bytes > max_bytes={fmt.max_bytes}")
         try:
-            event = self.model.model_validate_json(value)
+            event = self.adapter.validate_json(value)
         except ValidationError as error:
             first = error.errors()[0]
             reason = "json" if first["type"] == "json_invalid" else "schema"
             where = ".".join(str(part) for part in first["loc"])
             return Rejected(reason, f"{where}: {first['msg']}"[:500])
-        key = getattr(event, fmt.key_field)
+        features = event[fmt.features_field]
+        for name, v in features.items():
+            if type(v) is float and not math.isfinite(v):
+                return Rejected(
+                    "schema", f"{fmt.features_field}.{name}: Input should be a finite number")
+        key = event.get(fmt.key_field)
         if key is None:
             if not message_key:
                 return Rejected("missing_key", "no key in the payload nor in the message")
             key = message_key.decode("utf-8", "backslashreplace")
         try:
-            label = self.label_check(getattr(event, fmt.label_field))
+            label = self.label_check(event[fmt.label_field])
         except ValueError as error:
             return Rejected("label", str(error)[:500])
-        features = getattr(event, fmt.features_field).model_dump(exclude_none=True)
-        return Parsed(str(key), self.schema.encode_dict(features), label)
+        return Parsed(str(key), features, label)

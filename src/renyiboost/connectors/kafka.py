@@ -31,13 +31,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Pro
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
-from renyiboost.connectors.events import EventFormat, EventParser, Parsed
+from renyiboost.connectors.events import EventFormat, EventParser, Parsed, Rejected
 from renyiboost.models.trees import Ensemble
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.store import InitEvent, RoundEvent
 
 UPDATE_FORMAT = "renyiboost.update/1"
+#: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
+_TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 class KafkaSettings(BaseModel):
@@ -116,6 +118,7 @@ class KafkaTrainer:
         self._published = int(engine.store.get_meta("published_version") or 0)
         self._unpublished = engine.booster.rounds_done > self._published
         self.assigned = False
+        self._partition_names: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ offsets
     def _on_assign(self, consumer: Consumer, partitions: list) -> None:
@@ -131,24 +134,40 @@ class KafkaTrainer:
     def poll_once(self) -> int:
         """Consume one bounded batch and feed it to the engine; returns the messages read."""
         messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
+        valid: list[Parsed] = []
+        positions: list[tuple[str, int]] = []
         for message in messages:
             if message.error():
-                if message.error().code() != KafkaError._PARTITION_EOF:
+                if message.error().code() not in _TRANSIENT:
                     raise RuntimeError(f"Kafka error: {message.error()}")
                 continue
-            self._handle(message)
+            where = (message.topic(), message.partition())
+            name = self._partition_names.get(where)
+            if name is None:
+                name = self._partition_names[where] = f"{where[0]}:{where[1]}"
+            position = (name, message.offset() + 1)
+            parsed = self.parser.parse(message.value(), message.key())
+            if isinstance(parsed, Parsed):
+                valid.append(parsed)
+                positions.append(position)
+            else:
+                self._feed(valid, positions)  # keep the engine's positions in order
+                valid, positions = [], []
+                self._dead_letter(message, parsed, position)
+        self._feed(valid, positions)
         self.consumed += len(messages)
         self.publish()
         if messages and self.engine.offsets:
             self._commit_informational()
         return len(messages)
 
-    def _handle(self, message: Message) -> None:
-        position = (f"{message.topic()}:{message.partition()}", message.offset() + 1)
-        parsed = self.parser.parse(message.value(), message.key())
-        if isinstance(parsed, Parsed):
-            self.engine.add_one(parsed.row, parsed.label, parsed.key, position)
-            return
+    def _feed(self, valid: list[Parsed], positions: list[tuple[str, int]]) -> None:
+        """Encode a run of valid events in one pass and hand them to the engine."""
+        if valid:
+            rows = self.engine.schema.encode_validated([p.features for p in valid])
+            self.engine.add(rows, [p.label for p in valid], [p.key for p in valid], positions)
+
+    def _dead_letter(self, message: Message, parsed: Rejected, position: tuple[str, int]) -> None:
         self.dead_letters[parsed.reason] += 1
         self.engine.skip(position)
         self.producer.produce(

@@ -223,9 +223,26 @@ class StreamEngine:
             if given is not None and len(given) != len(labels):
                 raise ValueError(f"got {len(given)} {name} for {len(labels)} rows")
         self.counters["unknown_features"] += int(unknown_features)
-        for i, label in enumerate(labels):
-            self._buffer(rows[i], label, None if keys is None else keys[i],
-                         None if positions is None else positions[i])
+        n = len(labels)
+        uids = np.array([self._uid_for(None if keys is None else key)
+                         for key in (keys if keys is not None else range(n))], dtype=np.int64)
+        every, start = self.config.train_every, 0
+        while start < n:
+            # Up to the next trigger nothing can retire, so the chunk is buffered at once.
+            stop = min(start + every - self._since_trigger, n)
+            live = self._status[uids[start:stop]] != RETIRED
+            self.counters["dropped"] += int(stop - start - live.sum())
+            take = np.flatnonzero(live) + start
+            self._pending_uids.extend(uids[take].tolist())
+            self._pending_rows.append(rows[take])
+            self._pending_targets.extend(labels[i] for i in take.tolist())
+            if positions is not None:
+                self._pending_position.update(positions[start:stop])
+            self._since_trigger += stop - start
+            start = stop
+            if self._since_trigger >= every:
+                self._since_trigger = 0
+                self.train(self.config.trees_per_trigger)
 
     def add_one(
         self,
@@ -240,10 +257,6 @@ class StreamEngine:
         if len(row) != self.schema.n_features:
             raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
         self.counters["unknown_features"] += unknown_features
-        self._buffer(np.array(row, dtype=float), label, key, position)
-
-    def _buffer(self, row: np.ndarray, label: float, key: Any, position: tuple[str, int] | None
-                ) -> None:
         uid = self._uid_for(key)
         if position is not None:
             self._pending_position[position[0]] = position[1]
@@ -251,7 +264,7 @@ class StreamEngine:
             self.counters["dropped"] += 1
         else:
             self._pending_uids.append(uid)
-            self._pending_rows.append(row)
+            self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
             self._pending_targets.append(label)
         self._since_trigger += 1
         if self._since_trigger >= self.config.train_every:

@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pytest
 from confluent_kafka import Consumer, Producer
 
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, ModelFollower, event_json
@@ -234,3 +233,23 @@ def test_sigterm_finishes_the_batch_commits_and_exits_cleanly(kafka_bootstrap, t
     engine = _engine_from(config)
     assert sum(engine.offsets.values()) == len(events)  # every event committed on the way out
     assert engine.privacy_report().n_active + engine.privacy_report().n_retired == len(events)
+
+
+def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
+    from renyiboost.cli import main as cli
+
+    topic = _topic("replay")
+    assert cli(["replay", "abalone", "--scenario", "late", "--to",
+                f"kafka://{kafka_bootstrap}/{topic}", "--limit", "400", "--rate", "4000"]) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"r-{topic}",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 400 and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(500, 1.0) if not m.error()]
+    consumer.close()
+    assert len(got) == 400
+    events = [json.loads(m.value()) for m in got]
+    assert {m.key().decode() for m in got} == {e["key"] for e in events}
+    assert all(set(e) == {"key", "x", "y"} and 0 <= e["y"] <= 30 for e in events)

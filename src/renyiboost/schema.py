@@ -166,7 +166,7 @@ class PublicSchema(BaseModel):
                 isinstance(value, int | float | np.number) and not isinstance(value, bool)
             ):
                 value = float(value)
-                if value != value:
+                if math.isnan(value):
                     raise ValueError(
                         f"feature {name!r} is NaN; leave the feature out to mark it missing")
                 row.append(lo if value < lo else hi if value > hi else value)

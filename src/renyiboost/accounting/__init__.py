@@ -26,8 +26,8 @@ from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaus
 
 __all__ = [
     "BUDGET_SLACK",
-    "NOT_ELIGIBLE",
     "DEFAULT_ORDERS",
+    "NOT_ELIGIBLE",
     "Calibration",
     "ChargeTable",
     "ComposedEvent",

@@ -189,7 +189,7 @@ class KafkaTrainer:
                    for tp, offset in self.engine.offsets.items()]
         try:
             self.consumer.commit(offsets=offsets, asynchronous=True)
-        except Exception:  # noqa: BLE001 - informational only
+        except Exception:  # noqa: BLE001, S110 - informational only, never read back
             pass
 
     def run(

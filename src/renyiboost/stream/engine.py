@@ -28,7 +28,6 @@ and pool; records that arrived after the last commit are re-read from the source
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from typing import Any

@@ -276,3 +276,22 @@ def test_engine_config_validation_names_the_field() -> None:
         EngineConfig(public_schema=schema, params=SGBDTParams(), train_every=0)
     engine = StreamEngine(EngineConfig(public_schema=schema, params=SGBDTParams(epsilon=1.0)))
     assert engine.privacy_report().n_trees == 0
+
+
+def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
+    """Rounds inside group_commit() become durable together, and only then are announced."""
+    store = _FailingStore(tmp_path / "g.db", fail_at=2)
+    model = _regressor(store=store, train_every=20, warmup=20)
+    engine, announced = model.engine, []
+    engine.listeners.append(announced.append)
+    data = _stream(200)
+    with engine.group_commit():
+        _fill(model, data[:60], list(range(60)))  # initial score and three rounds: one commit
+        with pytest.raises(RuntimeError, match="group commit"):
+            model.predict_one(data[0][0])
+    assert store.calls == 1 and len(announced) == 4
+    with pytest.raises(OSError, match="injected"), engine.group_commit():
+        _fill(model, data[60:120], list(range(60, 120)))
+    assert len(announced) == 4  # the failed group announced nothing
+    again = _regressor(store=SQLiteStore(tmp_path / "g.db"), train_every=20, warmup=20)
+    assert again.engine.booster.rounds_done == 3 and again.engine.ensemble.n_trees == 3

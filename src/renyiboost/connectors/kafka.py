@@ -134,6 +134,16 @@ class KafkaTrainer:
     def poll_once(self) -> int:
         """Consume one bounded batch and feed it to the engine; returns the messages read."""
         messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
+        with self.engine.group_commit():
+            self._process(messages)
+        self.consumed += len(messages)
+        self.publish()
+        if messages and self.engine.offsets:
+            self._commit_informational()
+        return len(messages)
+
+    def _process(self, messages: list[Message]) -> None:
+        """Validate a batch, dead-letter the bad events and feed the good ones in order."""
         valid: list[Parsed] = []
         positions: list[tuple[str, int]] = []
         for message in messages:
@@ -155,11 +165,6 @@ class KafkaTrainer:
                 valid, positions = [], []
                 self._dead_letter(message, parsed, position)
         self._feed(valid, positions)
-        self.consumed += len(messages)
-        self.publish()
-        if messages and self.engine.offsets:
-            self._commit_informational()
-        return len(messages)
 
     def _feed(self, valid: list[Parsed], positions: list[tuple[str, int]]) -> None:
         """Encode a run of valid events in one pass and hand them to the engine."""

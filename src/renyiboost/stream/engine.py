@@ -29,7 +29,8 @@ and pool; records that arrived after the last commit are re-read from the source
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,8 @@ class StreamEngine:
         self._pending_events: list[MergeEvent] = []
         #: Called with each output once it is committed and visible (e.g. to publish it).
         self.listeners: list[Callable[[InitEvent | RoundEvent], None]] = []
+        self._deferred: list[Commit] | None = None
+        self._deferred_outputs: list[InitEvent | RoundEvent] = []
         self._merged_position: dict[str, int] = {}
         snapshot = self.store.load(self._config_json)
         if snapshot is not None:
@@ -293,7 +296,7 @@ class StreamEngine:
         self.counters["dropped"] += int((~live).sum())
         self.counters["upserts"] += int((self._slot[uids[live]] >= 0).sum())
         if live.any():
-            event = MergeEvent(uids[live], X[live], y[live], self.predict_margin(X[live]))
+            event = MergeEvent(uids[live], X[live], y[live], self._predict(X[live]))
             self._apply_merge(event)
             self._pending_events.append(event)
 
@@ -379,6 +382,9 @@ class StreamEngine:
         return True
 
     def _notify(self, event: InitEvent | RoundEvent) -> None:
+        if self._deferred is not None:
+            self._deferred_outputs.append(event)
+            return
         for listener in self.listeners:
             listener(event)
 
@@ -403,17 +409,45 @@ class StreamEngine:
         n_trees = self.ensemble.n_trees
         if isinstance(event, RoundEvent):
             n_trees += 1 - event.dropped
-        self.store.commit(Commit(
+        change = Commit(
             events=[*self._pending_events, *([event] if event is not None else [])],
             meta={"state": self._state_meta(rounds_done, event)},
-            after=PoolState(self.pool_uids[keep], after.X[keep], after.target[keep],
-                            after.margin[keep], after.spent[keep]),
+            after=PoolState(*_kept(keep, self.pool_uids, after.X, after.target, after.margin,
+                                   after.spent)),
             new_keys=list(self._uncommitted_keys),
             retired=(self.pool_uids[retired], after.spent[retired]) if retired.any() else None,
             first_kept_round=rounds_done - n_trees,
-        ))
+        )
         self._pending_events, self._uncommitted_keys = [], []
+        if self._deferred is not None:
+            self._deferred.append(change)
+            return
+        self.store.commit(change)
         self.offsets = dict(self._merged_position)
+
+    @contextmanager
+    def group_commit(self) -> Iterator[None]:
+        """Commit every output of the block in one transaction at its end (then notify).
+
+        Rounds inside still run one after the other on the in-memory state, but nothing is
+        published and :meth:`predict_margin` refuses to answer until the group is durable,
+        so invariant 2 holds with one disk sync per block instead of one per round. A crash
+        inside the block loses the whole group, and the source re-reads its records.
+        """
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred, self._deferred_outputs = [], []
+        try:
+            yield
+            if self._deferred:
+                self.store.commit(self._deferred)
+                self.offsets = dict(self._merged_position)
+        finally:
+            outputs, self._deferred = self._deferred_outputs, None
+            self._deferred_outputs = []
+        for event in outputs:
+            self._notify(event)
 
     def _install(self, event: InitEvent | RoundEvent, after: RecordPool) -> None:
         """Make a committed output visible and compact the pool (retired keys leave)."""
@@ -431,9 +465,10 @@ class StreamEngine:
         self._slot[retired_uids] = -1
         self._status[retired_uids] = RETIRED
         self._ledger_spent[retired_uids] = after.spent[retired]
-        self.pool = RecordPool(after.X[keep], after.target[keep], after.margin[keep],
-                               after.spent[keep], np.zeros(int(keep.sum()), dtype=bool))
-        self.pool_uids = self.pool_uids[keep]
+        uids, X, target, margin, spent = _kept(keep, self.pool_uids, after.X, after.target,
+                                               after.margin, after.spent)
+        self.pool = RecordPool(X, target, margin, spent, np.zeros(uids.size, dtype=bool))
+        self.pool_uids = uids
         self._slot[self.pool_uids] = np.arange(self.pool_uids.size)
 
     def _state_meta(self, rounds_done: int, event: InitEvent | RoundEvent | None
@@ -494,6 +529,11 @@ class StreamEngine:
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """The committed model's margin for encoded rows (never an uncommitted tree)."""
+        if self._deferred:
+            raise RuntimeError("predictions wait until the group commit is durable")
+        return self._predict(X)
+
+    def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.ensemble.predict_margin(X)
 
     # ------------------------------------------------------------------ reporting
@@ -543,3 +583,11 @@ class StreamEngine:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _kept(keep: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """The rows of ``arrays`` that ``keep`` selects; the arrays themselves when it keeps all
+    (most rounds retire nobody, and copying the pool's features every round is the cost)."""
+    if keep.all():
+        return list(arrays)
+    return [a[keep] for a in arrays]

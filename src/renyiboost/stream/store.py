@@ -117,8 +117,8 @@ class StateStore:
         """The committed state, or None for a new store; refuses a different ``config``."""
         raise NotImplementedError
 
-    def commit(self, change: Commit) -> None:
-        """Make ``change`` durable atomically; return only once it is."""
+    def commit(self, change: Commit | list[Commit]) -> None:
+        """Make ``change`` (or several, in order) durable atomically; return once it is."""
         raise NotImplementedError
 
     def save_charge_grid(self, grid: np.ndarray) -> None:
@@ -148,7 +148,7 @@ class MemoryStore(StateStore):
     def load(self, config: str) -> Snapshot | None:
         return None
 
-    def commit(self, change: Commit) -> None:
+    def commit(self, change: Commit | list[Commit]) -> None:
         return None
 
 
@@ -315,25 +315,30 @@ class SQLiteStore(StateStore):
             [(name, json.dumps(value)) for name, value in values.items()],
         )
 
-    def commit(self, change: Commit) -> None:
+    def commit(self, change: Commit | list[Commit]) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            if change.new_keys:
-                db.executemany("INSERT INTO keys(uid, key) VALUES (?, ?)", change.new_keys)
-            for event in change.events:
-                self._append(event)
-            if change.retired is not None and change.retired[0].size:
-                db.execute("INSERT INTO retirements(uids, spent) VALUES (?, ?)",
-                           (_blob(change.retired[0], "<i8"), _blob(change.retired[1], "<f8")))
-            after = change.after
-            if self._event_bytes > self.snapshot_ratio * 24 * max(after.uids.size, 1_000):
-                self._snapshot(after, change.first_kept_round)
-            self._write_meta(change.meta)
+            for one in change if isinstance(change, list) else [change]:
+                self._apply(one)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _apply(self, change: Commit) -> None:
+        db = self._db
+        if change.new_keys:
+            db.executemany("INSERT INTO keys(uid, key) VALUES (?, ?)", change.new_keys)
+        for event in change.events:
+            self._append(event)
+        if change.retired is not None and change.retired[0].size:
+            db.execute("INSERT INTO retirements(uids, spent) VALUES (?, ?)",
+                       (_blob(change.retired[0], "<i8"), _blob(change.retired[1], "<f8")))
+        after = change.after
+        if self._event_bytes > self.snapshot_ratio * 24 * max(after.uids.size, 1_000):
+            self._snapshot(after, change.first_kept_round)
+        self._write_meta(change.meta)
 
     def _append(self, event: Event) -> None:
         db = self._db

@@ -37,6 +37,19 @@ def _produce(
     assert producer.flush(30) == 0
 
 
+def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
+    """Read a topic from the beginning until ``expected`` messages or the timeout."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(500, 1.0) if not m.error()]
+    consumer.close()
+    return got
+
+
 def _abalone_events(limit: int | None = None) -> list[tuple[bytes, bytes]]:
     source = InMemorySource("abalone", scenario="late", batch_size=500, limit=limit)
     events = []
@@ -106,14 +119,7 @@ def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tm
     engine.train(1)
     assert engine.privacy_report().n_active == 300  # every valid event trained
 
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"r-{topic}",
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-    consumer.subscribe([f"{topic}.dlq"])
-    got = []
-    deadline = time.monotonic() + 20
-    while len(got) < len(bad) and time.monotonic() < deadline:
-        got += [m for m in consumer.consume(100, 1.0) if not m.error()]
-    consumer.close()
+    got = _read(kafka_bootstrap, f"{topic}.dlq", len(bad))
     assert len(got) == len(bad)
     headers = sorted((dict(m.headers()) for m in got), key=lambda h: int(h["source.offset"]))
     assert [h["reason"].decode() for h in headers] == [
@@ -241,14 +247,7 @@ def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
     topic = _topic("replay")
     assert cli(["replay", "abalone", "--scenario", "late", "--to",
                 f"kafka://{kafka_bootstrap}/{topic}", "--limit", "400", "--rate", "4000"]) == 0
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"r-{topic}",
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-    consumer.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 20
-    while len(got) < 400 and time.monotonic() < deadline:
-        got += [m for m in consumer.consume(500, 1.0) if not m.error()]
-    consumer.close()
+    got = _read(kafka_bootstrap, topic, 400)
     assert len(got) == 400
     events = [json.loads(m.value()) for m in got]
     assert {m.key().decode() for m in got} == {e["key"] for e in events}

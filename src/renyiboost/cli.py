@@ -9,6 +9,7 @@ COMMANDS = {
     "demo": "replay a bundled data set under drift through the engine (the main job)",
     "train": "train continuously from a Kafka topic (or memory:DATASET) into a state file",
     "replay": "produce a bundled data set under a drift scenario into a Kafka topic",
+    "experiment": "a cached grid of prequential stream runs: tables and plots",
     "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
     "tune": "hyper-parameter search on training data only",
 }
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         return _replay(rest)
     if command == "demo":
         from renyiboost.experiments.demo import main as run
+    elif command == "experiment":
+        from renyiboost.experiments.grid import main as run
     elif command == "reproduce":
         from renyiboost.experiments.reproduce import main as run
     else:

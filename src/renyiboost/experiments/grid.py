@@ -1,0 +1,278 @@
+"""``renyiboost experiment``: a grid of prequential stream runs, cached, tabulated and plotted.
+
+A *cell* is one (data set, drift scenario, ε, method, repeat). Every cell replays the data
+set as a stream of batches (test-then-train, :mod:`renyiboost.stream.sources`) and records the
+prequential metric per batch: MAE for regression, error in percent for classification.
+Finished cells are cached as JSON under ``<out>/cells/`` so an interrupted grid resumes.
+Outputs: ``runs.csv`` (one row per cell and batch), ``summary.md`` (mean ± std over repeats of
+the stream-average metric) and PNG plots (metric vs ε per data set; metric over the stream
+per scenario).
+
+Methods so far:
+
+* ``irf`` — renyiboost with the individual Rényi filter (gradient-dependent charges);
+* ``constant`` — the same learner, every record charged the full-sensitivity price;
+* ``global`` — global accounting: T rounds in all, as a non-streaming DP-GBDT must;
+* ``sgt`` / ``arf`` — river's ``SGTRegressor`` / ``ARFClassifier`` (non-private; ε = ∞).
+
+Seed policy: repeat ``r`` uses noise seed ``r`` (reproducible, so the runs are test-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import sys
+import tomllib
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, replay
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sources import InMemorySource
+
+PRIVATE_METHODS = ("irf", "constant", "global")
+PEER_METHODS = ("sgt", "arf")
+
+
+class GridConfig(BaseModel):
+    """The grid; every list is one axis."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasets: list[str] = ["abalone"]
+    scenarios: list[str] = ["iid", "late"]
+    epsilons: list[float] = [0.5, 1.0]
+    methods: list[str] = ["irf", "constant", "global", "sgt"]
+    repeats: int = Field(2, ge=1)
+    batch_size: int = Field(250, ge=1)
+    train_every: int = Field(100, ge=1)
+    trees_per_trigger: int = Field(6, ge=1)
+    delta: float = Field(1e-6, gt=0, lt=1)
+    limit: int | None = Field(None, ge=1, description="records per stream (None: all)")
+    workers: int = Field(1, ge=1)
+    out: str = "out/experiment"
+
+
+def cells(config: GridConfig) -> list[dict[str, Any]]:
+    """Every cell of the grid; a non-private peer runs once per ε-free combination."""
+    out = []
+    for dataset in config.datasets:
+        for scenario in config.scenarios:
+            for method in config.methods:
+                epsilons = config.epsilons if method in PRIVATE_METHODS else [math.inf]
+                for epsilon in epsilons:
+                    for repeat in range(config.repeats):
+                        out.append({"dataset": dataset, "scenario": scenario, "method": method,
+                                    "epsilon": epsilon, "repeat": repeat})
+    return out
+
+
+def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
+    task = source.data.task
+    params = dict(DEMO_PARAMS[task])
+    if cell["method"] == "constant":
+        params["individual_filter"] = False
+    elif cell["method"] == "global":
+        params["individual_filter"] = False
+        params["max_rounds"] = params["rounds"]
+    engine = StreamEngine(
+        EngineConfig(public_schema=source.schema,
+                     params=SGBDTParams(task=task, epsilon=cell["epsilon"], delta=config.delta,
+                                        **params),
+                     train_every=config.train_every, trees_per_trigger=config.trees_per_trigger,
+                     warmup=config.train_every),
+        seed=cell["repeat"],
+    )
+    return replay(engine, source)
+
+
+def _peer_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
+    from river import forest, tree
+
+    task = source.data.task
+    if cell["method"] == "sgt":
+        if task != "regression":
+            raise ValueError("sgt is river's SGTRegressor: regression data sets only")
+        model: Any = tree.SGTRegressor()  # deterministic: no seed to set
+    else:
+        if task != "classification":
+            raise ValueError("arf is river's ARFClassifier: classification data sets only")
+        model = forest.ARFClassifier(seed=cell["repeat"])
+    history, seen = [], 0
+    for index, batch in enumerate(source):
+        xs = [source.schema.decode_row(row) for row in batch.X]
+        if task == "regression":
+            prediction = np.array([model.predict_one(x) or 0.0 for x in xs], dtype=float)
+        else:
+            prediction = np.array([model.predict_proba_one(x).get(True, 0.0) for x in xs])
+        seen += batch.y.size
+        history.append({"batch": index, "seen": seen,
+                        **batch_metrics(task, batch.y, prediction)})
+        for x, y in zip(xs, batch.y, strict=True):
+            model.learn_one(x, bool(y) if task == "classification" else float(y))
+    return history
+
+
+RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[dict]]] = {
+    **dict.fromkeys(PRIVATE_METHODS, _private_run),
+    **dict.fromkeys(PEER_METHODS, _peer_run),
+}
+
+
+def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
+    fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
+                                       "delta", "limit"})
+    text = json.dumps({**cell, **fixed}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_cell(job: tuple[dict[str, Any], GridConfig]) -> dict[str, Any]:
+    """Run (or load from the cache) one cell."""
+    cell, config = job
+    path = Path(config.out) / "cells" / f"{_cell_id(cell, config)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    warnings.simplefilter("ignore", TestingOnlyWarning)
+    source = InMemorySource(cell["dataset"], scenario=cell["scenario"],
+                            batch_size=config.batch_size, limit=config.limit,
+                            seed=cell["repeat"])
+    history = RUNNERS[cell["method"]](cell, config, source)
+    metric = "mae" if source.data.task == "regression" else "error"
+    result = {**cell, "metric": metric, "delta": config.delta, "seed": cell["repeat"],
+              "history": [{"seen": h["seen"], "value": h[metric]} for h in history],
+              "mean": float(np.mean([h[metric] for h in history]))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result
+
+
+def run_grid(config: GridConfig, progress: bool = True) -> list[dict[str, Any]]:
+    jobs = [(cell, config) for cell in cells(config)]
+    results = []
+    if config.workers > 1:
+        with ProcessPoolExecutor(max_workers=config.workers) as pool:
+            for i, result in enumerate(pool.map(run_cell, jobs)):
+                results.append(result)
+                _tick(progress, i + 1, len(jobs))
+    else:
+        for i, job in enumerate(jobs):
+            results.append(run_cell(job))
+            _tick(progress, i + 1, len(jobs))
+    if progress:
+        sys.stderr.write("\n")
+    write_outputs(results, Path(config.out))
+    return results
+
+
+def _tick(progress: bool, done: int, total: int) -> None:
+    if progress:
+        filled = 30 * done // total
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} cells")
+        sys.stderr.flush()
+
+
+def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean ± std over repeats of each cell's stream-average metric."""
+    groups: dict[tuple, list[float]] = {}
+    for r in results:
+        groups.setdefault((r["dataset"], r["scenario"], r["epsilon"], r["method"], r["metric"]),
+                          []).append(r["mean"])
+    return [{"dataset": d, "scenario": s, "epsilon": e, "method": m, "metric": metric,
+             "mean": float(np.mean(v)), "std": float(np.std(v)), "repeats": len(v)}
+            for (d, s, e, m, metric), v in sorted(groups.items(), key=lambda kv: str(kv[0]))]
+
+
+def write_outputs(results: list[dict[str, Any]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "runs.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["dataset", "scenario", "epsilon", "delta", "method", "repeat", "seed",
+                         "metric", "seen", "value"])
+        for r in results:
+            for h in r["history"]:
+                writer.writerow([r["dataset"], r["scenario"], r["epsilon"], r["delta"],
+                                 r["method"], r["repeat"], r["seed"], r["metric"], h["seen"],
+                                 h["value"]])
+    rows = summarise(results)
+    lines = ["| data set | scenario | ε | method | prequential metric (mean ± std) | repeats |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['dataset']} | {r['scenario']} | {r['epsilon']:g} | {r['method']} | "
+              f"{r['metric']} {r['mean']:.3f} ± {r['std']:.3f} | {r['repeats']} |" for r in rows]
+    delta = results[0]["delta"] if results else "-"
+    (out / "summary.md").write_text(
+        f"Stream-average prequential metric; δ = {delta}; seed policy: repeat r uses noise "
+        f"seed r (test-only).\n\n" + "\n".join(lines) + "\n")
+    _plots(results, rows, out)
+
+
+def _plots(results: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for dataset in sorted({r["dataset"] for r in rows}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for (scenario, method) in sorted({(r["scenario"], r["method"]) for r in rows
+                                          if r["dataset"] == dataset}):
+            pts = sorted((r["epsilon"], r["mean"]) for r in rows if r["dataset"] == dataset
+                         and r["scenario"] == scenario and r["method"] == method
+                         and math.isfinite(r["epsilon"]))
+            if pts:
+                ax.plot(*zip(*pts, strict=True), "o-", label=f"{method} ({scenario})")
+        ax.set(xscale="log", xlabel="ε", ylabel=rows[0]["metric"], title=f"{dataset}: metric vs ε")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / f"{dataset}_vs_epsilon.png", dpi=90)
+        plt.close(fig)
+    for scenario in sorted({r["scenario"] for r in results}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        chosen = [r for r in results if r["scenario"] == scenario and r["repeat"] == 0]
+        top = max((r["epsilon"] for r in chosen if math.isfinite(r["epsilon"])), default=math.inf)
+        for r in chosen:
+            if r["epsilon"] in (top, math.inf):
+                ax.plot([h["seen"] for h in r["history"]], [h["value"] for h in r["history"]],
+                        label=f"{r['dataset']} {r['method']} ε={r['epsilon']:g}")
+        ax.set(xlabel="records seen", ylabel="prequential metric", title=f"scenario '{scenario}'")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / f"stream_{scenario}.png", dpi=90)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="renyiboost experiment",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="TOML file with GridConfig's keys")
+    parser.add_argument("--datasets", nargs="+")
+    parser.add_argument("--scenarios", nargs="+")
+    parser.add_argument("--epsilons", nargs="+", type=float)
+    parser.add_argument("--methods", nargs="+", choices=sorted(RUNNERS))
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    data = tomllib.loads(Path(args.config).read_text()) if args.config else {}
+    data.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
+    config = GridConfig(**data)
+    results = run_grid(config)
+    print((Path(config.out) / "summary.md").read_text())
+    print(f"{len(results)} cells; outputs in {config.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -144,19 +144,22 @@ class KafkaTrainer:
 
     def _process(self, messages: list[Message]) -> None:
         """Validate a batch, dead-letter the bad events and feed the good ones in order."""
-        valid: list[Parsed] = []
-        positions: list[tuple[str, int]] = []
+        good = []
         for message in messages:
             if message.error():
                 if message.error().code() not in _TRANSIENT:
                     raise RuntimeError(f"Kafka error: {message.error()}")
                 continue
+            good.append(message)
+        results = self.parser.parse_batch([m.value() for m in good], [m.key() for m in good])
+        valid: list[Parsed] = []
+        positions: list[tuple[str, int]] = []
+        for message, parsed in zip(good, results, strict=True):
             where = (message.topic(), message.partition())
             name = self._partition_names.get(where)
             if name is None:
                 name = self._partition_names[where] = f"{where[0]}:{where[1]}"
             position = (name, message.offset() + 1)
-            parsed = self.parser.parse(message.value(), message.key())
             if isinstance(parsed, Parsed):
                 valid.append(parsed)
                 positions.append(position)
@@ -170,7 +173,8 @@ class KafkaTrainer:
         """Encode a run of valid events in one pass and hand them to the engine."""
         if valid:
             rows = self.engine.schema.encode_validated([p.features for p in valid])
-            self.engine.add(rows, [p.label for p in valid], [p.key for p in valid], positions)
+            self.engine.add(rows, [p.label for p in valid], [p.key for p in valid], positions,
+                            labels_checked=True)  # the parser ran engine.check_label
 
     def _dead_letter(self, message: Message, parsed: Rejected, position: tuple[str, int]) -> None:
         self.dead_letters[parsed.reason] += 1

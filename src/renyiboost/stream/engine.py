@@ -191,13 +191,21 @@ class StreamEngine:
 
     def _new_uid(self) -> int:
         uid = self._next_uid
-        self._next_uid += 1
-        if uid >= self._status.size:
-            grow = max(1024, self._status.size)
+        if uid < self._status.size:  # the common case, without numpy
+            self._next_uid += 1
+            return uid
+        return int(self._new_uids(1)[0])
+
+    def _new_uids(self, n: int) -> np.ndarray:
+        """Allocate ``n`` fresh uids (generated keys never repeat), growing the ledger."""
+        first = self._next_uid
+        self._next_uid += n
+        if self._next_uid > self._status.size:
+            grow = max(1024, self._status.size, self._next_uid - self._status.size)
             self._status = np.concatenate([self._status, np.zeros(grow, np.int8)])
             self._slot = np.concatenate([self._slot, np.full(grow, -1, np.int64)])
             self._ledger_spent = np.concatenate([self._ledger_spent, np.zeros(grow)])
-        return uid
+        return np.arange(first, self._next_uid, dtype=np.int64)
 
     def add(
         self,
@@ -206,17 +214,20 @@ class StreamEngine:
         keys: list[Any] | None = None,
         positions: list[tuple[str, int]] | None = None,
         unknown_features: int = 0,
+        *,
+        labels_checked: bool = False,
     ) -> None:
         """Buffer encoded rows (validated by the caller) and fire triggers.
 
         ``targets`` are raw labels, all checked by :meth:`check_label` before any row is
-        buffered. ``positions`` gives, per record, ``(source partition, next offset)``; the
+        buffered (``labels_checked=True``: the caller already did, label by label). ``positions`` gives, per record, ``(source partition, next offset)``; the
         position reached by the records merged into a round is committed with it. Rows are
         copied. Triggers fire at the same record counts whatever the batching, so
         ``learn_many`` equals a ``learn_one`` loop.
         """
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
-        labels = [self.check_label(y) for y in np.asarray(targets).reshape(-1)]
+        raw = targets if isinstance(targets, list) else np.asarray(targets).reshape(-1).tolist()
+        labels = raw if labels_checked else [self.check_label(y) for y in raw]
         if rows.shape != (len(labels), self.schema.n_features):
             raise ValueError(
                 f"rows must have shape ({len(labels)}, {self.schema.n_features}), got {rows.shape}"
@@ -226,8 +237,10 @@ class StreamEngine:
                 raise ValueError(f"got {len(given)} {name} for {len(labels)} rows")
         self.counters["unknown_features"] += int(unknown_features)
         n = len(labels)
-        uids = np.array([self._uid_for(None if keys is None else key)
-                         for key in (keys if keys is not None else range(n))], dtype=np.int64)
+        if keys is None:
+            uids = self._new_uids(n)
+        else:
+            uids = np.array([self._uid_for(key) for key in keys], dtype=np.int64)
         every, start = self.config.train_every, 0
         while start < n:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.
@@ -495,8 +508,7 @@ class StreamEngine:
         self.counters.update(meta["counters"])
         self.booster.noise.set_state(meta["rng"])
         self._keys = dict(snap.keys)
-        while self._next_uid < int(meta["next_uid"]):  # grow the by-uid arrays
-            self._new_uid()
+        self._new_uids(int(meta["next_uid"]))  # grow the by-uid arrays
         self._status[snap.retired_uids] = RETIRED
         self._ledger_spent[snap.retired_uids] = snap.retired_spent
         pool = snap.pool

@@ -22,7 +22,8 @@ budgets and margins come back bit for bit. A snapshot (uids, margins, spent) is 
 the events since the last one outweigh it four times; old events, dead feature rows and
 trees outside ``max_trees`` are deleted then.
 
-Tables: ``meta`` (JSON), ``keys`` (user keys and their uids), ``retirements`` (blobs of
+Tables: ``meta`` (JSON), ``keys`` (per commit, the user keys first seen and their uids: one
+row a commit, not a row a key), ``retirements`` (blobs of
 retired uids and final spent), ``segments`` (append-only blobs of merged rows: uids, features,
 targets; the newest row of a uid wins), ``trees``, ``events`` and ``snapshot``.
 """
@@ -154,7 +155,8 @@ class MemoryStore(StateStore):
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS keys(uid INTEGER PRIMARY KEY, key TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS keys(batch INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
+                                names TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS retirements(batch INTEGER PRIMARY KEY AUTOINCREMENT,
                                        uids BLOB NOT NULL, spent BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
@@ -256,7 +258,9 @@ class SQLiteStore(StateStore):
         events = [self._event(kind, json.loads(info), data, k, 2**depth - 1)
                   for kind, info, data in self._db.execute(
                       "SELECT kind, info, data FROM events WHERE seq > ? ORDER BY seq", (seq,))]
-        keys = {key: int(uid) for uid, key in self._db.execute("SELECT uid, key FROM keys")}
+        keys: dict[str, int] = {}
+        for uids_blob, names in self._db.execute("SELECT uids, names FROM keys ORDER BY batch"):
+            keys.update(zip(json.loads(names), _array(uids_blob, "<i8").tolist(), strict=True))
         batches = self._db.execute("SELECT uids, spent FROM retirements ORDER BY batch").fetchall()
         grid = self._meta("charge_grid")
         return Snapshot(
@@ -329,7 +333,9 @@ class SQLiteStore(StateStore):
     def _apply(self, change: Commit) -> None:
         db = self._db
         if change.new_keys:
-            db.executemany("INSERT INTO keys(uid, key) VALUES (?, ?)", change.new_keys)
+            uids, names = zip(*change.new_keys, strict=True)
+            db.execute("INSERT INTO keys(uids, names) VALUES (?, ?)",
+                       (_blob(np.asarray(uids), "<i8"), json.dumps(names)))
         for event in change.events:
             self._append(event)
         if change.retired is not None and change.retired[0].size:

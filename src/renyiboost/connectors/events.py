@@ -132,7 +132,26 @@ class EventParser:
             events = self._batch_adapter.validate_python(values)
         except ValidationError:
             return [self.parse(v, k) for v, k in zip(values, message_keys, strict=True)]
-        return [self._finish(e, k) for e, k in zip(events, message_keys, strict=True)]
+        return self._finish_many(events, message_keys)
+
+    def _finish_many(
+        self, events: list[dict[str, Any]], message_keys: list[bytes | None]
+    ) -> list[Parsed | Rejected]:
+        """:meth:`_finish` over a batch, with the per-event work kept to dict lookups."""
+        fmt = self.format
+        key_field, features_field, label_field = fmt.key_field, fmt.features_field, fmt.label_field
+        check = self.label_check
+        out: list[Parsed | Rejected] = []
+        for event, message_key in zip(events, message_keys, strict=True):
+            key = event.get(key_field)
+            if type(key) is not str:
+                out.append(self._finish(event, message_key))
+                continue
+            try:
+                out.append(Parsed(key, event[features_field], check(event[label_field])))
+            except ValueError as error:
+                out.append(Rejected("label", str(error)[:500]))
+        return out
 
     def parse(self, value: bytes | None, message_key: bytes | None = None) -> Parsed | Rejected:
         """Validate one message value; the payload's key wins over the message key."""

@@ -240,7 +240,12 @@ class StreamEngine:
         if keys is None:
             uids = self._new_uids(n)
         else:
-            uids = np.array([self._uid_for(key) for key in keys], dtype=np.int64)
+            get = self._keys.get
+            found = [get(key) if type(key) is str else None for key in keys]
+            if None in found:  # new or non-string keys: the slow path, in order
+                found = [self._uid_for(key) if uid is None else uid
+                         for key, uid in zip(keys, found, strict=True)]
+            uids = np.array(found, dtype=np.int64)
         every, start = self.config.train_every, 0
         while start < n:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.

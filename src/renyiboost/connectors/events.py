@@ -40,7 +40,6 @@ from renyiboost.schema import PublicSchema
 #: (``Field(allow_inf_nan=False)`` on the union would run a Python validator per value).
 Number = Annotated[float, Strict(), AllowInfNan(False)] | StrictInt
 Category = StrictStr | StrictInt | StrictBool
-REASONS = ("oversize", "json", "schema", "missing_key", "label")
 
 
 class EventFormat(BaseModel):

@@ -27,11 +27,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
 from renyiboost.connectors.events import EventFormat, EventParser, Parsed, Rejected
+from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
@@ -192,8 +200,6 @@ class KafkaTrainer:
 
     def _commit_informational(self) -> None:
         """Tell the group where the durable state is (monitoring only; never read back)."""
-        from confluent_kafka import TopicPartition
-
         offsets = [TopicPartition(tp.split(":")[0], int(tp.split(":")[1]), int(offset))
                    for tp, offset in self.engine.offsets.items()]
         try:
@@ -344,8 +350,7 @@ class ModelFollower:
         margin = float(self.predict_margin([x])[0])
         if self.task == "classification":
             return margin > 0.0
-        lo, hi = self.schema.target_bounds  # type: ignore[union-attr,misc]
-        return lo + (min(max(margin, -1.0), 1.0) + 1.0) * (hi - lo) / 2.0
+        return float(unscale_margin(margin, self.schema.target_bounds))  # type: ignore[union-attr,arg-type]
 
     def predict_proba_one(self, x: Mapping[str, Any]) -> dict[bool, float]:
         p = float(expit(self.predict_margin([x])[0]))
@@ -359,4 +364,5 @@ def event_json(key: str, x: Mapping[str, Any], y: float | bool,
                event_format: EventFormat | None = None) -> bytes:
     """Serialise one event in the default (or given) format."""
     fmt = event_format or EventFormat()
-    return json.dumps({fmt.key_field: key, fmt.features_field: dict(x), fmt.label_field: y}).encode()
+    event = {fmt.key_field: key, fmt.features_field: dict(x), fmt.label_field: y}
+    return json.dumps(event).encode()

@@ -47,7 +47,7 @@ def predict(engine: StreamEngine, X: np.ndarray) -> np.ndarray:
     """Predictions of the committed model on the label's scale (probabilities for 0/1)."""
     margin = engine.predict_margin(X)
     if engine.config.params.task == "regression":
-        return engine.booster.loss.unscale(np.clip(margin, -1.0, 1.0))
+        return engine.booster.loss.unscale(margin)
     return 1.0 / (1.0 + np.exp(-margin))
 
 
@@ -97,9 +97,7 @@ def plot(history: list[dict[str, Any]], engine: StreamEngine, path: Path, title:
     axes[0].legend()
     cal = engine.booster.calibration
     if cal is not None:
-        retired = engine._status[: engine._next_uid] == 2
-        spent = np.concatenate([engine.pool.spent, engine._ledger_spent[: engine._next_uid][retired]])
-        axes[1].hist(spent / cal.budget_rdp, bins=40, range=(0, 1))
+        axes[1].hist(engine.spent_rdp() / cal.budget_rdp, bins=40, range=(0, 1))
     axes[1].set(xlabel="spent / budget", ylabel="keys", title="individual budgets")
     axes[2].plot(seen, [h["n_retired"] for h in history], label="retired")
     axes[2].plot(seen, [h["n_active"] for h in history], label="active")

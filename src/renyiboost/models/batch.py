@@ -13,6 +13,7 @@ import numpy as np
 from scipy.special import expit
 
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.schema import PublicSchema
 
@@ -100,8 +101,7 @@ class SGBDT:
     def predict(self, X: np.ndarray) -> np.ndarray:
         margin = self.decision_function(X)
         if self.params.task == "regression":
-            lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            return lo + (np.clip(margin, -1.0, 1.0) + 1.0) * (hi - lo) / 2.0
+            return unscale_margin(margin, self.schema.target_bounds)  # type: ignore[arg-type]
         return (margin > 0).astype(np.int64)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:

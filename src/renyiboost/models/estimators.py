@@ -199,8 +199,7 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     _task = "regression"
 
     def _unscale(self, margin: np.ndarray) -> np.ndarray:
-        lo, hi = self.target_bounds  # type: ignore[misc]
-        return lo + (np.clip(margin, -1.0, 1.0) + 1.0) * (hi - lo) / 2.0
+        return self._engine.booster.loss.unscale(margin)
 
     def predict_one(self, x: dict, **kwargs: Any) -> float:
         return float(self._unscale(self._engine.predict_margin(self._encode_one(x)))[0])

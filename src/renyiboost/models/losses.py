@@ -24,6 +24,13 @@ class LeafStatistics:
     grad_ratio: np.ndarray  # b = |grad| / grad_clip, in [0, 1]
 
 
+def unscale_margin(margin: np.ndarray | float, bounds: tuple[float, float]) -> np.ndarray:
+    """A regression prediction: the margin clipped to [−1, 1], mapped back to the public
+    target bounds (the inverse of :meth:`SquaredLoss.scale`)."""
+    lo, hi = bounds
+    return lo + (np.clip(np.asarray(margin, dtype=float), -1.0, 1.0) + 1.0) * (hi - lo) / 2.0
+
+
 @dataclass(frozen=True)
 class SquaredLoss:
     """½(F − y)² on labels scaled to [−1, 1] by the *public* target bounds.
@@ -42,7 +49,8 @@ class SquaredLoss:
         return 2.0 * (y - self.lower) / (self.upper - self.lower) - 1.0
 
     def unscale(self, margin: np.ndarray) -> np.ndarray:
-        return self.lower + (np.asarray(margin) + 1.0) * (self.upper - self.lower) / 2.0
+        """Predictions on the label's scale (see :func:`unscale_margin`)."""
+        return unscale_margin(margin, (self.lower, self.upper))
 
     def statistics(self, margin: np.ndarray, target: np.ndarray) -> LeafStatistics:
         grad = np.clip(margin - target, -self.grad_clip, self.grad_clip)

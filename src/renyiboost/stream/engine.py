@@ -220,7 +220,8 @@ class StreamEngine:
         """Buffer encoded rows (validated by the caller) and fire triggers.
 
         ``targets`` are raw labels, all checked by :meth:`check_label` before any row is
-        buffered (``labels_checked=True``: the caller already did, label by label). ``positions`` gives, per record, ``(source partition, next offset)``; the
+        buffered (``labels_checked=True``: the caller already did, label by label).
+        ``positions`` gives, per record, ``(source partition, next offset)``; the
         position reached by the records merged into a round is committed with it. Rows are
         copied. Triggers fire at the same record counts whatever the batching, so
         ``learn_many`` equals a ``learn_one`` loop.
@@ -571,10 +572,14 @@ class StreamEngine:
             spent = 0.0
         return KeyBudget(key=name, status=KEY_STATUS[status], spent_rdp=spent, budget_rdp=budget)
 
+    def spent_rdp(self) -> np.ndarray:
+        """Spent RDP of every key that ever trained: the active pool, then the retired."""
+        retired = self._status[: self._next_uid] == RETIRED
+        return np.concatenate([self.pool.spent, self._ledger_spent[: self._next_uid][retired]])
+
     def privacy_report(self) -> PrivacyReport:
         cal = self.booster.calibration
-        retired = self._status[: self._next_uid] == RETIRED
-        spent = np.concatenate([self.pool.spent, self._ledger_spent[: self._next_uid][retired]])
+        spent = self.spent_rdp()
         quantiles: dict[str, float] = {}
         if cal is not None and spent.size:
             for q in (0.5, 0.9, 0.99, 1.0):
@@ -591,7 +596,7 @@ class StreamEngine:
             n_trees=self.ensemble.n_trees,
             rounds_done=self.booster.rounds_done,
             n_active=len(self.pool),
-            n_retired=int(retired.sum()),
+            n_retired=int(spent.size - len(self.pool)),
             n_dropped=self.counters["dropped"],
             n_pending=self.n_pending,
             n_unknown_features=self.counters["unknown_features"],

@@ -127,20 +127,14 @@ class StateStore:
 
     def get_meta(self, name: str) -> Any:
         """A small value kept beside the state (e.g. the last published model version)."""
-        return self._side.get(name)
+        raise NotImplementedError
 
     def set_meta(self, name: str, value: Any) -> None:
         """Durably record a small value outside any round (its own transaction)."""
-        self._side[name] = value
+        raise NotImplementedError
 
     def close(self) -> None:
         """Release the store's resources."""
-
-    @property
-    def _side(self) -> dict[str, Any]:
-        if not hasattr(self, "_side_values"):
-            self._side_values: dict[str, Any] = {}
-        return self._side_values
 
 
 class MemoryStore(StateStore):
@@ -149,8 +143,17 @@ class MemoryStore(StateStore):
     def load(self, config: str) -> Snapshot | None:
         return None
 
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+
     def commit(self, change: Commit | list[Commit]) -> None:
         return None
+
+    def get_meta(self, name: str) -> Any:
+        return self._values.get(name)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self._values[name] = value
 
 
 _SCHEMA = """

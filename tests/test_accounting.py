@@ -108,8 +108,8 @@ def test_epsilon_matches_dp_accounting_accountant(q, z, rounds, delta) -> None:
     orders = [float(a) for a in range(2, 257)]
     acc = dpa.RdpAccountant(orders=orders)
     acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), rounds)
-    ref_eps, ref_order = acc.get_epsilon_and_optimal_order(delta)
-    eps, order = rdp_to_dp(orders, rounds * subsampled_gaussian_rdp(q, z, orders), delta)
+    ref_eps, _ref_order = acc.get_epsilon_and_optimal_order(delta)
+    eps, _order = rdp_to_dp(orders, rounds * subsampled_gaussian_rdp(q, z, orders), delta)
     assert eps == pytest.approx(ref_eps, rel=1e-9, abs=1e-12)
 
 

@@ -78,7 +78,7 @@ def test_tree_structure_never_depends_on_data() -> None:
 
 
 def test_vectorised_prediction_equals_the_naive_walk() -> None:
-    X, y = _data(300)
+    X, _y = _data(300)
     X[::7, 0] = np.nan  # missing values take the fixed right branch
     X[::11, 2] = np.nan
     model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=12, depth=3, sampling_rate=1.0)
@@ -163,6 +163,36 @@ def test_leaf_noise_has_the_calibrated_standard_deviation() -> None:
     assert np.std(sums) == pytest.approx(expected, rel=0.03)
     # and the release uses that same number
     assert booster.release.sum_noise_std(params.grad_clip) == pytest.approx(expected)
+
+
+def test_static_leaf_noise_releases_the_noisy_mean_and_charges_everyone_in_full() -> None:
+    """SLN (the ablation baseline): leaf = −lr·(Σg/(n + λ) + N(0, (g*/(1 + λ)·σ/√2)²)),
+    and each record pays the full-sensitivity price whatever its gradient."""
+    X, y = _data(3000)
+    exact = SGBDTBooster(SGBDTParams(epsilon=None, rounds=1, depth=0, sampling_rate=1.0,
+                                     leaf_noise="static", reg_lambda=4.0), SCHEMA, seed=0)
+    pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), exact.loss.scale(y))
+    grad = exact.loss.statistics(pool.margin, pool.target).grad
+    leaves = exact.plan_round(pool).leaves
+    assert leaves[0] == pytest.approx(-0.1 * grad.sum() / (grad.size + 4.0))
+
+    params = SGBDTParams(epsilon=1.0, rounds=30, depth=6, learning_rate=1.0, reg_lambda=2.0,
+                         grad_clip=0.5, sampling_rate=1.0, leaf_noise="static", init_share=0.0)
+    booster = SGBDTBooster(params, SCHEMA, seed=1)
+    pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), booster.loss.scale(y))
+    pool.margin = pool.target.copy()  # zero gradients: the leaves are pure noise
+    values = []
+    for _ in range(30):
+        outcome = booster.plan_round(pool)
+        values.append(outcome.leaves)
+        booster.apply_round(pool, outcome)
+        pool.margin = pool.target.copy()
+    expected = 0.5 / 3.0 * booster.calibration.sigma / np.sqrt(2.0)
+    assert np.std(np.concatenate(values)) == pytest.approx(expected, rel=0.05)
+    assert np.ptp(pool.spent) == 0.0  # zero gradients, yet everyone paid the same full price
+    assert booster.plan_round(pool).n_eligible == 0  # T = 30 full-price rounds, no more
+    with pytest.raises(ValueError, match="count leaves"):
+        SGBDTParams(task="classification", hess_clip=0.25, leaf_noise="static")
 
 
 def test_newton_statistics_are_functions_of_the_gradient() -> None:

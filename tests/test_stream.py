@@ -35,9 +35,9 @@ def _stream(n: int, seed: int = 0) -> list[tuple[dict, float]]:
 
 
 def _regressor(**kwargs) -> SGBDTRegressor:
-    params = dict(features=FEATURES, target_bounds=(0.0, 3.0), epsilon=1.0, rounds=6, depth=2,
-                  sampling_rate=0.5, learning_rate=0.5, grad_clip=0.5, train_every=25,
-                  warmup=25, seed=7)
+    params = {"features": FEATURES, "target_bounds": (0.0, 3.0), "epsilon": 1.0, "rounds": 6, "depth": 2,
+                  "sampling_rate": 0.5, "learning_rate": 0.5, "grad_clip": 0.5, "train_every": 25,
+                  "warmup": 25, "seed": 7}
     return SGBDTRegressor(**(params | kwargs))
 
 

@@ -38,10 +38,10 @@ def _train(argv: list[str]) -> int:
 
 def _replay(argv: list[str]) -> int:
     from renyiboost.connectors.service import run_replay
-    from renyiboost.stream.sources import SCENARIOS
+    from renyiboost.stream.sources import SCENARIOS, STREAM_DATASETS
 
     parser = argparse.ArgumentParser(prog="renyiboost replay", description=COMMANDS["replay"])
-    parser.add_argument("dataset", choices=["abalone", "adult", "elec2", "california", "agrawal"])
+    parser.add_argument("dataset", choices=STREAM_DATASETS)
     parser.add_argument("--scenario", default="iid", choices=SCENARIOS)
     parser.add_argument("--to", required=True, help="kafka://host:port/topic")
     parser.add_argument("--rate", type=float, default=0.0, help="events per second (0: max)")

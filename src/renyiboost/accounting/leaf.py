@@ -17,6 +17,14 @@ is *exactly* a 1-D Gaussian mechanism with noise multiplier
 and per tree, before subsampling, ``ρ(α) = α·s²/σ²``. A record falls in one leaf only, so
 all leaves of a tree together cost the same (parallel composition). ``s²`` is the record's
 *individual* squared sensitivity that the Rényi filter charges for.
+
+The ablation baseline, *static* leaf noise (SLN, the DPBoost-style release that S-GBDT's
+dynamic leaf noise scaling improves on): the count is not released; the leaf value
+``Σg/(n + λ)`` itself gets Gaussian noise scaled to its worst-case sensitivity
+``g*/(1 + λ)`` (Li et al. 2020, DPBoost, Lemma 2; it holds for every n ≥ 0), so its noise
+does not shrink as leaves fill up. Giving it std ``g*/(1 + λ)·σ/√2`` makes one static tree
+cost exactly what one dynamic tree costs a full-sensitivity record (s² = 1), so the two
+compare at equal ε and the same calibration.
 """
 
 from __future__ import annotations
@@ -54,6 +62,11 @@ class LeafRelease:
     def sum_noise_std(self, grad_clip: float) -> float:
         """Std of the noise on the clipped-gradient sum (sensitivity ``grad_clip``)."""
         return grad_clip * self.sigma / math.sqrt(2.0 * self.grad_share)
+
+    def static_value_noise_std(self, grad_clip: float, reg_lambda: float) -> float:
+        """Std of the noise on a static (SLN) leaf value ``Σg/(n + λ)``: sensitivity
+        ``grad_clip/(1 + λ)`` times ``σ/√2``, the noise multiplier of s² = 1."""
+        return grad_clip / (1.0 + reg_lambda) * self.sigma / math.sqrt(2.0)
 
     def sensitivity2(
         self, count_ratio: float | np.ndarray, grad_ratio: float | np.ndarray

@@ -22,15 +22,20 @@ import numpy as np
 from renyiboost.experiments.metrics import error_rate, r2_score
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.sources import LATE_SUBPOPULATIONS, SCENARIOS, InMemorySource
+from renyiboost.stream.sources import (
+    LATE_SUBPOPULATIONS,
+    SCENARIOS,
+    STREAM_DATASETS,
+    InMemorySource,
+)
 
 #: Learner settings of the demo per task (public, chosen for a short stream at ε = 1).
 DEMO_PARAMS: dict[str, dict[str, Any]] = {
-    "regression": dict(rounds=30, depth=3, learning_rate=0.2, sampling_rate=0.2,
-                       grad_clip=0.3, reg_lambda=30.0, count_share=0.3, init_share=0.1),
-    "classification": dict(rounds=30, depth=4, learning_rate=0.2, sampling_rate=0.2,
-                           grad_clip=0.5, hess_clip=0.25, reg_lambda=5.0, count_share=0.1,
-                           init_share=0.05, feature_selection="cyclic", split_candidates=32),
+    "regression": {"rounds": 30, "depth": 3, "learning_rate": 0.2, "sampling_rate": 0.2,
+                       "grad_clip": 0.3, "reg_lambda": 30.0, "count_share": 0.3, "init_share": 0.1},
+    "classification": {"rounds": 30, "depth": 4, "learning_rate": 0.2, "sampling_rate": 0.2,
+                           "grad_clip": 0.5, "hess_clip": 0.25, "reg_lambda": 5.0, "count_share": 0.1,
+                           "init_share": 0.05, "feature_selection": "cyclic", "split_candidates": 32},
 }
 
 
@@ -119,7 +124,7 @@ def _progress(done: int, total: int, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="renyiboost demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="abalone",
-                        choices=["abalone", "adult", "elec2", "california", "agrawal"])
+                        choices=STREAM_DATASETS)
     parser.add_argument("--scenario", default="late", choices=SCENARIOS)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)

@@ -13,9 +13,17 @@ Methods so far:
 * ``irf`` — renyiboost with the individual Rényi filter (gradient-dependent charges);
 * ``constant`` — the same learner, every record charged the full-sensitivity price;
 * ``global`` — global accounting: T rounds in all, as a non-streaming DP-GBDT must;
-* ``sgt`` / ``arf`` — river's ``SGTRegressor`` / ``ARFClassifier`` (non-private; ε = ∞).
+* ``sln`` — the learner with static leaf noise (count not released), the leaf-noise ablation;
+* ``sgt`` / ``arf`` — river's ``SGTRegressor`` / ``ARFClassifier`` (non-private; ε = ∞);
+* ``dpebm``, ``dpebm_tuned``, ``dprf``, ``xgboost`` — batch peers
+  (:mod:`renyiboost.experiments.peers`) refitted ``refits`` times on everything the stream
+  had delivered so far and predicting the batches until the next refit (before the first
+  fit: the public midpoint of the target, or class 0). A DP batch peer that publishes k
+  models of overlapping data must split its budget: each fit gets (ε/k, δ/k) (basic
+  composition), so every method's total is the cell's ε.
 
 Seed policy: repeat ``r`` uses noise seed ``r`` (reproducible, so the runs are test-only).
+``--preset paper`` runs :mod:`renyiboost.experiments.paper` instead of a grid.
 """
 
 from __future__ import annotations
@@ -30,19 +38,22 @@ import tomllib
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, replay
+from renyiboost.experiments.peers import NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.sources import InMemorySource
+from renyiboost.stream.sources import SYNTHETIC, InMemorySource
 
-PRIVATE_METHODS = ("irf", "constant", "global")
+PRIVATE_METHODS = ("irf", "constant", "global", "sln")
 PEER_METHODS = ("sgt", "arf")
 
 
@@ -61,17 +72,40 @@ class GridConfig(BaseModel):
     trees_per_trigger: int = Field(6, ge=1)
     delta: float = Field(1e-6, gt=0, lt=1)
     limit: int | None = Field(None, ge=1, description="records per stream (None: all)")
+    refits: int = Field(4, ge=1, description="fits of a batch peer along the stream")
     workers: int = Field(1, ge=1)
     out: str = "out/experiment"
 
 
+#: Methods that handle one task only.
+TASK_OF_METHOD = {"sgt": "regression", "arf": "classification", "dprf": "classification"}
+
+
+@cache
+def _task(dataset: str) -> str:
+    if dataset in SYNTHETIC:
+        return "regression" if dataset == "friedman" else "classification"
+    return load(dataset).task
+
+
 def cells(config: GridConfig) -> list[dict[str, Any]]:
-    """Every cell of the grid; a non-private peer runs once per ε-free combination."""
+    """Every cell of the grid; a non-private peer runs once per ε-free combination.
+
+    Combinations that cannot run are left out: a method made for the other task (river's
+    ``sgt`` is a regressor, ``arf`` and ``dprf`` classifiers) and ``switch`` on a data set
+    without a built-in drift.
+    """
     out = []
     for dataset in config.datasets:
         for scenario in config.scenarios:
+            if scenario == "switch" and dataset not in SYNTHETIC:
+                continue
             for method in config.methods:
-                epsilons = config.epsilons if method in PRIVATE_METHODS else [math.inf]
+                if TASK_OF_METHOD.get(method, _task(dataset)) != _task(dataset):
+                    continue
+                private = method in PRIVATE_METHODS or (method in PEERS
+                                                         and method not in NON_PRIVATE_PEERS)
+                epsilons = config.epsilons if private else [math.inf]
                 for epsilon in epsilons:
                     for repeat in range(config.repeats):
                         out.append({"dataset": dataset, "scenario": scenario, "method": method,
@@ -87,6 +121,8 @@ def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySourc
     elif cell["method"] == "global":
         params["individual_filter"] = False
         params["max_rounds"] = params["rounds"]
+    elif cell["method"] == "sln":
+        params.update(leaf_noise="static", hess_clip=None)
     engine = StreamEngine(
         EngineConfig(public_schema=source.schema,
                      params=SGBDTParams(task=task, epsilon=cell["epsilon"], delta=config.delta,
@@ -125,15 +161,44 @@ def _peer_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) 
     return history
 
 
+def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
+                    source: InMemorySource) -> list[dict]:
+    task, schema = source.data.task, source.schema
+    n_batches = -(-len(source) // config.batch_size)
+    refit_every = max(1, n_batches // config.refits)
+    n_fits = n_batches // refit_every
+    epsilon, delta = cell["epsilon"] / n_fits, config.delta / n_fits
+    model: Any = None
+    history, seen_X, seen_y, seen = [], [], [], 0
+    for index, batch in enumerate(source):
+        if model is not None:
+            prediction = model.predict_score(batch.X)
+        elif task == "regression":
+            prediction = np.full(batch.y.size, float(np.mean(schema.target_bounds)))
+        else:
+            prediction = np.zeros(batch.y.size)
+        seen += batch.y.size
+        history.append({"batch": index, "seen": seen,
+                        **batch_metrics(task, batch.y, prediction)})
+        seen_X.append(batch.X)
+        seen_y.append(batch.y)
+        if (index + 1) % refit_every == 0 and (index + 1) // refit_every <= n_fits:
+            model = make_peer(cell["method"], schema, task, cell["dataset"], epsilon, delta,
+                              cell["repeat"]).fit(np.concatenate(seen_X),
+                                                  np.concatenate(seen_y))
+    return history
+
+
 RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[dict]]] = {
     **dict.fromkeys(PRIVATE_METHODS, _private_run),
     **dict.fromkeys(PEER_METHODS, _peer_run),
+    **dict.fromkeys(PEERS, _batch_peer_run),
 }
 
 
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
-                                       "delta", "limit"})
+                                       "delta", "limit", "refits"})
     text = json.dumps({**cell, **fixed}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -256,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="renyiboost experiment",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="TOML file with GridConfig's keys")
+    parser.add_argument("--preset", choices=["paper"],
+                        help="'paper': the S-GBDT paper's figures beside the peers "
+                             "(experiments.paper; takes --repeats, --workers, --out, --epsilons)")
     parser.add_argument("--datasets", nargs="+")
     parser.add_argument("--scenarios", nargs="+")
     parser.add_argument("--epsilons", nargs="+", type=float)
@@ -265,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.preset == "paper":
+        from renyiboost.experiments import paper
+
+        chosen = {k: getattr(args, k) for k in ("repeats", "workers", "out", "epsilons")
+                  if getattr(args, k) is not None}
+        return paper.main(paper.PaperConfig(**chosen))
     data = tomllib.loads(Path(args.config).read_text()) if args.config else {}
     data.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
     config = GridConfig(**data)

@@ -76,7 +76,7 @@ def validation_splits(dataset: str) -> list[Split]:
 def sample_candidate(space: dict[str, list[Any]], rng: np.random.Generator) -> dict[str, Any]:
     raw = {key: values[rng.integers(len(values))] for key, values in space.items()}
     factor = raw.pop("extra_rounds_factor")
-    raw["max_rounds"] = int(round(raw["rounds"] * factor))
+    raw["max_rounds"] = round(raw["rounds"] * factor)
     raw["leaf_clip"] = 2.0 * raw["learning_rate"]  # the official code's ±2 leaf clamp, times lr
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in raw.items()}
 

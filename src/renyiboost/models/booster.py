@@ -67,6 +67,11 @@ class SGBDTParams(BaseModel):
     feature_selection: FeatureSelection = "random"
     split_candidates: int | None = Field(None, ge=1)
     individual_filter: bool = True
+    leaf_noise: Literal["dynamic", "static"] = Field(
+        "dynamic",
+        description="'dynamic': noisy sum / noisy count (DLNS, Alg. 4); 'static': noise on the "
+        "leaf value at its worst-case sensitivity (SLN, the ablation baseline)",
+    )
     max_order: int = Field(4096, ge=2)
 
     @model_validator(mode="after")
@@ -75,6 +80,9 @@ class SGBDTParams(BaseModel):
             raise ValueError(f"epsilon must be a finite number > 0 or None, got {self.epsilon}")
         if self.hess_clip is not None and self.task != "classification":
             raise ValueError("hess_clip (Newton leaves) applies to task='classification' only")
+        if self.leaf_noise == "static" and self.hess_clip is not None:
+            raise ValueError("leaf_noise='static' needs count leaves: a Newton leaf's value has "
+                             "no useful worst-case sensitivity; leave hess_clip unset")
         if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise ValueError(f"max_rounds must be >= rounds, got {self.max_rounds} < {self.rounds}")
         return self
@@ -221,10 +229,12 @@ class SGBDTBooster:
         retired = pool.retired.copy()
         codes = None
         if self.filter is not None:
-            if self.params.individual_filter:
+            if self.params.individual_filter and self.params.leaf_noise == "dynamic":
                 s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
             else:
-                s2 = np.ones(active.size)  # data-independent: everyone pays full price
+                # data-independent: everyone pays full price (a static leaf's individual
+                # sensitivity is not smaller for a small gradient, see accounting.leaf)
+                s2 = np.ones(active.size)
             step = self.filter.step(pool.spent[active], s2)
             eligible = step.eligible
             spent[active] = step.spent
@@ -279,20 +289,33 @@ class SGBDTBooster:
     def _leaf_values(
         self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray
     ) -> np.ndarray:
-        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ); 0 if the noisy den ≤ 0."""
+        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ); 0 if the noisy den ≤ 0.
+
+        With ``leaf_noise='static'`` (SLN): −lr·(Σg/(Σden + λ) + noise), see
+        :meth:`LeafRelease.static_value_noise_std`.
+        """
         params = self.params
         n_leaves = 2**params.depth
         grad_sum = np.bincount(leaf_index, stats.grad[sampled], n_leaves).astype(float)
         den_sum = np.bincount(leaf_index, stats.denominator[sampled], n_leaves).astype(float)
-        if self.release is not None:
-            grad_sum += self.noise.normal(n_leaves, self.release.sum_noise_std(params.grad_clip))
-            den_sum += self.noise.normal(
-                n_leaves, self.release.count_noise_std(self.count_sensitivity)
-            )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = np.where(
-                den_sum > 0, -params.learning_rate * grad_sum / (den_sum + params.reg_lambda), 0.0
-            )
+        if params.leaf_noise == "static":
+            # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise
+            values = np.divide(grad_sum, den_sum + params.reg_lambda, out=np.zeros(n_leaves),
+                               where=den_sum + params.reg_lambda > 0)
+            if self.release is not None:
+                values += self.noise.normal(n_leaves, self.release.static_value_noise_std(
+                    params.grad_clip, params.reg_lambda))
+            values *= -params.learning_rate
+        else:
+            if self.release is not None:
+                grad_sum += self.noise.normal(n_leaves,
+                                              self.release.sum_noise_std(params.grad_clip))
+                den_sum += self.noise.normal(
+                    n_leaves, self.release.count_noise_std(self.count_sensitivity)
+                )
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = np.where(den_sum > 0, -params.learning_rate * grad_sum
+                                  / (den_sum + params.reg_lambda), 0.0)
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
         return values

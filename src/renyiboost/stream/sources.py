@@ -8,8 +8,10 @@ Scenarios (``scenario=``):
 * ``"late"`` — the S-GBDT paper's late-batch stream (Fig. 7): one sub-population (Abalone's
   old shells, Adult's >50K, …, see :data:`LATE_SUBPOPULATIONS`) is held back and arrives
   only after the rest;
-* ``"switch"`` — an abrupt concept switch halfway, from river's synthetic generators (the
-  ``agrawal`` data set: classification function 0, then 2).
+* ``"switch"`` — the drift built into river's synthetic generators (:data:`SYNTHETIC`):
+  ``agrawal`` (classification function 0, then 2, at n/2), ``sea`` (SEA variant 0, then
+  variant 3, at n/2) and ``friedman`` (``FriedmanDrift`` global recurring abrupt drift:
+  features swap at n/3 and swap back at 2n/3); ``"natural"`` replays them the same way.
 
 Each :class:`Batch` carries encoded rows, labels, the records' keys (the row id: one row is
 one person) and their source positions, so the engine can commit exactly what it consumed.
@@ -36,6 +38,8 @@ LATE_SUBPOPULATIONS: dict[str, tuple[str, Callable[[Dataset], np.ndarray]]] = {
     "elec2": ("price UP", lambda d: d.y == 1),
     "california": ("house value > $300k", lambda d: d.y > 3.0),
     "agrawal": ("class 1", lambda d: d.y == 1),
+    "sea": ("class 1", lambda d: d.y == 1),
+    "friedman": ("y > 20", lambda d: d.y > 20.0),
 }
 
 #: Public ranges of river's Agrawal generator (Agrawal, Imielinski & Swami 1993).
@@ -54,19 +58,58 @@ AGRAWAL_SCHEMA = PublicSchema(
 )
 
 
+#: Public ranges of river's SEA generator (Street & Kim 2001): three features in [0, 10].
+SEA_SCHEMA = PublicSchema(features={f"x{i}": (0.0, 10.0) for i in range(3)})
+
+#: FriedmanDrift (Ikonomovska et al. 2011): ten features in [0, 1]; the target
+#: 10·sin(π x0 x1) + 20(x2 − ½)² + 10 x3 + 5 x4 + N(0, 1) lies in [0, 30] plus noise.
+FRIEDMAN_SCHEMA = PublicSchema(features={f"x{i}": (0.0, 1.0) for i in range(10)},
+                               target_bounds=(-5.0, 35.0))
+
+
+def _collect(name: str, streams: list, schema: PublicSchema, task: str) -> Dataset:
+    xs, ys = [], []
+    for stream in streams:
+        for x, y in stream:
+            xs.append({f"x{k}" if isinstance(k, int) else k: v for k, v in x.items()})
+            ys.append(float(y))
+    return Dataset(name, schema.encode_dicts(xs), np.asarray(ys), schema, task)
+
+
 def agrawal_switch(n: int = 20_000, seed: int = 0) -> Dataset:
     """``n`` Agrawal records whose concept switches abruptly from function 0 to 2 at n/2."""
     from river.datasets import synth
 
-    before = synth.Agrawal(classification_function=0, seed=seed).take(n // 2)
-    after = synth.Agrawal(classification_function=2, seed=seed + 1).take(n - n // 2)
-    xs, ys = [], []
-    for stream in (before, after):
-        for x, y in stream:
-            xs.append(x)
-            ys.append(float(y))
-    X = AGRAWAL_SCHEMA.encode_dicts(xs)
-    return Dataset("agrawal", X, np.asarray(ys), AGRAWAL_SCHEMA, "classification")
+    return _collect("agrawal", [
+        synth.Agrawal(classification_function=0, seed=seed).take(n // 2),
+        synth.Agrawal(classification_function=2, seed=seed + 1).take(n - n // 2),
+    ], AGRAWAL_SCHEMA, "classification")
+
+
+def sea_switch(n: int = 20_000, seed: int = 0) -> Dataset:
+    """``n`` SEA records (10 % label noise) whose threshold switches from variant 0 to 3."""
+    from river.datasets import synth
+
+    return _collect("sea", [
+        synth.SEA(variant=0, noise=0.1, seed=seed).take(n // 2),
+        synth.SEA(variant=3, noise=0.1, seed=seed + 1).take(n - n // 2),
+    ], SEA_SCHEMA, "classification")
+
+
+def friedman_drift(n: int = 20_000, seed: int = 0) -> Dataset:
+    """``n`` FriedmanDrift records, global recurring abrupt drift at n/3 and 2n/3."""
+    from river.datasets import synth
+
+    stream = synth.FriedmanDrift(drift_type="gra", position=(n // 3, 2 * n // 3), seed=seed)
+    return _collect("friedman", [stream.take(n)], FRIEDMAN_SCHEMA, "regression")
+
+
+#: Synthetic drifting data sets: name → generator(n, seed).
+SYNTHETIC: dict[str, Callable[..., Dataset]] = {
+    "agrawal": agrawal_switch, "sea": sea_switch, "friedman": friedman_drift,
+}
+#: Every data set a source can replay by name.
+STREAM_DATASETS: tuple[str, ...] = ("abalone", "adult", "elec2", "california", *SYNTHETIC)
 
 
 @dataclass(frozen=True)
@@ -81,7 +124,7 @@ class Batch:
 
 
 class InMemorySource:
-    """Replays a bundled data set (or ``"agrawal"``) under a drift scenario, in batches.
+    """Replays a bundled data set (or a :data:`SYNTHETIC` one) under a drift scenario.
 
     Examples
     --------
@@ -105,16 +148,16 @@ class InMemorySource:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if isinstance(dataset, str):
-            dataset = agrawal_switch(seed=seed) if dataset == "agrawal" else load(dataset)
-        if scenario == "switch" and dataset.name != "agrawal":
-            raise ValueError("scenario 'switch' replays the 'agrawal' generator; pass 'agrawal'")
+            dataset = (SYNTHETIC[dataset](n=limit or 20_000, seed=seed) if dataset in SYNTHETIC
+                       else load(dataset))
+        if scenario == "switch" and dataset.name not in SYNTHETIC:
+            raise ValueError(f"scenario 'switch' replays a drifting generator, one of "
+                             f"{sorted(SYNTHETIC)}; got {dataset.name!r}")
         self.data = dataset
         self.scenario = scenario
         self.batch_size = batch_size
         self.seed = seed
-        self.order = self._order(sort_by)
-        if limit is not None:
-            self.order = self.order[:limit]
+        self.order = self._order(sort_by, limit)
         _, rule = LATE_SUBPOPULATIONS.get(dataset.name, ("", lambda d: np.zeros(len(d), bool)))
         self.late_mask = np.asarray(rule(dataset), dtype=bool)
         self.partition = f"memory:{dataset.name}"
@@ -123,19 +166,22 @@ class InMemorySource:
     def schema(self) -> PublicSchema:
         return self.data.schema
 
-    def _order(self, sort_by: str | None) -> np.ndarray:
+    def _order(self, sort_by: str | None, limit: int | None) -> np.ndarray:
+        """Row order of the scenario; ``limit`` keeps a prefix of a time-ordered stream and
+        a random subset (drawn before reordering) of any other, so a limited 'late' or
+        'sorted' stream still spans the whole data set."""
         data, rng = self.data, np.random.default_rng(self.seed)
         n = len(data)
         if self.scenario in ("natural", "switch"):
-            return np.arange(n)
+            return np.arange(n)[:limit]
+        shuffled = rng.permutation(n)[:limit]
         if self.scenario == "sorted":
             schema = data.schema
             name = sort_by or next(
                 (f for f, c in zip(schema.names, schema.is_categorical, strict=True) if not c)
             )
             column = schema.names.index(name)
-            return np.argsort(data.X[:, column], kind="stable")
-        shuffled = rng.permutation(n)
+            return shuffled[np.argsort(data.X[shuffled, column], kind="stable")]
         if self.scenario == "late":
             _, rule = LATE_SUBPOPULATIONS[data.name]
             late = np.asarray(rule(data), dtype=bool)[shuffled]

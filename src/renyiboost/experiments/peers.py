@@ -1,0 +1,156 @@
+"""Batch peers, run through their own packages (the optional ``experiments`` extra).
+
+Every peer gets exactly the public information renyiboost gets — the schema's feature
+bounds, category domains and target bounds — passed explicitly, so none of them reads a
+bound from the data:
+
+* ``dpebm`` — interpret's DP-EBM (``interpret.privacy.DPExplainableBoosting{Classifier,
+  Regressor}``, Nori et al. 2021) with its defaults; numeric features get
+  ``privacy_bounds``, categorical ones their public domain as an ordinal list of strings,
+  regression targets ``privacy_target_min/max``. (ε, δ)-DP under its own accountant.
+* ``dpebm_tuned`` — the same with the learning rate and number of rounds of
+  :data:`DPEBM_TUNED` (chosen on validation rows, see there).
+* ``dprf`` — diffprivlib's ``RandomForestClassifier`` (Fletcher & Islam 2017) with
+  ``bounds`` and ``classes`` given; pure ε-DP (δ = 0); classification only.
+* ``xgboost`` — ``xgboost.XGB{Regressor,Classifier}`` with its defaults: the non-private
+  ceiling (ε = ∞).
+
+All wrappers share one interface: ``fit(X, y)`` on schema-encoded arrays and
+``predict_score(X)`` → the regression prediction or the probability of class 1.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Protocol
+
+import numpy as np
+
+from renyiboost.schema import PublicSchema
+
+#: DP-EBM learning rate and rounds per data set, chosen by validation R² / error (80/20
+#: split of the first training fold, test rows never read, 2 noise seeds, ε ∈ {0.15, 0.54})
+#: over learning rates {0.01, 0.03, 0.1} × rounds {30, 100, 300, 1000, 3000}.
+DPEBM_TUNED: dict[str, dict[str, Any]] = {
+    "abalone": {"learning_rate": 0.03, "max_rounds": 30},
+    "adult": {"learning_rate": 0.03, "max_rounds": 1000},
+}
+
+PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "xgboost")
+#: Peers that spend no privacy budget.
+NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
+
+
+class BatchPeer(Protocol):
+    def fit(self, X: np.ndarray, y: np.ndarray) -> BatchPeer: ...
+
+    def predict_score(self, X: np.ndarray) -> np.ndarray: ...
+
+
+class _Wrapped:
+    """A scikit-learn style model behind :class:`BatchPeer`, with an input mapping."""
+
+    def __init__(self, model: Any, task: str, to_input: Any = None) -> None:
+        self.model, self.task = model, task
+        self.to_input = to_input if to_input is not None else (lambda X: X)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> _Wrapped:
+        target = np.asarray(y, float) if self.task == "regression" else np.asarray(y).astype(int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # peers warn about their own defaults
+            self.model.fit(self.to_input(X), target)
+        return self
+
+    def predict_score(self, X: np.ndarray) -> np.ndarray:
+        inputs = self.to_input(X)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if self.task == "regression":
+                return np.asarray(self.model.predict(inputs), dtype=float)
+            proba = np.asarray(self.model.predict_proba(inputs), dtype=float)
+        classes = list(getattr(self.model, "classes_", [0, 1]))
+        return proba[:, classes.index(1)] if 1 in classes else np.zeros(len(proba))
+
+
+def _categories(schema: PublicSchema) -> list[list[str] | None]:
+    return [[str(c) for c in spec] if isinstance(spec, list) else None
+            for spec in schema.features.values()]
+
+
+def _decode_categories(schema: PublicSchema) -> Any:
+    """Encoded array → object array whose categorical columns hold the category strings
+    (an index past the domain, the schema's 'unknown' code, becomes '?')."""
+    domains = _categories(schema)
+
+    def to_input(X: np.ndarray) -> np.ndarray:
+        out = np.asarray(X, dtype=object).copy()
+        for j, domain in enumerate(domains):
+            if domain is not None:
+                lookup = np.array(domain + ["?"], dtype=object)
+                out[:, j] = lookup[np.minimum(X[:, j].astype(int), len(domain))]
+        return out
+
+    return to_input
+
+
+def _dpebm(schema: PublicSchema, task: str, epsilon: float, delta: float, seed: int,
+           **overrides: Any) -> BatchPeer:
+    from interpret.privacy import DPExplainableBoostingClassifier, DPExplainableBoostingRegressor
+
+    domains = _categories(schema)
+    kwargs: dict[str, Any] = dict(
+        feature_names=schema.names,
+        feature_types=[d if d is not None else "continuous" for d in domains],
+        privacy_bounds={name: (float(lo), float(hi)) for name, d, lo, hi in
+                        zip(schema.names, domains, schema.lower, schema.upper, strict=True)
+                        if d is None},
+        epsilon=epsilon, delta=delta, random_state=seed, n_jobs=1, **overrides,
+    )
+    if task == "regression":
+        if schema.target_bounds is None:
+            raise ValueError("DP-EBM regression needs public target_bounds")
+        lo, hi = schema.target_bounds
+        model: Any = DPExplainableBoostingRegressor(privacy_target_min=lo,
+                                                    privacy_target_max=hi, **kwargs)
+    else:
+        model = DPExplainableBoostingClassifier(**kwargs)
+    return _Wrapped(model, task, _decode_categories(schema))
+
+
+def _dprf(schema: PublicSchema, task: str, epsilon: float, seed: int) -> BatchPeer:
+    if task != "classification":
+        raise ValueError("dprf is diffprivlib's RandomForestClassifier: classification only")
+    from diffprivlib.models import RandomForestClassifier
+
+    # categorical codes run 0 … n_categories (the last is the schema's 'unknown' code)
+    upper = np.where(schema.is_categorical, schema.n_categories, schema.upper)
+    model = RandomForestClassifier(epsilon=epsilon, bounds=(schema.lower, upper),
+                                   classes=[0, 1], random_state=seed)
+    return _Wrapped(model, task)
+
+
+def _xgboost(task: str, seed: int) -> BatchPeer:
+    import xgboost
+
+    cls = xgboost.XGBRegressor if task == "regression" else xgboost.XGBClassifier
+    return _Wrapped(cls(random_state=seed, n_jobs=1), task)
+
+
+def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon: float,
+              delta: float, seed: int) -> BatchPeer:
+    """The peer ``name`` for one run (``epsilon`` is ignored by the non-private ones)."""
+    if name not in PEERS:
+        raise ValueError(f"peer must be one of {PEERS}, got {name!r}")
+    if name not in NON_PRIVATE_PEERS and not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError(f"{name} is a DP peer and needs a finite epsilon > 0, got {epsilon}")
+    if name == "dpebm":
+        return _dpebm(schema, task, epsilon, delta, seed)
+    if name == "dpebm_tuned":
+        return _dpebm(schema, task, epsilon, delta, seed, **DPEBM_TUNED.get(dataset, {}))
+    if name == "dprf":
+        return _dprf(schema, task, epsilon, seed)
+    return _xgboost(task, seed)
+
+
+__all__ = ["DPEBM_TUNED", "NON_PRIVATE_PEERS", "PEERS", "BatchPeer", "make_peer"]

@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install test demo reproduce bench lint
+.PHONY: install test demo reproduce paper bench lint
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
@@ -23,6 +23,9 @@ reproduce: $(VENV)/.installed
 	for ds in abalone adult; do for eps in 0.15 0.54; do \
 	  $(PY) -m renyiboost.experiments.reproduce --dataset $$ds --epsilon $$eps --repeats 5 \
 	    --json results/reproduce_$${ds}_$${eps}.json || exit 1; done; done
+
+paper: $(VENV)/.installed
+	$(VENV)/bin/renyiboost experiment --preset paper --repeats 2 --workers 2 --out results/paper
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

@@ -1,10 +1,11 @@
 """renyiboost benchmarks: one command, numbers printed, results in benchmarks/results/.
 
-    .venv/bin/python benchmarks/run.py            # everything
-    .venv/bin/python benchmarks/run.py --quick    # smaller sizes
+    .venv/bin/python benchmarks/run.py            # everything; writes core.json, table.md
+    .venv/bin/python benchmarks/run.py --quick    # smaller sizes; prints only
 
 Each line prints our figure and, where the issue names a peer, the peer's figure and the
-ratio measured in the same run.
+ratio measured in the same run (the peers are in ``benchmarks/peers.py``). Everything runs
+on one thread; peak memory is measured in fresh subprocesses.
 """
 
 from __future__ import annotations
@@ -12,55 +13,59 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from peers import (
+    Report,
+    bench_fit,
+    bench_learn_one_arf,
+    bench_learn_one_sgt,
+    bench_predict,
+    best_of,
+    seconds,
+)
 
 from renyiboost.accounting import ChargeTable, calibrate, rdp_to_dp, subsampled_gaussian_rdp
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.store import PoolState, StateStore
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
-    """Smallest wall time of ``repeats`` calls, in seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def bench_accounting() -> dict[str, float]:
-    out = {}
+def bench_accounting(report: Report) -> None:
+    """Calibration of σ for three (ε, q, T) settings, the filter's charge table, an RDP curve."""
     cases = {
-        "calibrate_eps0.15_q0.1_T100": dict(epsilon=0.15, delta=1e-6, rounds=100, sampling_rate=0.1),
-        "calibrate_eps0.01_q0.01_T1000": dict(epsilon=0.01, delta=1e-8, rounds=1000, sampling_rate=0.01),
-        "calibrate_eps0.54_q1_T200": dict(epsilon=0.54, delta=1e-6, rounds=200, sampling_rate=1.0),
+        "calibrate_eps0.15_q0.1_T100": {"epsilon": 0.15, "delta": 1e-6, "rounds": 100,
+                                        "sampling_rate": 0.1},
+        "calibrate_eps0.01_q0.01_T1000": {"epsilon": 0.01, "delta": 1e-8, "rounds": 1000,
+                                          "sampling_rate": 0.01},
+        "calibrate_eps0.54_q1_T200": {"epsilon": 0.54, "delta": 1e-6, "rounds": 200,
+                                      "sampling_rate": 1.0},
     }
     for name, kwargs in cases.items():
-        out[name + "_s"] = best_of(lambda kw=kwargs: calibrate(**kw))
-        print(f"{name:34s} {out[name + '_s'] * 1e3:8.1f} ms   (goal < 500 ms)")
+        report.values[name + "_s"] = spent = best_of(lambda kw=kwargs: calibrate(**kw))
+        report.line(name, seconds(spent), note="goal < 500 ms")
     cal = calibrate(**cases["calibrate_eps0.01_q0.01_T1000"])
-    out["charge_table_order%d_s" % cal.order] = best_of(
-        lambda: ChargeTable(cal.sigma, cal.sampling_rate, cal.order), 1
-    )
-    print(f"charge table (order {cal.order}, 1025 entries) "
-          f"{out['charge_table_order%d_s' % cal.order] * 1e3:8.1f} ms")
+    table = best_of(lambda: ChargeTable(cal.sigma, cal.sampling_rate, cal.order), 1)
+    report.values[f"charge_table_order{cal.order}_s"] = table
+    report.line(f"charge table, order {cal.order}, 1025 entries", seconds(table))
     orders = np.arange(2, 2001)
 
     def curve() -> None:
         rdp_to_dp(orders, 50 * subsampled_gaussian_rdp(0.1, 63.0, orders), 5e-8)
 
-    out["rdp_curve_orders_2_2000_s"] = best_of(curve)
-    print(f"{'RDP curve, orders 2..2000':34s} {out['rdp_curve_orders_2_2000_s'] * 1e3:8.1f} ms")
-    return out
+    report.values["rdp_curve_orders_2_2000_s"] = spent = best_of(curve)
+    report.line("RDP curve, orders 2..2000", seconds(spent))
 
 
 def _booster(n_features: int, depth: int, rounds: int) -> tuple[SGBDTBooster, PublicSchema]:
@@ -71,96 +76,60 @@ def _booster(n_features: int, depth: int, rounds: int) -> tuple[SGBDTBooster, Pu
     return SGBDTBooster(params, schema, seed=0), schema
 
 
-def bench_rounds(sizes: list[int]) -> dict[str, float]:
-    out = {}
+def bench_rounds(report: Report, sizes: list[int]) -> None:
+    """Time of one round (plan + apply, depth 6, q = 0.1) vs the active-pool size.
+
+    Every active record is charged and re-scored each round, so the cost per active
+    record should stay flat as the pool grows (linear growth of the round).
+    """
     for n in sizes:
         booster, _ = _booster(10, 6, 1000)
         rng = np.random.default_rng(0)
-        X = rng.uniform(size=(n, 10))
-        pool = RecordPool.from_arrays(X, rng.uniform(-1, 1, n))
+        pool = RecordPool.from_arrays(rng.uniform(size=(n, 10)), rng.uniform(-1, 1, n))
 
         def one_round(booster: SGBDTBooster = booster, pool: RecordPool = pool) -> None:
             booster.apply_round(pool, booster.plan_round(pool))
 
-        seconds = best_of(one_round)
-        out[f"round_{n}_records_s"] = seconds
-        print(f"round, {n:>9,} active records, depth 6  {seconds * 1e3:8.1f} ms "
-              f"({n / seconds / 1e6:.1f} M records/s)")
-    return out
+        spent = best_of(one_round)
+        report.values[f"round_{n}_records_s"] = spent
+        report.values[f"round_{n}_ns_per_record"] = 1e9 * spent / n
+        report.line(f"round, {n:,} active records, depth 6",
+                    f"{seconds(spent)} ({1e9 * spent / n:.0f} ns/rec)")
 
 
-def bench_predict(n_rows: int) -> dict[str, float]:
-    booster, _ = _booster(10, 6, 200)
-    rng = np.random.default_rng(1)
-    pool = RecordPool.from_arrays(rng.uniform(size=(5000, 10)), rng.uniform(-1, 1, 5000))
-    for _ in range(200):
-        booster.apply_round(pool, booster.plan_round(pool))
-    ens = booster.ensemble
-    X = rng.uniform(size=(n_rows, 10))
-    many = best_of(lambda: ens.predict_margin(X))
-    one_rows = X[:2000]
-    one = best_of(lambda: [ens.predict_margin(row) for row in one_rows], 1)
-    out = {"predict_many_rows_per_s": n_rows / many, "predict_one_per_s": len(one_rows) / one}
-    print(f"predict_many, 200 trees depth 6     {out['predict_many_rows_per_s']:12,.0f} rows/s")
-    print(f"predict_one,  200 trees depth 6     {out['predict_one_per_s']:12,.0f} calls/s")
-    return out
+def _timed_commits(store: StateStore) -> dict[str, float]:
+    """Wrap ``store.commit`` to add its wall time to the returned dict's ``"commit"``."""
+    spent = {"commit": 0.0}
+    inner = store.commit
 
-
-def bench_learn_one(n: int) -> dict[str, float]:
-    """learn_one records/s: SGBDTRegressor vs river's SGTRegressor on the same stream."""
-    from river.tree import SGTRegressor
-
-    from renyiboost import SGBDTRegressor
-    from renyiboost.datasets import load_california
-
-    data = load_california()
-    stream = list(data.records())[:n]
-    ours = SGBDTRegressor(features=data.schema.features, target_bounds=data.schema.target_bounds,
-                          epsilon=1.0, rounds=50, depth=6, sampling_rate=0.1, train_every=500,
-                          warmup=500)
-    peer = SGTRegressor()
-
-    def run(model: object) -> float:
+    def timed(change: Any) -> None:
         start = time.perf_counter()
-        for x, y in stream:
-            model.learn_one(x, y)  # type: ignore[attr-defined]
-        return len(stream) / (time.perf_counter() - start)
+        inner(change)
+        spent["commit"] += time.perf_counter() - start
 
-    out = {"learn_one_per_s": run(ours), "sgt_learn_one_per_s": run(peer)}
-    out["learn_one_ratio_vs_sgt"] = out["learn_one_per_s"] / out["sgt_learn_one_per_s"]
-    print(f"learn_one, California {n:,} records: ours {out['learn_one_per_s']:10,.0f}/s   "
-          f"river SGTRegressor {out['sgt_learn_one_per_s']:10,.0f}/s   "
-          f"ratio {out['learn_one_ratio_vs_sgt']:.1f}x (goal >= 10x)")
-    return out
+    store.commit = timed  # type: ignore[method-assign]
+    return spent
 
 
-def bench_commit(sizes: list[int]) -> dict[str, float]:
-    """Round compute vs SQLite commit time for an engine with n active records."""
-    import tempfile
+def _engine_with(n: int, store: StateStore | str | None) -> StreamEngine:
+    """An engine (10 features, depth 6) holding ``n`` active records after its first round."""
+    booster, schema = _booster(10, 6, 1000)
+    config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
+                          warmup=1)
+    engine = StreamEngine(config, store=store, seed=0)
+    rng = np.random.default_rng(0)
+    engine.add(rng.uniform(size=(n, 10)), rng.uniform(size=n))
+    engine.train(1)  # initial score + first round: the new rows' segment is written
+    return engine
 
-    from renyiboost.stream.engine import EngineConfig, StreamEngine
-    from renyiboost.stream.store import PoolState
 
-    out = {}
+def bench_commit(report: Report, sizes: list[int]) -> None:
+    """Round compute vs SQLite commit time (+ amortised snapshot) for n active records."""
     for n in sizes:
-        booster, schema = _booster(10, 6, 1000)
-        config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
-                              warmup=1)
         with tempfile.TemporaryDirectory() as tmp:
-            engine = StreamEngine(config, store=f"{tmp}/state.db", seed=0)
-            rng = np.random.default_rng(0)
-            engine.add(rng.uniform(size=(n, 10)), rng.uniform(size=n))
-            engine.train(1)  # initial score + first round: the new rows' segment is written
+            engine = _engine_with(n, f"{tmp}/state.db")
             store = engine.store
-            spent = {"commit": 0.0}
-            inner = store.commit
-
-            def timed(change: object) -> None:
-                start = time.perf_counter()
-                inner(change)  # type: ignore[arg-type]
-                spent["commit"] += time.perf_counter() - start
-
-            store.commit = timed  # type: ignore[method-assign]
+            spent = _timed_commits(store)
             rounds = 3
             start = time.perf_counter()
             engine.train(rounds)
@@ -170,39 +139,127 @@ def bench_commit(sizes: list[int]) -> dict[str, float]:
             # snapshot_ratio times; its cost is spread over the rounds in between.
             pool = engine.pool
             state = PoolState(engine.pool_uids, pool.X, pool.target, pool.margin, pool.spent)
-            store._db.execute("BEGIN IMMEDIATE")
+            store._db.execute("BEGIN IMMEDIATE")  # type: ignore[attr-defined]
             start = time.perf_counter()
-            store._snapshot(state, 0)
-            store._db.execute("COMMIT")
+            store._snapshot(state, 0)  # type: ignore[attr-defined]
+            store._db.execute("COMMIT")  # type: ignore[attr-defined]
             snapshot = time.perf_counter() - start
             engine.close()
-        per_snapshot = store.snapshot_ratio * 24 / 2  # rounds of 2-byte codes per snapshot
+        per_snapshot = store.snapshot_ratio * 24 / 2  # type: ignore[attr-defined]
         amortised = commit + snapshot / per_snapshot
         compute = total - commit
-        out[f"engine_round_{n}_s"] = compute
-        out[f"engine_commit_{n}_s"] = commit
-        out[f"engine_snapshot_{n}_s"] = snapshot
-        out[f"engine_commit_ratio_{n}"] = amortised / compute
-        print(f"engine round, {n:>9,} active: compute {1e3 * compute:8.1f} ms   "
-              f"commit {1e3 * commit:6.1f} ms + snapshot {1e3 * snapshot:6.1f} ms every "
-              f"{per_snapshot:.0f} rounds   ratio {amortised / compute:.2f} (goal <= 0.20)")
-    return out
+        report.values |= {
+            f"engine_round_{n}_s": compute, f"engine_commit_{n}_s": commit,
+            f"engine_snapshot_{n}_s": snapshot, f"engine_commit_ratio_{n}": amortised / compute,
+        }
+        report.line(f"engine round, {n:,} active, SQLite commit/compute",
+                    f"{amortised / compute:.2f}",
+                    note=f"compute {seconds(compute)}, commit {seconds(commit)} + snapshot "
+                         f"{seconds(snapshot)} every {per_snapshot:.0f} rounds; goal <= 0.20")
+
+
+# --------------------------------------------------------------------------- memory
+def _rss_kib(field: str) -> int:
+    """``VmRSS`` (current) or ``VmHWM`` (peak) of this process from /proc, in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_child(n: int, trace: bool) -> dict[str, float]:
+    """In a fresh process: an in-memory engine takes ``n`` records and runs 4 rounds.
+
+    The input arrays and the engine (with its privacy calibration) are made before
+    measuring, so only what grows with the records is counted. With ``trace``, tracemalloc
+    (which sees numpy's buffers) gives the retained state and the peak; without it, the
+    peak resident set (VmHWM, reset first) over the resident set before the records
+    (tracemalloc's own bookkeeping would inflate that).
+    """
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(size=(n, 10)), rng.uniform(size=n)
+    booster, schema = _booster(10, 6, 1000)
+    config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
+                          warmup=1)
+    engine = StreamEngine(config, store=None, seed=0)
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set (VmHWM)
+    before = _rss_kib("VmRSS")
+    if trace:
+        tracemalloc.start()
+    engine.add(X, y)
+    engine.train(1)
+    if not trace:
+        engine.train(3)
+        return {"rss_growth": 1024.0 * (_rss_kib("VmHWM") - before),
+                "n_active": len(engine.pool)}
+    retained, ingest_peak = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    engine.train(3)
+    _, round_peak = tracemalloc.get_traced_memory()
+    return {"retained": float(retained), "peak": float(max(ingest_peak, round_peak)),
+            "round_peak": float(round_peak), "n_active": len(engine.pool)}
+
+
+def _run_child(n: int, trace: bool) -> dict[str, float]:
+    command = [sys.executable, __file__, "--memory-child", str(n)] + (["--trace"] * trace)
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_memory(report: Report, n: int) -> None:
+    """Peak memory per active record of a StreamEngine (10 features) with ``n`` records."""
+    traced, rss = _run_child(n, trace=True), _run_child(n, trace=False)
+    per = {key: traced[key] / n for key in ("retained", "peak", "round_peak")}
+    per["rss"] = rss["rss_growth"] / n
+    report.values |= {f"memory_{k}_bytes_per_record": v for k, v in per.items()}
+    report.values["memory_active_records"] = n
+    report.line(f"peak memory, engine with {n:,} active records",
+                f"{per['peak']:.0f} B/rec",
+                note=f"tracemalloc peak over ingest + 4 rounds ({per['peak'] * 1e6 / 2**20:.0f} "
+                     f"MiB per 1e6 records); state retained after ingest "
+                     f"{per['retained']:.0f} B/rec; peak during later rounds "
+                     f"{per['round_peak']:.0f} B/rec; peak RSS growth {per['rss']:.0f} B/rec. "
+                     "10 float64 features")
+
+
+# --------------------------------------------------------------------------- main
+def run_all(quick: bool) -> Report:
+    """Every benchmark, in order; ``quick`` uses smaller sizes."""
+    report = Report(values={"machine": platform.platform(), "python": platform.python_version()})
+    bench_accounting(report)
+    bench_learn_one_sgt(report, 5_000 if quick else 20_000)
+    bench_learn_one_arf(report, 1_000 if quick else 5_000)
+    bench_fit(report, n_trees=100, depth=6, repeats=1 if quick else 3)
+    bench_predict(report, 20_000 if quick else 100_000)
+    bench_rounds(report, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000])
+    bench_memory(report, 200_000 if quick else 1_000_000)
+    bench_commit(report, [10_000, 100_000] if quick else [100_000, 1_000_000])
+    return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes; writes nothing")
+    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.simplefilter("ignore", TestingOnlyWarning)
-    results = {"machine": platform.platform(), "python": platform.python_version()}
-    results |= bench_accounting()
-    results |= bench_rounds([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
-    results |= bench_predict(20_000 if args.quick else 100_000)
-    results |= bench_learn_one(5_000 if args.quick else 20_000)
-    results |= bench_commit([10_000, 100_000] if args.quick else [100_000, 1_000_000])
+    if args.memory_child:
+        print(json.dumps(memory_child(args.memory_child, args.trace)))
+        return 0
+    start = time.perf_counter()
+    report = run_all(args.quick)
+    print(f"total {time.perf_counter() - start:.0f} s")
+    if args.quick:
+        return 0
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "core.json").write_text(json.dumps(results, indent=2))
-    print(f"written {RESULTS / 'core.json'}")
+    (RESULTS / "core.json").write_text(json.dumps(report.values, indent=2) + "\n")
+    machine = f"Machine: {report.values['machine']}, Python {report.values['python']}"
+    header = [f"{machine}, one thread. `.venv/bin/python benchmarks/run.py`", ""]
+    (RESULTS / "table.md").write_text(report.table(header))
+    print(f"written {RESULTS / 'core.json'} and {RESULTS / 'table.md'}")
     return 0
 
 

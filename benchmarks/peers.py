@@ -1,0 +1,240 @@
+"""Peer comparisons of the benchmark suite, each timed against renyiboost in the same run.
+
+Used by ``benchmarks/run.py``; also holds the small report helper that prints each line as
+*our figure | the peer's figure | ratio* and renders ``results/table.md``. A ratio is always
+renyiboost's speed over the peer's (throughput ours/peer, time peer/ours): above 1 means
+renyiboost is faster.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from renyiboost.datasets import Dataset, load
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.schema import PublicSchema
+
+Record = tuple[dict[str, Any], Any]
+
+
+# --------------------------------------------------------------------------- helpers
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
+    """Smallest wall time of ``repeats`` calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def per_s(value: float, unit: str) -> str:
+    """``12,345 rows/s``."""
+    return f"{value:,.0f} {unit}/s"
+
+
+def seconds(value: float) -> str:
+    """``12.3 ms`` below a second, ``1.23 s`` above."""
+    return f"{value * 1e3:.1f} ms" if value < 1.0 else f"{value:.2f} s"
+
+
+@dataclass
+class Report:
+    """Results of one run: JSON values, printed lines and the Markdown table rows."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def line(self, what: str, ours: str, peer: str = "—", ratio: float | None = None,
+             note: str = "") -> None:
+        """Print one result line and keep it as a table row (``note`` becomes a footnote)."""
+        ratio_text = "—" if ratio is None else f"{ratio:.2f}×"
+        if note:
+            if note not in self.notes:
+                self.notes.append(note)
+            what = f"{what} [{self.notes.index(note) + 1}]"
+        self.rows.append((what, ours, peer, ratio_text))
+        text = f"{what:48s} ours {ours:>16s}"
+        if peer != "—":
+            text += f" | {peer:34s} | ratio {ratio_text}"
+        print(text + (f"   ({note})" if note else ""), flush=True)
+
+    def table(self, header: Iterable[str] = ()) -> str:
+        """The rows as a Markdown table, with the notes as footnotes."""
+        out = [*header, "| what | renyiboost | peer, same run | ratio |", "|---|---:|---|---:|"]
+        out += [f"| {w} | {o} | {p} | {r} |" for w, o, p, r in self.rows]
+        out += ["", "Ratio: renyiboost's speed over the peer's (> 1: renyiboost is faster)."]
+        out += [f"- [{i}] {note}" for i, note in enumerate(self.notes, start=1)]
+        return "\n".join(out) + "\n"
+
+
+class _Learner(Protocol):
+    def learn_one(self, x: dict[str, Any], y: Any) -> None: ...
+
+
+def learn_rate(model: _Learner, stream: Sequence[Record]) -> float:
+    """Records per second of a ``learn_one`` loop over ``stream``."""
+    start = time.perf_counter()
+    for x, y in stream:
+        model.learn_one(x, y)
+    return len(stream) / (time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- learn_one
+def _streaming_params() -> dict[str, Any]:
+    return {"epsilon": 1.0, "rounds": 50, "depth": 6, "sampling_rate": 0.1,
+            "train_every": 500, "warmup": 500}
+
+
+def bench_learn_one_sgt(report: Report, n: int) -> None:
+    """learn_one records/s: SGBDTRegressor vs river's SGTRegressor on California records."""
+    from river.tree import SGTRegressor
+
+    from renyiboost import SGBDTRegressor
+    from renyiboost.datasets import load_california
+
+    data = load_california()
+    stream = list(data.records())[:n]
+    ours = learn_rate(SGBDTRegressor(features=data.schema.features,
+                                     target_bounds=data.schema.target_bounds,
+                                     **_streaming_params()), stream)
+    peer = learn_rate(SGTRegressor(), stream)
+    report.values |= {"learn_one_per_s": ours, "sgt_learn_one_per_s": peer,
+                      "learn_one_ratio_vs_sgt": ours / peer}
+    report.line(f"learn_one, California, {len(stream):,} records", per_s(ours, "rec"),
+                f"river SGTRegressor {per_s(peer, 'rec')}", ours / peer,
+                "goal >= 10×; ours: depth 6, a round every 500 records")
+
+
+def bench_learn_one_arf(report: Report, n: int) -> None:
+    """learn_one records/s: SGBDTClassifier vs river's ARFClassifier on Adult records."""
+    from river.forest import ARFClassifier
+
+    from renyiboost import SGBDTClassifier
+
+    data = load("adult")
+    stream = list(data.records())[:n]
+    ours = learn_rate(SGBDTClassifier(features=data.schema.features, **_streaming_params()),
+                      stream)
+    peer = learn_rate(ARFClassifier(seed=0), stream)
+    report.values |= {"learn_one_clf_per_s": ours, "arf_learn_one_per_s": peer,
+                      "learn_one_ratio_vs_arf": ours / peer}
+    report.line(f"learn_one, Adult, {len(stream):,} records", per_s(ours, "rec"),
+                f"river ARFClassifier {per_s(peer, 'rec')}", ours / peer,
+                "ARF: 10 trees, seed 0, the same dict records (categories as strings)")
+
+
+# --------------------------------------------------------------------------- fit time
+def _fit_ours(data: Dataset, n_trees: int, depth: int) -> int:
+    from renyiboost.models.batch import SGBDT
+
+    model = SGBDT(data.schema, seed=0, task="classification", epsilon=1.0, delta=1e-6,
+                  rounds=n_trees, depth=depth).fit(data.X, data.y)
+    return model.ensemble.n_trees if model.ensemble is not None else 0
+
+
+def _fit_xgboost(data: Dataset, n_trees: int, depth: int) -> None:
+    from xgboost import XGBClassifier
+
+    XGBClassifier(n_estimators=n_trees, max_depth=depth, tree_method="hist",
+                  n_jobs=1).fit(data.X, data.y)
+
+
+def _dp_ebm(schema: PublicSchema) -> Any:
+    """DP-EBM with bounds from the public schema (categorical codes treated as numbers)."""
+    from interpret.privacy import DPExplainableBoostingClassifier
+
+    bounds = {j: (float(lo), float(hi)) for j, (lo, hi)
+              in enumerate(zip(schema.lower, schema.upper, strict=True))}
+    return DPExplainableBoostingClassifier(
+        feature_types=["continuous"] * schema.n_features, privacy_bounds=bounds,
+        epsilon=1.0, delta=1e-6, random_state=0, n_jobs=1)
+
+
+def bench_fit(report: Report, n_trees: int, depth: int, repeats: int) -> None:
+    """Fit time on Adult: SGBDT (ε=1) vs xgboost (same trees and depth) vs DP-EBM (ε=1).
+
+    Best of ``repeats``, one thread each. Our fit includes the privacy calibration, timed
+    on its own as well. DP-EBM boosts cyclically, one ≤3-leaf tree per feature per round,
+    so its ``max_rounds`` is not a number of trees: it runs with its defaults.
+    """
+    data = load("adult")
+    params = SGBDTParams(task="classification", epsilon=1.0, delta=1e-6, rounds=n_trees,
+                         depth=depth)
+    calibration = best_of(lambda: SGBDTBooster(params, data.schema, 0), repeats)
+    trees = _fit_ours(data, n_trees, depth)
+    ours = best_of(lambda: _fit_ours(data, n_trees, depth), repeats)
+    xgb = best_of(lambda: _fit_xgboost(data, n_trees, depth), repeats)
+    ebm_model = _dp_ebm(data.schema)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "fixed random_state": test-only noise
+        ebm = best_of(lambda: ebm_model.fit(data.X, data.y), repeats)
+    report.values |= {
+        f"fit_adult_{n_trees}_trees_s": ours, "fit_adult_calibration_s": calibration,
+        f"xgb_fit_adult_{n_trees}_trees_s": xgb, "dpebm_fit_adult_s": ebm,
+        "dpebm_max_rounds": ebm_model.max_rounds,
+    }
+    what = f"fit, Adult {len(data):,} rows, {trees} trees depth {depth}"
+    report.line(what, seconds(ours), f"xgboost hist {seconds(xgb)}", xgb / ours,
+                f"ours at ε=1 incl. {seconds(calibration)} privacy calibration, each round "
+                f"on a {params.sampling_rate:.0%} Poisson sample; xgboost non-private, all rows")
+    report.line(f"fit, Adult {len(data):,} rows, ε=1", seconds(ours),
+                f"DP-EBM {seconds(ebm)} ({ebm_model.max_rounds} rounds)", ebm / ours,
+                "DP-EBM with its defaults (max_rounds=300 cyclic rounds, each a ≤3-leaf tree "
+                "per feature, 14 features), bounds from the public schema: not one-to-one "
+                "with our trees")
+
+
+# --------------------------------------------------------------------------- prediction
+def _trained(n_trees: int, depth: int, n_train: int) -> tuple[SGBDTBooster, Any]:
+    """Our booster and an xgboost Booster with ``n_trees`` trees of ``depth``, same data."""
+    import xgboost
+
+    schema = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(10)},
+                          target_bounds=(0.0, 1.0))
+    params = SGBDTParams(epsilon=1.0, rounds=n_trees, depth=depth, sampling_rate=0.1)
+    booster = SGBDTBooster(params, schema, seed=0)
+    rng = np.random.default_rng(1)
+    X, y = rng.uniform(size=(n_train, 10)), rng.uniform(-1, 1, n_train)
+    pool = RecordPool.from_arrays(X, y)
+    for _ in range(n_trees):
+        booster.apply_round(pool, booster.plan_round(pool))
+    peer = xgboost.train({"max_depth": depth, "tree_method": "hist", "nthread": 1},
+                         xgboost.DMatrix(X, label=y), num_boost_round=n_trees)
+    return booster, peer
+
+
+def bench_predict(report: Report, n_rows: int, n_trees: int = 200, depth: int = 6) -> None:
+    """predict_many rows/s and predict_one calls/s vs xgboost ``Booster.inplace_predict``.
+
+    Both single-threaded (numpy; xgboost ``nthread=1``), the same float64 rows, 10 features.
+    """
+    booster, peer = _trained(n_trees, depth, 5000)
+    ens = booster.ensemble
+    leaves = sum(tree.count("leaf=") for tree in peer.get_dump()) / n_trees
+    X = np.random.default_rng(2).uniform(size=(n_rows, 10))
+    many = n_rows / best_of(lambda: ens.predict_margin(X))
+    peer_many = n_rows / best_of(lambda: peer.inplace_predict(X))
+    rows = X[:2000]
+    one = len(rows) / best_of(lambda: [ens.predict_margin(row) for row in rows], 1)
+    peer_one = len(rows) / best_of(lambda: [peer.inplace_predict(row[None, :]) for row in rows],
+                                   1)
+    report.values |= {
+        "predict_many_rows_per_s": many, "predict_one_per_s": one,
+        "xgb_predict_many_rows_per_s": peer_many, "xgb_predict_one_per_s": peer_one,
+        "xgb_mean_leaves_per_tree": leaves,
+    }
+    what = f"{n_trees} trees depth {depth}"
+    report.line(f"predict_many, {n_rows:,} rows, {what}", per_s(many, "rows"),
+                f"xgboost inplace_predict {per_s(peer_many, 'rows')}", many / peer_many,
+                f"1 thread each; our trees are full ({2 ** depth} leaves), xgboost's have "
+                f"{leaves:.0f} leaves on average")
+    report.line(f"predict_one, {what}", per_s(one, "calls"),
+                f"xgboost inplace_predict {per_s(peer_one, 'calls')}", one / peer_one)

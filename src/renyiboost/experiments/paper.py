@@ -13,8 +13,16 @@
   count not released; :mod:`renyiboost.accounting.leaf`) on both data sets.
 * **Fig. 7** — late-batch streams at ε = 0.54: each training split is replayed through the
   engine with its late sub-population last (:data:`~renyiboost.stream.sources.
-  LATE_SUBPOPULATIONS`), and the final model is scored on the held-out split; individual
-  budgets (IRF) vs global accounting (T rounds in all).
+  LATE_SUBPOPULATIONS`), and the final model is scored on the held-out split: individual
+  budgets with gradient-dependent charges (IRF), individual budgets with constant
+  full-price charges (``constant``: per-record accounting without the filter's
+  discount, what parallel composition gives a stream, the paper's "no IRF") and global
+  accounting (``global``: T rounds in all, as a non-streaming DP-GBDT must).
+
+Beside the figures, a prequential stream grid (:mod:`renyiboost.experiments.grid`,
+:data:`STREAM_GRID`) puts the learner next to the peers on drifting streams: Abalone and Adult
+(i.i.d. and late-batch), Elec2 in its natural order, FriedmanDrift and SEA with their
+built-in drifts; batch peers are refitted on what the stream delivered, with a split budget.
 
 Every run is cached under ``<out>/cells/`` (the preset resumes). Seed policy: run
 (repeat r, fold k) uses noise seed 1000 + 100·r + k, so all models are test-only. δ = 1e-6.
@@ -43,7 +51,7 @@ from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import DEMO_PARAMS, predict, replay
 from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
-from renyiboost.experiments.peers import PEERS, make_peer
+from renyiboost.experiments.peers import DPEBM_TUNED, PEERS, make_peer
 from renyiboost.experiments.reproduce import DELTA, load_config, params_for, splits
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
@@ -88,12 +96,22 @@ ANCHORS: tuple[tuple[str, str, str, float, str, float], ...] = (
 #: Which renyiboost run each anchor is compared with.
 ANCHOR_METHOD = {"S-GBDT paper": "renyiboost", "official S-BDT code": "renyiboost",
                  "DP-EBM defaults (issue)": "dpebm", "DP-EBM paper": "dpebm_tuned",
-                 "S-GBDT paper, IRF": "irf", "S-GBDT paper, no IRF": "global",
+                 "S-GBDT paper, IRF": "irf", "S-GBDT paper, no IRF": "constant",
                  "S-GBDT paper, DPBoost": "irf"}
 
 FIG4_PRIVATE = ("renyiboost", "dp_mean", "dpebm", "dpebm_tuned", "dprf")
 FIG4_NON_PRIVATE = ("non_private", "xgboost")
 VERSION = 1  # bump to invalidate cached cells when a run's meaning changes
+
+
+#: The preset's stream grid: (data sets, scenarios) × methods at ε = stream_epsilon.
+STREAM_GRID: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("abalone", "adult"), ("iid", "late")),
+    (("elec2",), ("natural",)),
+    (("friedman", "sea"), ("switch",)),
+)
+STREAM_METHODS = ("irf", "constant", "global", "sln", "dpebm_tuned", "dprf", "xgboost", "sgt",
+                  "arf")
 
 
 class PaperConfig(BaseModel):
@@ -105,6 +123,9 @@ class PaperConfig(BaseModel):
     epsilons: list[float] = [0.15, 0.54, 1.0, 5.0]
     repeats: int = Field(2, ge=1, description="noise repeats (Abalone: × 5 folds)")
     folds: int | None = Field(None, ge=1, le=5, description="Abalone folds (None: all 5)")
+    streams: bool = Field(True, description="also run the stream grid (STREAM_GRID)")
+    stream_limit: int | None = Field(10_000, ge=1, description="records per stream (river's "
+                                     "ARF slows down as it grows; None: whole data sets)")
     stream_epsilon: float = 0.54
     workers: int = Field(2, ge=1)
     out: str = "out/paper"
@@ -127,7 +148,11 @@ class Job:
 
     @property
     def key(self) -> str:
-        text = json.dumps({**asdict(self), "version": VERSION}, sort_keys=True, default=str)
+        """Cache key: the job, the committed learner config and the tuned peer settings, so
+        a changed config never serves a stale cell."""
+        text = json.dumps({**asdict(self), "version": VERSION,
+                           "config": load_config(self.dataset), "dpebm_tuned": DPEBM_TUNED},
+                          sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -146,7 +171,7 @@ def jobs(config: PaperConfig) -> list[Job]:
         add("fig4", dataset, private, config.epsilons)
         add("fig4", dataset, FIG4_NON_PRIVATE, [math.inf])
         add("leaf_noise", dataset, ("sln",), config.epsilons)
-        add("fig7", dataset, ("irf", "global"), [config.stream_epsilon])
+        add("fig7", dataset, ("irf", "constant", "global"), [config.stream_epsilon])
     if "abalone" in config.datasets:
         add("fig6", "abalone", ("irf_2x", "no_filter"), config.epsilons)
     return out
@@ -176,7 +201,9 @@ def _stream_scores(job: Job, data: Dataset, split: Any) -> dict[str, float]:
     """Replay the training split with its late sub-population last; score the final model."""
     task = data.task
     params = dict(DEMO_PARAMS[task])
-    if job.method == "global":
+    if job.method == "constant":
+        params["individual_filter"] = False
+    elif job.method == "global":
         params.update(individual_filter=False, max_rounds=params["rounds"])
     train = Dataset(data.name, split.X_train, split.y_train, data.schema, task)
     source = InMemorySource(train, scenario="late", batch_size=250, seed=job.seed)
@@ -250,9 +277,26 @@ def run_paper(config: PaperConfig,
     out = Path(config.out)
     write_csv(results, out / "runs.csv")
     rows = summarise(results)
-    (out / "summary.md").write_text(summary_markdown(rows, config))
+    text = summary_markdown(rows, config)
+    if config.streams:
+        text += "\n## Drifting streams (prequential, stream-average)\n\n" + _stream_grid(config)
+    (out / "summary.md").write_text(text)
     plot(rows, out)
     return results
+
+
+def _stream_grid(config: PaperConfig) -> str:
+    """Run the :data:`STREAM_GRID` cells as one grid and return its Markdown table."""
+    from renyiboost.experiments.grid import GridConfig, cells, run_grid
+
+    base = GridConfig(epsilons=[config.stream_epsilon], methods=list(STREAM_METHODS),
+                      repeats=config.repeats, delta=DELTA, workers=config.workers,
+                      limit=config.stream_limit, out=str(Path(config.out) / "streams"))
+    chosen = [cell for datasets, scenarios in STREAM_GRID
+              for cell in cells(base.model_copy(update={"datasets": list(datasets),
+                                                        "scenarios": list(scenarios)}))]
+    run_grid(base, progress=False, chosen=chosen)
+    return (Path(base.out) / "summary.md").read_text()
 
 
 def write_csv(results: list[dict[str, Any]], path: Path) -> None:
@@ -347,9 +391,9 @@ def summary_markdown(rows: list[dict[str, Any]], config: PaperConfig) -> str:
     ablation = ["## Ablations (Fig. 6: Rényi filter on Abalone; leaf noise: SLN vs DLNS)\n",
                 head, rule]
     for label, figure, dataset, method, metric in (
-            ("Abalone R², filter, no extra rounds", "fig4", "abalone", "renyiboost", "r2"),
-            ("Abalone R², filter, max_rounds = 2T", "fig6", "abalone", "irf_2x", "r2"),
-            ("Abalone R², no filter (full price)", "fig6", "abalone", "no_filter", "r2"),
+            ("Abalone R², no filter (= filter capped at T rounds)", "fig6", "abalone",
+             "no_filter", "r2"),
+            ("Abalone R², filter, up to 2T rounds", "fig6", "abalone", "irf_2x", "r2"),
             ("Abalone R², DLNS", "fig4", "abalone", "renyiboost", "r2"),
             ("Abalone R², SLN", "leaf_noise", "abalone", "sln", "r2"),
             ("Adult error %, DLNS", "fig4", "adult", "renyiboost", "error"),
@@ -363,7 +407,7 @@ def summary_markdown(rows: list[dict[str, Any]], config: PaperConfig) -> str:
               "| data set | method | held-out metric | prequential metric |", "|---|---|---|---|"]
     for dataset, metric, preq in (("abalone", "r2", "prequential_mae"),
                                   ("adult", "error", "prequential_error")):
-        for method in ("irf", "global"):
+        for method in ("irf", "constant", "global"):
             held = _lookup(rows, "fig7", dataset, method, config.stream_epsilon, metric)
             pq = _lookup(rows, "fig7", dataset, method, config.stream_epsilon, preq)
             stream.append(f"| {dataset} | {method} | {metric} {_fmt(held, metric)} | "
@@ -414,20 +458,25 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
             ax.set_ylim(-0.3, 0.6)
         ax.set(xscale="log", xlabel="ε (δ = 1e-6)", ylabel=metric,
                title=f"Fig. 4 — {dataset}, held-out {metric}")
+        eps_ticks = sorted({r["epsilon"] for r in rows if r["figure"] == "fig4"
+                            and math.isfinite(r["epsilon"])})
+        ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "fig4.png", dpi=90)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    groups = (("fig. 6: Abalone R²", "abalone", "r2",
-               (("fig4", "renyiboost", "filter, T rounds"), ("fig6", "irf_2x", "filter, 2T"),
-                ("fig6", "no_filter", "no filter"))),
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
+    groups = (("Fig. 6: Abalone R², Rényi filter", "abalone", "r2",
+               (("fig6", "no_filter", "no filter (= filter capped at T rounds)"),
+                ("fig6", "irf_2x", "filter, up to 2T rounds"))),
+              ("leaf noise: Abalone R²", "abalone", "r2",
+               (("fig4", "renyiboost", "DLNS"), ("leaf_noise", "sln", "SLN"))),
               ("leaf noise: Adult error %", "adult", "error",
                (("fig4", "renyiboost", "DLNS"), ("leaf_noise", "sln", "SLN"))))
-    for ax, (title, dataset, metric, bars) in zip(axes[:2], groups, strict=True):
-        eps_values = sorted({r["epsilon"] for r in rows if r["figure"] == "fig6"} or
-                            {r["epsilon"] for r in rows if r["figure"] == "leaf_noise"})
+    eps_values = sorted({r["epsilon"] for r in rows if r["figure"] == "leaf_noise"})
+    for ax, (title, dataset, metric, bars) in zip(axes[:3], groups, strict=True):
         width = 0.8 / len(bars)
         for i, (figure, method, label) in enumerate(bars):
             found = [_lookup(rows, figure, dataset, method, e, metric) for e in eps_values]
@@ -438,16 +487,16 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
                       [f"ε={e:g}" for e in eps_values])
         ax.set(title=title, ylabel=metric)
         ax.legend(fontsize=7)
-    ax = axes[2]
+    ax = axes[3]
     for i, (dataset, metric) in enumerate((("abalone", "r2"), ("adult", "error"))):
-        for j, method in enumerate(("irf", "global")):
+        for j, method in enumerate(("irf", "constant", "global")):
             found = [r for r in rows if (r["figure"], r["dataset"], r["method"],
                                          r["metric"]) == ("fig7", dataset, method, metric)]
             if found:
                 value = found[0]["mean"] / (100.0 if metric == "error" else 1.0)
-                ax.bar(i + 0.4 * j, value, 0.4, label=method if i == 0 else None,
+                ax.bar(i + 0.27 * j, value, 0.27, label=method if i == 0 else None,
                        color=f"C{j}")
-    ax.set_xticks([0.2, 1.2], ["Abalone R²", "Adult error (fraction)"])
+    ax.set_xticks([0.27, 1.27], ["Abalone R²", "Adult error (fraction)"])
     ax.set(title="fig. 7: late-batch streams, held-out")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -62,12 +62,12 @@ def test_categories_reach_the_peers_as_their_public_names() -> None:
 
 def test_paper_preset_writes_tables_plots_and_verdicts_and_resumes(tmp_path, monkeypatch) -> None:
     config = paper.PaperConfig(datasets=["abalone"], epsilons=[0.54], repeats=1, folds=1,
-                               workers=1, out=str(tmp_path))
+                               workers=1, streams=False, out=str(tmp_path))
     results = paper.run_paper(config)
     assert {(r["figure"], r["method"]) for r in results} == {
         ("fig4", m) for m in ("renyiboost", "dp_mean", "dpebm", "dpebm_tuned", "non_private",
                               "xgboost")} | {("leaf_noise", "sln"), ("fig7", "irf"),
-                                             ("fig7", "global"), ("fig6", "irf_2x"),
+                                             ("fig7", "constant"), ("fig7", "global"), ("fig6", "irf_2x"),
                                              ("fig6", "no_filter")}
     by = {(r["figure"], r["method"]): r for r in results}
     assert by[("fig4", "renyiboost")]["r2"] > by[("fig4", "dp_mean")]["r2"] + 0.2

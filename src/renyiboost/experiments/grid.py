@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, replay
-from renyiboost.experiments.peers import NON_PRIVATE_PEERS, PEERS, make_peer
+from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import SYNTHETIC, InMemorySource
@@ -199,7 +199,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
                                        "delta", "limit", "refits"})
-    text = json.dumps({**cell, **fixed}, sort_keys=True, default=str)
+    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -223,8 +223,10 @@ def run_cell(job: tuple[dict[str, Any], GridConfig]) -> dict[str, Any]:
     return result
 
 
-def run_grid(config: GridConfig, progress: bool = True) -> list[dict[str, Any]]:
-    jobs = [(cell, config) for cell in cells(config)]
+def run_grid(config: GridConfig, progress: bool = True,
+             chosen: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Run the grid's cells (or the ``chosen`` ones), then write the outputs."""
+    jobs = [(cell, config) for cell in (cells(config) if chosen is None else chosen)]
     results = []
     if config.workers > 1:
         with ProcessPoolExecutor(max_workers=config.workers) as pool:

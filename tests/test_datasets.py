@@ -75,3 +75,20 @@ def test_abalone_first_row_decodes_to_the_csv_row() -> None:
 def test_unknown_data_set_names_the_choices() -> None:
     with pytest.raises(ValueError, match="abalone"):
         load("iris")
+
+
+def test_covertype_loads_from_a_given_path_only(monkeypatch) -> None:
+    from renyiboost.datasets import COVERTYPE_ENV, load_covertype
+
+    monkeypatch.delenv(COVERTYPE_ENV, raising=False)
+    with pytest.raises(ValueError, match=COVERTYPE_ENV):
+        load_covertype()
+    data = load_covertype(str(SHARED / "covtype.csv.gz"))
+    assert data.X.shape == (581_012, 12) and data.task == "classification"
+    assert int(data.y.sum()) == 283_301  # UCI's Lodgepole Pine count (SOURCES.md)
+    schema = data.schema
+    num = ~schema.is_categorical
+    # the codebook bounds almost never clip (only 51 azimuths of exactly 360° sit on an upper
+    # bound), and the one-hot groups decode into their domains
+    assert int((data.X[:, num] == schema.upper[num]).sum()) == 51
+    assert np.all(data.X[:, ~num] < schema.n_categories[~num])

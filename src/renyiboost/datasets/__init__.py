@@ -203,12 +203,60 @@ def load_california() -> Dataset:
     return _dataset("california", rows, CALIFORNIA_SCHEMA, "MedHouseVal", "regression")
 
 
+# --------------------------------------------------------------------------- Covertype
+#: UCI Covertype (Blackard 1998; covtype.info): 30 m cells of the Roosevelt National Forest,
+#: Colorado. Bounds from the codebook's units and the area's geography, not from the rows:
+#: aspect is an azimuth, slope an angle, hillshade an 8-bit index, elevations lie between the
+#: forest's ~1,800 m valleys and ~4,300 m peaks, distances within the study area's extent.
+COVERTYPE_SCHEMA = PublicSchema(
+    features={
+        "Elevation": (1500.0, 4500.0),
+        "Aspect": (0.0, 360.0),
+        "Slope": (0.0, 90.0),
+        "Horizontal_Distance_To_Hydrology": (0.0, 10_000.0),
+        "Vertical_Distance_To_Hydrology": (-1000.0, 1000.0),
+        "Horizontal_Distance_To_Roadways": (0.0, 10_000.0),
+        "Hillshade_9am": (0.0, 255.0),
+        "Hillshade_Noon": (0.0, 255.0),
+        "Hillshade_3pm": (0.0, 255.0),
+        "Horizontal_Distance_To_Fire_Points": (0.0, 10_000.0),
+        "Wilderness_Area": [str(i) for i in range(1, 5)],
+        "Soil_Type": [str(i) for i in range(1, 41)],
+    },
+)
+COVERTYPE_ENV = "RENYIBOOST_COVTYPE"
+
+
+def load_covertype(path: str | None = None) -> Dataset:
+    """Covertype (581,012 rows), binary: is the cover type Lodgepole Pine (class 2)?
+
+    Not bundled (11 MB): pass the path of ``covtype.csv.gz`` (54 feature columns with the
+    one-hot wilderness and soil columns, then the class 1–7) or set ``RENYIBOOST_COVTYPE``.
+    The one-hot groups become two categorical features.
+    """
+    import os
+
+    path = path or os.environ.get(COVERTYPE_ENV)
+    if not path:
+        raise ValueError(f"Covertype is not bundled: pass the path of covtype.csv.gz or set "
+                         f"{COVERTYPE_ENV}")
+    with gzip.open(path, "rt") as fh:
+        table = np.loadtxt(fh, delimiter=",", skiprows=1, dtype=np.float64)
+    numeric, wilderness, soil, label = table[:, :10], table[:, 10:14], table[:, 14:54], table[:, 54]
+    columns: dict[str, Any] = dict(zip(COVERTYPE_SCHEMA.names[:10], numeric.T, strict=True))
+    columns["Wilderness_Area"] = (wilderness.argmax(axis=1) + 1).astype(str)
+    columns["Soil_Type"] = (soil.argmax(axis=1) + 1).astype(str)
+    X = COVERTYPE_SCHEMA.encode_columns(columns)
+    return Dataset("covertype", X, (label == 2).astype(float), COVERTYPE_SCHEMA, "classification")
+
+
 LOADERS: dict[str, Callable[[], Dataset]] = {
     "abalone": load_abalone,
     "adult": load_adult,
     "adult-test": lambda: load_adult("test"),
     "elec2": load_elec2,
     "california": load_california,
+    "covertype": load_covertype,
 }
 
 
@@ -221,6 +269,7 @@ def load(name: str) -> Dataset:
 
 
 __all__ = [
-    "ABALONE_SCHEMA", "ADULT_SCHEMA", "CALIFORNIA_SCHEMA", "ELEC2_SCHEMA", "LOADERS", "Dataset",
-    "load", "load_abalone", "load_adult", "load_california", "load_elec2",
+    "ABALONE_SCHEMA", "ADULT_SCHEMA", "CALIFORNIA_SCHEMA", "COVERTYPE_SCHEMA", "ELEC2_SCHEMA",
+    "LOADERS", "Dataset", "load", "load_abalone", "load_adult", "load_california",
+    "load_covertype", "load_elec2",
 ]

@@ -37,6 +37,7 @@ LATE_SUBPOPULATIONS: dict[str, tuple[str, Callable[[Dataset], np.ndarray]]] = {
     "adult": ("income > 50K", lambda d: d.y == 1),
     "elec2": ("price UP", lambda d: d.y == 1),
     "california": ("house value > $300k", lambda d: d.y > 3.0),
+    "covertype": ("Lodgepole Pine", lambda d: d.y == 1),
     "agrawal": ("class 1", lambda d: d.y == 1),
     "sea": ("class 1", lambda d: d.y == 1),
     "friedman": ("y > 20", lambda d: d.y > 20.0),
@@ -109,7 +110,8 @@ SYNTHETIC: dict[str, Callable[..., Dataset]] = {
     "agrawal": agrawal_switch, "sea": sea_switch, "friedman": friedman_drift,
 }
 #: Every data set a source can replay by name.
-STREAM_DATASETS: tuple[str, ...] = ("abalone", "adult", "elec2", "california", *SYNTHETIC)
+STREAM_DATASETS: tuple[str, ...] = ("abalone", "adult", "elec2", "california", "covertype",
+                                    *SYNTHETIC)
 
 
 @dataclass(frozen=True)

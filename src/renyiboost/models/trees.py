@@ -22,6 +22,12 @@ import numpy as np
 from renyiboost.randomness import NoiseSource
 from renyiboost.schema import PublicSchema
 
+#: Rows × trees that :meth:`Ensemble.route` walks per pass: small enough that its working
+#: arrays stay in a 512 KiB L2 cache. Measured here (noisy, shared machine): 200 trees of
+#: depth 6 predict 10⁵ rows at 81–131k rows/s in passes of 2¹⁵ vs 39–52k rows/s in passes of
+#: 2¹⁷–2¹⁹ elements; one tree routes 10⁶ rows in 48–75 ms vs 83–118 ms in one pass.
+ROUTE_BLOCK = 1 << 15
+
 FeatureSelection = Literal["random", "cyclic"]
 
 
@@ -145,9 +151,23 @@ class Ensemble:
     def route(self, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
         """Leaf index of every row in every given tree: shape ``(n_rows, n_trees)``.
 
-        Gathers from flattened arrays (one ``np.take`` per level) instead of 2-D fancy
-        indexing; categorical tests are only evaluated when the schema has such columns.
+        Works in blocks of :data:`ROUTE_BLOCK` rows × trees (see there).
         """
+        n_rows, n_trees = X.shape[0], features.shape[0]
+        step = max(1, ROUTE_BLOCK // max(n_trees, 1))
+        if n_rows <= step:
+            return self._route_block(X, features, thresholds)
+        out = np.empty((n_rows, n_trees), dtype=np.intp)
+        for start in range(0, n_rows, step):
+            out[start : start + step] = self._route_block(X[start : start + step], features,
+                                                          thresholds)
+        return out
+
+    def _route_block(self, X: np.ndarray, features: np.ndarray,
+                     thresholds: np.ndarray) -> np.ndarray:
+        """One block of :meth:`route`: gathers from flattened arrays (one ``np.take`` per
+        level) instead of 2-D fancy indexing; categorical tests only when the schema has
+        such columns."""
         n_rows, n_trees = X.shape[0], features.shape[0]
         n_internal = features.shape[1]
         flat_features, flat_thresholds = features.ravel(), thresholds.ravel()
@@ -172,20 +192,28 @@ class Ensemble:
         """Leaf index of every row in a single tree (the training path)."""
         return self.route(X, features[None, :], thresholds[None, :])[:, 0]
 
-    def predict_margin(self, X: np.ndarray, chunk_rows: int = 8192) -> np.ndarray:
+    def leaf_sum(self, X: np.ndarray, trees: slice = slice(None)) -> np.ndarray:
+        """Per row, the sum of its leaf values over the trees ``trees`` (all by default),
+        block by block so the ``(rows, trees)`` leaf matrix never exists whole."""
+        features, thresholds = self.features[trees], self.thresholds[trees]
+        leaves = self.leaves[trees]
+        n_trees = leaves.shape[0]
+        out = np.zeros(X.shape[0], dtype=float)
+        if n_trees == 0:
+            return out
+        step = max(1, ROUTE_BLOCK // n_trees)
+        tree = np.arange(n_trees)[None, :]
+        for start in range(0, X.shape[0], step):
+            leaf = self._route_block(X[start : start + step], features, thresholds)
+            out[start : start + step] = leaves[tree, leaf].sum(axis=1)
+        return out
+
+    def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """Initial score plus the sum of every tree's leaf value, per row."""
         X = np.asarray(X, dtype=float)
         if X.ndim == 1:
             X = X[None, :]
-        out = np.full(X.shape[0], self.init_score, dtype=float)
-        if self.n_trees == 0:
-            return out
-        chunk = max(1, chunk_rows * 64 // max(self.n_trees, 1))
-        tree = np.arange(self.n_trees)[None, :]
-        for start in range(0, X.shape[0], chunk):
-            leaf = self.route(X[start : start + chunk], self.features, self.thresholds)
-            out[start : start + chunk] += self.leaves[tree, leaf].sum(axis=1)
-        return out
+        return self.init_score + self.leaf_sum(X)
 
     def to_dict(self) -> dict:
         return {

@@ -415,9 +415,7 @@ class StreamEngine:
         """The pool after a round (pure); dropped trees leave the cached margins."""
         after = self.booster.advance(self.pool, outcome)
         if event.dropped:
-            ens, drop = self.ensemble, event.dropped
-            leaf = ens.route(self.pool.X, ens.features[:drop], ens.thresholds[:drop])
-            after.margin -= ens.leaves[np.arange(drop)[None, :], leaf].sum(axis=1)
+            after.margin -= self.ensemble.leaf_sum(self.pool.X, slice(0, event.dropped))
         return after
 
     def _commit(self, event: InitEvent | RoundEvent | None, after: RecordPool) -> None:

@@ -10,11 +10,17 @@ import sys
 import time
 import uuid
 import warnings
+from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
-from confluent_kafka import Consumer, Producer
+import pytest
+from confluent_kafka import Consumer, Message, Producer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from renyiboost.connectors.events import Rejected
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, ModelFollower, event_json
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
@@ -200,7 +206,7 @@ def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootst
         process.wait(10)
         assert process.returncode == -signal.SIGKILL
     final = _trainer_process(config, max_idle=4)
-    out, err = final.communicate(timeout=120)
+    _, err = final.communicate(timeout=120)
     assert final.returncode == 0, err.decode()[-2000:]
 
     engine = _engine_from(config)
@@ -252,3 +258,200 @@ def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
     events = [json.loads(m.value()) for m in got]
     assert {m.key().decode() for m in got} == {e["key"] for e in events}
     assert all(set(e) == {"key", "x", "y"} and 0 <= e["y"] <= 30 for e in events)
+
+
+# --------------------------------------------------------------------- the batch fast path
+
+#: Every kind of bad event next to valid ones: (message key, value, reason or None if valid).
+_MIXED = [
+    (b"v1", json.dumps({"key": "v1", "x": {"length": 0.5, "sex": "F"}, "y": 5}).encode(), None),
+    (b"m1", b"{not json", "json"),
+    (b"m2", None, "json"),  # an empty value (a tombstone)
+    (b"m3", json.dumps({"key": "m3", "x": {"length": "long"}, "y": 5}).encode(), "schema"),
+    (b"m4", b'{"key": "m4", "x": {"length": NaN}, "y": 5}', "schema"),
+    (b"m5", json.dumps({"key": "m5", "x": {"colour": 1.0}, "y": 5}).encode(), "schema"),
+    (b"m6", json.dumps({"key": "m6", "x": {"length": True}, "y": 5}).encode(), "schema"),
+    (b"m7", json.dumps({"key": "m7", "y": 5}).encode(), "schema"),
+    (b"m8", json.dumps([{"key": "m8", "x": {}, "y": 5}]).encode(), "schema"),
+    (b"m9", b'{"key": "m9", "x": {"length": 1' + b"0" * 400 + b"}, \"y\": 5}", "schema"),
+    (b"ma", json.dumps({"key": "ma", "x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}).encode(),
+     "oversize"),
+    (None, json.dumps({"x": {"length": 0.5}, "y": 5}).encode(), "missing_key"),
+    (b"", json.dumps({"x": {"length": 0.5}, "y": 5}).encode(), "missing_key"),
+    (b"mb", json.dumps({"key": "mb", "x": {"length": 0.5}, "y": 99}).encode(), "label"),
+    (b"mc", b'{"key": "mc", "x": {"length": 0.5}, "y": NaN}', "label"),
+    (b"md", b'{"key": "md", "x": {"length": 0.5}, "y": 1' + b"0" * 400 + b"}", "label"),
+    (b"me", json.dumps({"key": "me", "x": {"length": 0.5}, "y": True}).encode(), None),
+    (b"mf", json.dumps({"key": 17, "x": {"length": 2.5, "sex": "?"}, "y": 30}).encode(), None),
+    (b"from-message", json.dumps({"x": {"height": 0.1}, "y": 0}).encode(), None),
+    (b"v2", json.dumps({"key": "v2", "x": {"length": None}, "y": 1.5}).encode(), None),
+    (b"v1", json.dumps({"key": "v1", "x": {"diameter": 0.25}, "y": 7}).encode(), None),
+]
+
+
+def _parser():
+    from renyiboost.connectors.events import EventParser
+
+    engine = _engine(None)
+    return EventParser(engine.schema, engine.check_label)
+
+
+def _same_batch(fast, slow) -> None:
+    assert fast.index == slow.index and fast.keys == slow.keys and fast.labels == slow.labels
+    np.testing.assert_array_equal(fast.rows, slow.rows)
+    assert fast.rejected == slow.rejected
+
+
+def test_the_batch_parser_rejects_exactly_what_the_per_message_parser_rejects() -> None:
+    parser = _parser()
+    values = [v for _, v, _ in _MIXED]
+    keys = [k for k, _, _ in _MIXED]
+    fast = parser.parse_batch(values, keys)
+    _same_batch(fast, parser.parse_each(values, keys))
+    assert [why.reason for _, why in fast.rejected] == [r for _, _, r in _MIXED if r]
+    assert fast.keys == ["v1", "me", "17", "from-message", "v2", "v1"]
+    assert fast.labels == [5.0, 1.0, 30.0, 0.0, 1.5, 7.0]
+    assert fast.rows[2].tolist()[:2] == [3.0, 1.0]  # "other" category; length clipped
+    # a batch of valid events only, and an empty one
+    good = [i for i, (_, _, r) in enumerate(_MIXED) if r is None]
+    _same_batch(parser.parse_batch([values[i] for i in good], [keys[i] for i in good]),
+                parser.parse_each([values[i] for i in good], [keys[i] for i in good]))
+    assert parser.parse_batch([], []).rows.shape == (0, 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_MIXED) - 1), max_size=60))
+def test_any_mix_of_events_parses_as_one_message_at_a_time(picks: list[int]) -> None:
+    parser = _parser()
+    values = [_MIXED[i][1] for i in picks]
+    keys = [_MIXED[i][0] for i in picks]
+    _same_batch(parser.parse_batch(values, keys), parser.parse_each(values, keys))
+
+
+def test_parsing_a_batch_leaves_the_cycle_collector_as_it_found_it() -> None:
+    import gc
+
+    parser = _parser()
+    values = [v for _, v, _ in _MIXED]
+    keys = [k for k, _, _ in _MIXED]
+    assert gc.isenabled()
+    parser.parse_batch(values, keys)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parser.parse_batch(values, keys)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def _messages(topic: str) -> list[Message]:
+    """Valid Abalone events and every kind of bad one, over two interleaved partitions,
+    as a consumer would return them (offsets in order per partition)."""
+    good = _abalone_events(limit=700)
+    mixed = [(k, v) for k, v, _ in _MIXED]
+    values = good[:300] + mixed + good[300:] + mixed[1:4]  # ends with bad events
+    out, next_offset = [], [0, 0]
+    for i, (key, value) in enumerate(values):
+        partition = 0 if i % 3 else 1
+        out.append(Message(topic=topic, partition=partition, offset=next_offset[partition],
+                           key=key, value=value))
+        next_offset[partition] += 1
+    return out
+
+
+def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstrap) -> None:
+    """The batch path trains the same records in the same order with the same triggers,
+    dead-letters the same events with the same reasons, and ends at the same offsets as
+    feeding the events one by one (the engine's reference path)."""
+    from renyiboost.connectors.events import EventParser
+
+    topic = _topic("mixed")
+    messages = _messages(topic)
+    engine = _engine(None)
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    # batches that cut through triggers; one of bad events only, ending both partitions
+    cuts = [0, 250, 301, 316, 566, len(messages)]
+    for start, stop in pairwise(cuts):
+        with engine.group_commit():
+            trainer._process(messages[start:stop])
+    engine.flush()
+    trainer.producer.flush(10)
+
+    reference = _engine(None)
+    parser = EventParser(reference.schema, reference.check_label)
+    expected_dlq = []
+    for m in messages:
+        position = (f"{m.topic()}:{m.partition()}", m.offset() + 1)
+        parsed = parser.parse(m.value(), m.key())
+        if isinstance(parsed, Rejected):
+            reference.skip(position)
+            expected_dlq.append((m.partition(), m.offset(), parsed.reason, parsed.detail))
+        else:
+            reference.add(reference.schema.encode_validated([parsed.features]), [parsed.label],
+                          [parsed.key], [position])
+    reference.flush()
+
+    assert engine.offsets == reference.offsets == {f"{topic}:0": 482, f"{topic}:1": 242}
+    assert engine._keys == reference._keys and engine.counters == reference.counters
+    np.testing.assert_array_equal(engine.pool_uids, reference.pool_uids)
+    for name in ("X", "target", "margin", "spent"):
+        np.testing.assert_array_equal(getattr(engine.pool, name), getattr(reference.pool, name))
+    np.testing.assert_array_equal(engine.ensemble.leaves, reference.ensemble.leaves)
+    assert engine.booster.rounds_done == reference.booster.rounds_done > 0
+
+    got = _read(kafka_bootstrap, f"{topic}.dlq", len(expected_dlq))
+    dlq = sorted((int(h["source.partition"]), int(h["source.offset"]), h["reason"].decode(),
+                  h["detail"].decode()) for h in (dict(m.headers()) for m in got))
+    assert dlq == sorted(expected_dlq)
+    assert len(dlq) == sum(1 for _, _, r in _MIXED if r) + 3
+    assert dict(trainer.dead_letters) == dict(Counter(r for *_, r, _ in expected_dlq))
+
+
+class _Stuck:
+    """A producer whose messages never leave."""
+
+    def __init__(self) -> None:
+        self.callbacks: list = []
+
+    def produce(self, *args, on_delivery=None, **kwargs) -> None:
+        self.callbacks.append(on_delivery)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return len(self.callbacks)
+
+
+class _Refused(_Stuck):
+    """A producer whose messages the broker refuses (e.g. no dead-letter topic)."""
+
+    def flush(self, timeout: float) -> int:
+        from confluent_kafka import KafkaError
+
+        for callback in self.callbacks:
+            callback(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None)
+        self.callbacks = []
+        return 0
+
+
+@pytest.mark.parametrize("producer", [_Stuck, _Refused])
+def test_a_batch_commits_only_after_its_dead_letters_are_delivered(
+    kafka_bootstrap, tmp_path, producer
+) -> None:
+    topic = _topic("undelivered")
+    engine = _engine(str(tmp_path / "s.db"))
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    messages = _messages(topic)
+    with engine.group_commit():
+        trainer._process(messages[:300])  # valid events only: rounds and offsets commit
+    before = dict(engine.offsets)
+    assert before and engine.booster.rounds_done > 0
+
+    trainer.producer = producer()
+    with pytest.raises(RuntimeError, match="dead letters not delivered"), engine.group_commit():
+        trainer._process(messages[300:700])  # bad events, and enough valid ones to train
+    restarted = _engine(str(tmp_path / "s.db"))  # what a restart would resume from
+    assert restarted.offsets == before  # the whole batch is re-read, dead letters included
+    assert restarted.booster.rounds_done == 2

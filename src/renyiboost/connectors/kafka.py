@@ -13,6 +13,9 @@
   without access to the state store or the raw events.
 * Events that fail to parse or validate go to ``<topic>.dlq`` with the reason and the source
   topic/partition/offset in headers, and are counted per reason; the stream never stops.
+  A batch's dead letters are delivered before any offset past them commits.
+* A poll batch is validated in one pydantic call and reaches the engine as columns (one
+  ``add`` per batch); see :meth:`EventParser.parse_batch`.
 
 Nothing here is broker-specific: it uses plain consumer groups, keyed produce and headers
 (Kafka ≥ 2.8), never transactions.
@@ -24,6 +27,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -38,7 +42,12 @@ from confluent_kafka import (
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
-from renyiboost.connectors.events import EventFormat, EventParser, Parsed, Rejected
+from renyiboost.connectors.events import (
+    EventFormat,
+    EventParser,
+    Rejected,
+    cycle_collector_paused,
+)
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.schema import PublicSchema
@@ -63,6 +72,8 @@ class KafkaSettings(BaseModel):
     batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
     poll_timeout: float = Field(0.5, gt=0)
     session_timeout_ms: int = Field(6000, ge=1000)
+    dlq_timeout: float = Field(
+        30.0, gt=0, description="seconds to wait for a batch's dead letters to be delivered")
     extra: dict[str, str] = Field(default_factory=dict)
 
     def client(self, **more: Any) -> dict[str, Any]:
@@ -127,6 +138,7 @@ class KafkaTrainer:
         self._unpublished = engine.booster.rounds_done > self._published
         self.assigned = False
         self._partition_names: dict[tuple[str, int], str] = {}
+        self._undelivered: list[str] = []
 
     # ------------------------------------------------------------------ offsets
     def _on_assign(self, consumer: Consumer, partitions: list) -> None:
@@ -142,7 +154,7 @@ class KafkaTrainer:
     def poll_once(self) -> int:
         """Consume one bounded batch and feed it to the engine; returns the messages read."""
         messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
-        with self.engine.group_commit():
+        with cycle_collector_paused(), self.engine.group_commit():
             self._process(messages)
         self.consumed += len(messages)
         self.publish()
@@ -151,42 +163,64 @@ class KafkaTrainer:
         return len(messages)
 
     def _process(self, messages: list[Message]) -> None:
-        """Validate a batch, dead-letter the bad events and feed the good ones in order."""
-        good = []
-        for message in messages:
-            if message.error():
-                if message.error().code() not in _TRANSIENT:
-                    raise RuntimeError(f"Kafka error: {message.error()}")
-                continue
-            good.append(message)
-        results = self.parser.parse_batch([m.value() for m in good], [m.key() for m in good])
-        valid: list[Parsed] = []
-        positions: list[tuple[str, int]] = []
-        for message, parsed in zip(good, results, strict=True):
-            where = (message.topic(), message.partition())
-            name = self._partition_names.get(where)
-            if name is None:
-                name = self._partition_names[where] = f"{where[0]}:{where[1]}"
-            position = (name, message.offset() + 1)
-            if isinstance(parsed, Parsed):
-                valid.append(parsed)
-                positions.append(position)
+        """Validate a batch, dead-letter the bad events and feed the good ones in order.
+
+        The valid events go to the engine in one call, each with its own source position
+        (a trigger inside commits exactly the records merged). A dead-lettered event is
+        covered by the position of the next valid event of its partition, or, at the end
+        of its partition's run in the batch, skipped past explicitly; its dead letter is
+        delivered before anything of the batch can commit.
+        """
+        if any(map(Message.error, messages)):
+            messages = self._without_errors(messages)
+        if not messages:
+            return
+        batch = self.parser.parse_batch(list(map(Message.value, messages)),
+                                        list(map(Message.key, messages)))
+        positions = self._positions(messages)
+        for i, rejected in batch.rejected:
+            self._dead_letter(messages[i], rejected)
+        if batch.rejected:
+            self._deliver_dead_letters()
+        if batch.index:
+            if batch.rejected:
+                positions_valid = [positions[i] for i in batch.index]
             else:
-                self._feed(valid, positions)  # keep the engine's positions in order
-                valid, positions = [], []
-                self._dead_letter(message, parsed, position)
-        self._feed(valid, positions)
-
-    def _feed(self, valid: list[Parsed], positions: list[tuple[str, int]]) -> None:
-        """Encode a run of valid events in one pass and hand them to the engine."""
-        if valid:
-            rows = self.engine.schema.encode_validated([p.features for p in valid])
-            self.engine.add(rows, [p.label for p in valid], [p.key for p in valid], positions,
+                positions_valid = positions
+            self.engine.add(batch.rows, batch.labels, batch.keys, positions_valid,
                             labels_checked=True)  # the parser ran engine.check_label
+        if batch.rejected:
+            last = dict(positions)  # every partition's position after this batch
+            for name in {positions[i][0] for i, _ in batch.rejected}:
+                self.engine.skip((name, last[name]))
 
-    def _dead_letter(self, message: Message, parsed: Rejected, position: tuple[str, int]) -> None:
+    @staticmethod
+    def _without_errors(messages: list[Message]) -> list[Message]:
+        for message in messages:
+            error = message.error()
+            if error is not None and error.code() not in _TRANSIENT:
+                raise RuntimeError(f"Kafka error: {error}")
+        return [m for m in messages if m.error() is None]
+
+    def _positions(self, messages: list[Message]) -> list[tuple[str, int]]:
+        """``(partition name, next offset)`` of every message."""
+        topics = list(map(Message.topic, messages))
+        partitions = list(map(Message.partition, messages))
+        names = self._partition_names
+        if len(set(topics)) == 1 and len(set(partitions)) == 1:  # the common case
+            where = (topics[0], partitions[0])
+            name = names.get(where) or names.setdefault(where, f"{where[0]}:{where[1]}")
+            return list(zip(repeat(name), [o + 1 for o in map(Message.offset, messages)]))
+        out = []
+        for topic, partition, offset in zip(topics, partitions, map(Message.offset, messages)):
+            name = names.get((topic, partition))
+            if name is None:
+                name = names[topic, partition] = f"{topic}:{partition}"
+            out.append((name, offset + 1))
+        return out
+
+    def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1
-        self.engine.skip(position)
         self.producer.produce(
             f"{message.topic()}.dlq", value=message.value(), key=message.key(),
             headers=[
@@ -195,8 +229,23 @@ class KafkaTrainer:
                 ("source.partition", str(message.partition()).encode()),
                 ("source.offset", str(message.offset()).encode()),
             ],
+            on_delivery=self._on_dead_letter_delivery,
         )
         self.producer.poll(0)
+
+    def _on_dead_letter_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._undelivered.append(str(error))
+
+    def _deliver_dead_letters(self) -> None:
+        """Wait until the batch's dead letters are on the broker, before the offsets that
+        pass them can commit (a crash must not lose a dead letter); raises otherwise, which
+        ends the process with nothing of the batch committed."""
+        remaining = self.producer.flush(self.settings.dlq_timeout)
+        if remaining or self._undelivered:
+            errors, self._undelivered = self._undelivered, []
+            raise RuntimeError(f"dead letters not delivered ({remaining} still queued, "
+                               f"errors: {errors[:3]}); nothing of this batch is committed")
 
     def _commit_informational(self) -> None:
         """Tell the group where the durable state is (monitoring only; never read back)."""

@@ -23,9 +23,9 @@ from renyiboost.randomness import NoiseSource
 from renyiboost.schema import PublicSchema
 
 #: Rows × trees that :meth:`Ensemble.route` walks per pass: small enough that its working
-#: arrays stay in a 512 KiB L2 cache. Measured here (noisy, shared machine): 200 trees of
-#: depth 6 predict 10⁵ rows at 81–131k rows/s in passes of 2¹⁵ vs 39–52k rows/s in passes of
-#: 2¹⁷–2¹⁹ elements; one tree routes 10⁶ rows in 48–75 ms vs 83–118 ms in one pass.
+#: arrays stay in a 512 KiB L2 cache. A/B on this machine, quiet: 200 trees of depth 6 predict
+#: 10⁵ rows at 97–117k rows/s (48–58k in one pass over 5 × 10⁵-element chunks), one tree
+#: routes 10⁶ rows in 38–49 ms (89–98 ms in one pass).
 ROUTE_BLOCK = 1 << 15
 
 FeatureSelection = Literal["random", "cyclic"]

@@ -53,7 +53,6 @@ from renyiboost.experiments.demo import DEMO_PARAMS, predict, replay
 from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
 from renyiboost.experiments.peers import DPEBM_TUNED, PEERS, make_peer
 from renyiboost.experiments.reproduce import DELTA, load_config, params_for, splits
-from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -110,8 +109,8 @@ STREAM_GRID: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("elec2",), ("natural",)),
     (("friedman", "sea"), ("switch",)),
 )
-STREAM_METHODS = ("irf", "constant", "global", "sln", "dpebm_tuned", "dprf", "xgboost", "sgt",
-                  "arf")
+STREAM_METHODS = ("irf", "constant", "global", "sln", "dp_mean", "dpebm_tuned", "dprf",
+                  "xgboost", "sgt", "arf")
 
 
 class PaperConfig(BaseModel):
@@ -225,10 +224,8 @@ def run_job(job: Job) -> dict[str, float]:
     split = all_splits[job.fold]
     if job.figure == "fig7":
         return _stream_scores(job, data, split)
-    if job.method == "dp_mean":
-        model: Any = DPMeanBaseline(data.schema, data.task, job.epsilon, DELTA, job.seed)
-    elif job.method in PEERS:
-        model = make_peer(job.method, data.schema, data.task, job.dataset, job.epsilon, DELTA,
+    if job.method in PEERS:
+        model: Any = make_peer(job.method, data.schema, data.task, job.dataset, job.epsilon, DELTA,
                           job.seed)
     else:
         model = SGBDT(data.schema, seed=job.seed, delta=DELTA, **_learner_params(job))

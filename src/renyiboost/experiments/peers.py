@@ -13,7 +13,9 @@ bound from the data:
 * ``dprf`` — diffprivlib's ``RandomForestClassifier`` (Fletcher & Islam 2017) with
   ``bounds`` and ``classes`` given; pure ε-DP (δ = 0); classification only.
 * ``xgboost`` — ``xgboost.XGB{Regressor,Classifier}`` with its defaults: the non-private
-  ceiling (ε = ∞).
+  ceiling (ε = ∞);
+* ``dp_mean`` — our own floor, :class:`~renyiboost.models.baselines.DPMeanBaseline` (one DP
+  mean of the clipped labels), behind the same interface.
 
 All wrappers share one interface: ``fit(X, y)`` on schema-encoded arrays and
 ``predict_score(X)`` → the regression prediction or the probability of class 1.
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.schema import PublicSchema
 
 #: DP-EBM learning rate and rounds per data set (defaults: 0.01 and 300), chosen by the
@@ -40,7 +43,7 @@ DPEBM_TUNED: dict[str, dict[str, Any]] = {
     "adult": {"learning_rate": 0.01, "max_rounds": 3000},
 }
 
-PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "xgboost")
+PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "xgboost", "dp_mean")
 #: Peers that spend no privacy budget.
 NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
 
@@ -153,6 +156,8 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
         return _dpebm(schema, task, epsilon, delta, seed, **DPEBM_TUNED.get(dataset, {}))
     if name == "dprf":
         return _dprf(schema, task, epsilon, seed)
+    if name == "dp_mean":
+        return _Wrapped(DPMeanBaseline(schema, task, epsilon, delta, seed), task)
     return _xgboost(task, seed)
 
 

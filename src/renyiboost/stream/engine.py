@@ -580,8 +580,9 @@ class StreamEngine:
         spent = self.spent_rdp()
         quantiles: dict[str, float] = {}
         if cal is not None and spent.size:
-            for q in (0.5, 0.9, 0.99, 1.0):
-                quantiles[f"q{int(q * 100)}"] = float(np.quantile(spent, q) / cal.budget_rdp)
+            levels = (0.5, 0.9, 0.99, 1.0)
+            values = np.quantile(spent, levels) / cal.budget_rdp  # one partition for all four
+            quantiles = {f"q{int(q * 100)}": float(v) for q, v in zip(levels, values, strict=True)}
         return PrivacyReport(
             private=cal is not None,
             epsilon=cal.epsilon if cal else math.inf,

@@ -89,3 +89,21 @@ def test_paper_preset_writes_tables_plots_and_verdicts_and_resumes(tmp_path, mon
     monkeypatch.setattr(paper, "run_job", fail)
     again = paper.run_paper(config)
     assert [r["seed"] for r in again] == [r["seed"] for r in results]
+
+
+def test_paper_preset_appends_the_stream_grid_with_peers(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(paper, "STREAM_GRID", ((("abalone",), ("iid",)), (("sea",), ("switch",))))
+    monkeypatch.setattr(paper, "STREAM_METHODS", ("irf", "dp_mean", "xgboost", "sgt", "arf"))
+    config = paper.PaperConfig(datasets=["abalone"], epsilons=[1.0], repeats=1, folds=1,
+                               workers=1, stream_limit=1000, out=str(tmp_path))
+    monkeypatch.setattr(paper, "jobs", lambda _config: [])  # the figures are tested above
+    paper.run_paper(config)
+    text = (tmp_path / "summary.md").read_text()
+    streams = text.split("## Drifting streams")[1]
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:5])
+            for line in streams.splitlines() if line.startswith(("| abalone", "| sea"))}
+    # at stream_epsilon, each data set with its own scenario; the task picks the river peer
+    assert rows == {("abalone", "iid", "0.54", m) for m in ("irf", "dp_mean")} | {
+        ("abalone", "iid", "inf", m) for m in ("xgboost", "sgt")} | {
+        ("sea", "switch", "0.54", m) for m in ("irf", "dp_mean")} | {
+        ("sea", "switch", "inf", m) for m in ("xgboost", "arf")}

@@ -424,6 +424,8 @@ def summary_markdown(rows: list[dict[str, Any]], config: PaperConfig) -> str:
 
 def plot(rows: list[dict[str, Any]], out: Path) -> None:
     """``fig4.png`` (metric vs ε, anchors as crosses) and ``ablations.png`` (bars)."""
+    if not rows:
+        return
     import matplotlib
 
     matplotlib.use("Agg")

@@ -113,24 +113,33 @@ def cells(config: GridConfig) -> list[dict[str, Any]]:
     return out
 
 
-def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
-    task = source.data.task
+def stream_engine(method: str, task: str, schema: Any, epsilon: float, delta: float,
+                  seed: int, train_every: int, trees_per_trigger: int) -> StreamEngine:
+    """The learner as a stream method on the demo's parameters: ``irf`` (the filter),
+    ``constant`` (full-price charges), ``global`` (T rounds in all) or ``sln`` (static
+    leaf noise)."""
     params = dict(DEMO_PARAMS[task])
-    if cell["method"] == "constant":
+    if method == "constant":
         params["individual_filter"] = False
-    elif cell["method"] == "global":
-        params["individual_filter"] = False
-        params["max_rounds"] = params["rounds"]
-    elif cell["method"] == "sln":
+    elif method == "global":
+        params.update(individual_filter=False, max_rounds=params["rounds"])
+    elif method == "sln":
         params.update(leaf_noise="static", hess_clip=None)
-    engine = StreamEngine(
-        EngineConfig(public_schema=source.schema,
-                     params=SGBDTParams(task=task, epsilon=cell["epsilon"], delta=config.delta,
-                                        **params),
-                     train_every=config.train_every, trees_per_trigger=config.trees_per_trigger,
-                     warmup=config.train_every),
-        seed=cell["repeat"],
+    elif method != "irf":
+        raise ValueError(f"not a stream method of the learner: {method!r}")
+    return StreamEngine(
+        EngineConfig(public_schema=schema,
+                     params=SGBDTParams(task=task, epsilon=epsilon, delta=delta, **params),
+                     train_every=train_every, trees_per_trigger=trees_per_trigger,
+                     warmup=train_every),
+        seed=seed,
     )
+
+
+def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
+    engine = stream_engine(cell["method"], source.data.task, source.schema, cell["epsilon"],
+                           config.delta, cell["repeat"], config.train_every,
+                           config.trees_per_trigger)
     return replay(engine, source)
 
 
@@ -223,31 +232,45 @@ def run_cell(job: tuple[dict[str, Any], GridConfig]) -> dict[str, Any]:
     return result
 
 
+def run_all(fn: Callable[[Any], Any], items: list[Any], workers: int,
+            tick: Callable[[int, int], None] | None = None, chunksize: int = 1) -> list[Any]:
+    """``fn`` over ``items`` in order, in ``workers`` processes when > 1; ``tick(done,
+    total)`` after each."""
+    results = []
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            mapped = pool.map(fn, items, chunksize=chunksize)
+            for i, result in enumerate(mapped):
+                results.append(result)
+                if tick:
+                    tick(i + 1, len(items))
+    else:
+        for i, item in enumerate(items):
+            results.append(fn(item))
+            if tick:
+                tick(i + 1, len(items))
+    return results
+
+
+def progress_bar(unit: str) -> Callable[[int, int], None]:
+    """A ``tick`` that draws ``[####....] done/total unit`` on stderr."""
+    def tick(done: int, total: int) -> None:
+        filled = 30 * done // total
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return tick
+
+
 def run_grid(config: GridConfig, progress: bool = True,
              chosen: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Run the grid's cells (or the ``chosen`` ones), then write the outputs."""
     jobs = [(cell, config) for cell in (cells(config) if chosen is None else chosen)]
-    results = []
-    if config.workers > 1:
-        with ProcessPoolExecutor(max_workers=config.workers) as pool:
-            for i, result in enumerate(pool.map(run_cell, jobs)):
-                results.append(result)
-                _tick(progress, i + 1, len(jobs))
-    else:
-        for i, job in enumerate(jobs):
-            results.append(run_cell(job))
-            _tick(progress, i + 1, len(jobs))
-    if progress:
-        sys.stderr.write("\n")
+    results = run_all(run_cell, jobs, config.workers, progress_bar("cells") if progress else None)
     write_outputs(results, Path(config.out))
     return results
-
-
-def _tick(progress: bool, done: int, total: int) -> None:
-    if progress:
-        filled = 30 * done // total
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} cells")
-        sys.stderr.flush()
 
 
 def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

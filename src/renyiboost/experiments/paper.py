@@ -35,11 +35,9 @@ import csv
 import hashlib
 import json
 import math
-import sys
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,13 +47,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import DEMO_PARAMS, predict, replay
+from renyiboost.experiments.demo import predict, replay
+from renyiboost.experiments.grid import (
+    GridConfig,
+    cells,
+    progress_bar,
+    run_all,
+    run_grid,
+    stream_engine,
+)
 from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
 from renyiboost.experiments.peers import DPEBM_TUNED, PEERS, make_peer
 from renyiboost.experiments.reproduce import DELTA, load_config, params_for, splits
 from renyiboost.models.batch import SGBDT
-from renyiboost.models.booster import SGBDTParams
-from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
 
 #: Numbers to set beside ours: (figure, data set, source, ε, metric, value). "paper" is
@@ -199,18 +203,10 @@ def _learner_params(job: Job) -> dict[str, Any]:
 def _stream_scores(job: Job, data: Dataset, split: Any) -> dict[str, float]:
     """Replay the training split with its late sub-population last; score the final model."""
     task = data.task
-    params = dict(DEMO_PARAMS[task])
-    if job.method == "constant":
-        params["individual_filter"] = False
-    elif job.method == "global":
-        params.update(individual_filter=False, max_rounds=params["rounds"])
     train = Dataset(data.name, split.X_train, split.y_train, data.schema, task)
     source = InMemorySource(train, scenario="late", batch_size=250, seed=job.seed)
-    engine = StreamEngine(
-        EngineConfig(public_schema=data.schema,
-                     params=SGBDTParams(task=task, epsilon=job.epsilon, delta=DELTA, **params),
-                     train_every=100, trees_per_trigger=6, warmup=100),
-        seed=job.seed)
+    engine = stream_engine(job.method, task, data.schema, job.epsilon, DELTA, job.seed,
+                           train_every=100, trees_per_trigger=6)
     history = replay(engine, source)
     metric = "mae" if task == "regression" else "error"
     return {**_scores(task, split.y_test, predict(engine, split.X_test)),
@@ -259,18 +255,7 @@ def run_paper(config: PaperConfig,
               tick: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Run (or load) every job, then write ``runs.csv``, ``summary.md`` and the plots."""
     todo = [(job, config.out) for job in jobs(config)]
-    results = []
-    if config.workers > 1:
-        with ProcessPoolExecutor(max_workers=config.workers) as pool:
-            for i, result in enumerate(pool.map(_run_one, todo, chunksize=4)):
-                results.append(result)
-                if tick:
-                    tick(i + 1, len(todo))
-    else:
-        for i, item in enumerate(todo):
-            results.append(_run_one(item))
-            if tick:
-                tick(i + 1, len(todo))
+    results = run_all(_run_one, todo, config.workers, tick, chunksize=4)
     out = Path(config.out)
     write_csv(results, out / "runs.csv")
     rows = summarise(results)
@@ -284,8 +269,6 @@ def run_paper(config: PaperConfig,
 
 def _stream_grid(config: PaperConfig) -> str:
     """Run the :data:`STREAM_GRID` cells as one grid and return its Markdown table."""
-    from renyiboost.experiments.grid import GridConfig, cells, run_grid
-
     base = GridConfig(epsilons=[config.stream_epsilon], methods=list(STREAM_METHODS),
                       repeats=config.repeats, delta=DELTA, workers=config.workers,
                       limit=config.stream_limit, out=str(Path(config.out) / "streams"))
@@ -504,14 +487,8 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 def main(config: PaperConfig) -> int:
-    def tick(done: int, total: int) -> None:
-        filled = 30 * done // total
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} runs")
-        sys.stderr.flush()
-
     start = time.perf_counter()
-    results = run_paper(config, tick)
-    sys.stderr.write("\n")
+    results = run_paper(config, progress_bar("runs"))
     print((Path(config.out) / "summary.md").read_text())
     print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s; outputs in {config.out}")
     return 0

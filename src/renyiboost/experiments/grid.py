@@ -114,11 +114,12 @@ def cells(config: GridConfig) -> list[dict[str, Any]]:
 
 
 def stream_engine(method: str, task: str, schema: Any, epsilon: float, delta: float,
-                  seed: int, train_every: int, trees_per_trigger: int) -> StreamEngine:
-    """The learner as a stream method on the demo's parameters: ``irf`` (the filter),
-    ``constant`` (full-price charges), ``global`` (T rounds in all) or ``sln`` (static
-    leaf noise)."""
-    params = dict(DEMO_PARAMS[task])
+                  seed: int, train_every: int, trees_per_trigger: int,
+                  params: dict[str, Any] | None = None) -> StreamEngine:
+    """The learner as a stream method: ``irf`` (the filter), ``constant`` (full-price
+    charges), ``global`` (T rounds in all) or ``sln`` (static leaf noise), on ``params``
+    (default: the demo's)."""
+    params = dict(DEMO_PARAMS[task] if params is None else params)
     if method == "constant":
         params["individual_filter"] = False
     elif method == "global":

@@ -177,6 +177,19 @@ class StreamEngine:
                 raise ValueError(f"label {y!r} is outside the public target_bounds ({lo}, {hi})")
         return value
 
+    def check_labels(self, y: Any) -> np.ndarray:
+        """:meth:`check_label` for a whole array at once (the first bad label is reported
+        by :meth:`check_label` itself, so the reasons are the same)."""
+        values = np.asarray(y, dtype=float).reshape(-1)
+        if self.config.params.task == "classification":
+            ok = (values == 0.0) | (values == 1.0)
+        else:
+            lo, hi = self.schema.target_bounds  # type: ignore[misc]
+            ok = (values >= lo) & (values <= hi)  # NaN fails both
+        if not ok.all():
+            self.check_label(values[~ok][0])
+        return values
+
     def _uid_for(self, key: Any | None) -> int:
         if key is None:
             uid = self._new_uid()
@@ -219,16 +232,16 @@ class StreamEngine:
     ) -> None:
         """Buffer encoded rows (validated by the caller) and fire triggers.
 
-        ``targets`` are raw labels, all checked by :meth:`check_label` before any row is
-        buffered (``labels_checked=True``: the caller already did, label by label).
+        ``targets`` are raw labels, all checked by :meth:`check_labels` before any row is
+        buffered (``labels_checked=True``: the caller already did).
         ``positions`` gives, per record, ``(source partition, next offset)``; the
         position reached by the records merged into a round is committed with it. Rows are
         copied. Triggers fire at the same record counts whatever the batching, so
         ``learn_many`` equals a ``learn_one`` loop.
         """
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
-        raw = targets if isinstance(targets, list) else np.asarray(targets).reshape(-1).tolist()
-        labels = raw if labels_checked else [self.check_label(y) for y in raw]
+        labels = (np.asarray(targets, dtype=float).reshape(-1) if labels_checked
+                  else self.check_labels(targets))
         if rows.shape != (len(labels), self.schema.n_features):
             raise ValueError(
                 f"rows must have shape ({len(labels)}, {self.schema.n_features}), got {rows.shape}"
@@ -256,14 +269,19 @@ class StreamEngine:
             take = np.flatnonzero(live) + start
             self._pending_uids.extend(uids[take].tolist())
             self._pending_rows.append(rows[take])
-            self._pending_targets.extend(labels[i] for i in take.tolist())
+            self._pending_targets.extend(labels[take].tolist())
             if positions is not None:
                 self._pending_position.update(positions[start:stop])
-            self._since_trigger += stop - start
+            self._count_arrivals(stop - start)
             start = stop
-            if self._since_trigger >= every:
-                self._since_trigger = 0
-                self.train(self.config.trees_per_trigger)
+
+    def _count_arrivals(self, n: int) -> None:
+        """Count ``n`` arrived records (buffered or dropped) and fire the trigger they reach
+        (callers never pass a trigger boundary inside ``n``)."""
+        self._since_trigger += n
+        if self._since_trigger >= self.config.train_every:
+            self._since_trigger = 0
+            self.train(self.config.trees_per_trigger)
 
     def add_one(
         self,
@@ -287,10 +305,7 @@ class StreamEngine:
             self._pending_uids.append(uid)
             self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
             self._pending_targets.append(label)
-        self._since_trigger += 1
-        if self._since_trigger >= self.config.train_every:
-            self._since_trigger = 0
-            self.train(self.config.trees_per_trigger)
+        self._count_arrivals(1)
 
     def _merge_pending(self) -> None:
         """Move pending records into the pool (upserts replace rows, keep spent).

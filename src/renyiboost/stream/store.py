@@ -326,8 +326,10 @@ class SQLiteStore(StateStore):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            for one in change if isinstance(change, list) else [change]:
+            changes = change if isinstance(change, list) else [change]
+            for one in changes:
                 self._apply(one)
+            self._write_meta(changes[-1].meta)  # each change's meta replaces the one before
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -347,7 +349,6 @@ class SQLiteStore(StateStore):
         after = change.after
         if self._event_bytes > self.snapshot_ratio * 24 * max(after.uids.size, 1_000):
             self._snapshot(after, change.first_kept_round)
-        self._write_meta(change.meta)
 
     def _append(self, event: Event) -> None:
         db = self._db

@@ -32,10 +32,11 @@ from renyiboost.stream.sources import (
 #: Learner settings of the demo per task (public, chosen for a short stream at ε = 1).
 DEMO_PARAMS: dict[str, dict[str, Any]] = {
     "regression": {"rounds": 30, "depth": 3, "learning_rate": 0.2, "sampling_rate": 0.2,
-                       "grad_clip": 0.3, "reg_lambda": 30.0, "count_share": 0.3, "init_share": 0.1},
+                   "grad_clip": 0.3, "reg_lambda": 30.0, "count_share": 0.3, "init_share": 0.1},
     "classification": {"rounds": 30, "depth": 4, "learning_rate": 0.2, "sampling_rate": 0.2,
-                           "grad_clip": 0.5, "hess_clip": 0.25, "reg_lambda": 5.0, "count_share": 0.1,
-                           "init_share": 0.05, "feature_selection": "cyclic", "split_candidates": 32},
+                       "grad_clip": 0.5, "hess_clip": 0.25, "reg_lambda": 5.0,
+                       "count_share": 0.1, "init_share": 0.05, "feature_selection": "cyclic",
+                       "split_candidates": 32},
 }
 
 
@@ -114,11 +115,15 @@ def plot(history: list[dict[str, Any]], engine: StreamEngine, path: Path, title:
     plt.close(fig)
 
 
-def _progress(done: int, total: int, text: str) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}")
-    sys.stderr.flush()
+def progress_bar(unit: str) -> Callable[[int, int], None]:
+    """A ``tick(done, total)`` drawing ``[####....] done/total unit`` on stderr (the caller
+    ends the line)."""
+    def tick(done: int, total: int) -> None:
+        filled = 30 * done // max(total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}")
+        sys.stderr.flush()
+
+    return tick
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,16 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6} "
           f"{'active':>7} {'retired':>8}")
     n_batches = -(-len(source) // args.batch_size)
+    tick = progress_bar("batches")
     start = time.perf_counter()
 
     def show(row: dict[str, Any]) -> None:
-        _progress(row["batch"] + 1, n_batches, "")
+        tick(row["batch"] + 1, n_batches)
         late = row.get(f"late_{metric}")
         sys.stderr.write("\r" + " " * 60 + "\r")
         print(f"{row['batch']:>5} {row['seen']:>6} {row[metric]:>8.3f} "
               f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6} "
               f"{row['n_active']:>7} {row['n_retired']:>8}", flush=True)
-        _progress(row["batch"] + 1, n_batches, "")
+        tick(row["batch"] + 1, n_batches)
 
     history = replay(engine, source, on_batch=show)
     sys.stderr.write("\n")

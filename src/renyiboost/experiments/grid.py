@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, replay
+from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, progress_bar, replay
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -83,9 +83,7 @@ TASK_OF_METHOD = {"sgt": "regression", "arf": "classification", "dprf": "classif
 
 @cache
 def _task(dataset: str) -> str:
-    if dataset in SYNTHETIC:
-        return "regression" if dataset == "friedman" else "classification"
-    return load(dataset).task
+    return (SYNTHETIC[dataset](n=2) if dataset in SYNTHETIC else load(dataset)).task
 
 
 def cells(config: GridConfig) -> list[dict[str, Any]]:
@@ -253,23 +251,13 @@ def run_all(fn: Callable[[Any], Any], items: list[Any], workers: int,
     return results
 
 
-def progress_bar(unit: str) -> Callable[[int, int], None]:
-    """A ``tick`` that draws ``[####....] done/total unit`` on stderr."""
-    def tick(done: int, total: int) -> None:
-        filled = 30 * done // total
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return tick
-
-
 def run_grid(config: GridConfig, progress: bool = True,
              chosen: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Run the grid's cells (or the ``chosen`` ones), then write the outputs."""
     jobs = [(cell, config) for cell in (cells(config) if chosen is None else chosen)]
     results = run_all(run_cell, jobs, config.workers, progress_bar("cells") if progress else None)
+    if progress:
+        sys.stderr.write("\n")
     write_outputs(results, Path(config.out))
     return results
 

@@ -35,6 +35,7 @@ import csv
 import hashlib
 import json
 import math
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -47,11 +48,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import predict, replay
+from renyiboost.experiments.demo import predict, progress_bar, replay
 from renyiboost.experiments.grid import (
     GridConfig,
     cells,
-    progress_bar,
     run_all,
     run_grid,
     stream_engine,
@@ -496,6 +496,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
 def main(config: PaperConfig) -> int:
     start = time.perf_counter()
     results = run_paper(config, progress_bar("runs"))
+    sys.stderr.write("\n")
     print((Path(config.out) / "summary.md").read_text())
     print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s; outputs in {config.out}")
     return 0

@@ -142,59 +142,75 @@ def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySourc
     return replay(engine, source)
 
 
+def _prequential(source: InMemorySource, predict: Callable[[Any], np.ndarray],
+                 learn: Callable[[int, Any], None]) -> list[dict]:
+    """Test-then-train over the source's batches: ``predict(batch)``, score, then
+    ``learn(index, batch)``; one row of metrics per batch."""
+    history, seen = [], 0
+    for index, batch in enumerate(source):
+        prediction = predict(batch)
+        seen += batch.y.size
+        history.append({"batch": index, "seen": seen,
+                        **batch_metrics(source.data.task, batch.y, prediction)})
+        learn(index, batch)
+    return history
+
+
 def _peer_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
+    """river's online learners, one record at a time on the decoded rows."""
     from river import forest, tree
 
     task = source.data.task
+    if TASK_OF_METHOD[cell["method"]] != task:
+        raise ValueError(f"{cell['method']} is for {TASK_OF_METHOD[cell['method']]} data sets")
     if cell["method"] == "sgt":
-        if task != "regression":
-            raise ValueError("sgt is river's SGTRegressor: regression data sets only")
         model: Any = tree.SGTRegressor()  # deterministic: no seed to set
     else:
-        if task != "classification":
-            raise ValueError("arf is river's ARFClassifier: classification data sets only")
         model = forest.ARFClassifier(seed=cell["repeat"])
-    history, seen = [], 0
-    for index, batch in enumerate(source):
-        xs = [source.schema.decode_row(row) for row in batch.X]
+
+    decoded: list[dict[str, Any]] = []  # the current batch as river dicts
+
+    def predict(batch: Any) -> np.ndarray:
+        decoded[:] = [source.schema.decode_row(row) for row in batch.X]
         if task == "regression":
-            prediction = np.array([model.predict_one(x) or 0.0 for x in xs], dtype=float)
-        else:
-            prediction = np.array([model.predict_proba_one(x).get(True, 0.0) for x in xs])
-        seen += batch.y.size
-        history.append({"batch": index, "seen": seen,
-                        **batch_metrics(task, batch.y, prediction)})
-        for x, y in zip(xs, batch.y, strict=True):
+            return np.array([model.predict_one(x) or 0.0 for x in decoded], dtype=float)
+        return np.array([model.predict_proba_one(x).get(True, 0.0) for x in decoded])
+
+    def learn(_index: int, batch: Any) -> None:
+        for x, y in zip(decoded, batch.y, strict=True):
             model.learn_one(x, bool(y) if task == "classification" else float(y))
-    return history
+
+    return _prequential(source, predict, learn)
 
 
 def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
                     source: InMemorySource) -> list[dict]:
+    """A batch peer refitted every ``refit_every`` batches on all rows seen so far."""
     task, schema = source.data.task, source.schema
     n_batches = -(-len(source) // config.batch_size)
     refit_every = max(1, n_batches // config.refits)
     n_fits = n_batches // refit_every
     epsilon, delta = cell["epsilon"] / n_fits, config.delta / n_fits
     model: Any = None
-    history, seen_X, seen_y, seen = [], [], [], 0
-    for index, batch in enumerate(source):
+    seen_X: list[np.ndarray] = []
+    seen_y: list[np.ndarray] = []
+
+    def predict(batch: Any) -> np.ndarray:
         if model is not None:
-            prediction = model.predict_score(batch.X)
-        elif task == "regression":
-            prediction = np.full(batch.y.size, float(np.mean(schema.target_bounds)))
-        else:
-            prediction = np.zeros(batch.y.size)
-        seen += batch.y.size
-        history.append({"batch": index, "seen": seen,
-                        **batch_metrics(task, batch.y, prediction)})
+            return model.predict_score(batch.X)
+        if task == "regression":  # before the first fit: the public midpoint
+            return np.full(batch.y.size, float(np.mean(schema.target_bounds)))
+        return np.zeros(batch.y.size)
+
+    def learn(index: int, batch: Any) -> None:
+        nonlocal model
         seen_X.append(batch.X)
         seen_y.append(batch.y)
         if (index + 1) % refit_every == 0 and (index + 1) // refit_every <= n_fits:
             model = make_peer(cell["method"], schema, task, cell["dataset"], epsilon, delta,
-                              cell["repeat"]).fit(np.concatenate(seen_X),
-                                                  np.concatenate(seen_y))
-    return history
+                              cell["repeat"]).fit(np.concatenate(seen_X), np.concatenate(seen_y))
+
+    return _prequential(source, predict, learn)
 
 
 RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[dict]]] = {

@@ -111,12 +111,17 @@ def _timed_commits(store: StateStore) -> dict[str, float]:
     return spent
 
 
-def _engine_with(n: int, store: StateStore | str | None) -> StreamEngine:
-    """An engine (10 features, depth 6) holding ``n`` active records after its first round."""
+def _engine(store: StateStore | str | None) -> StreamEngine:
+    """An empty engine (10 features, depth 6) that trains only when told to."""
     booster, schema = _booster(10, 6, 1000)
     config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
                           warmup=1)
-    engine = StreamEngine(config, store=store, seed=0)
+    return StreamEngine(config, store=store, seed=0)
+
+
+def _engine_with(n: int, store: StateStore | str | None) -> StreamEngine:
+    """An engine (10 features, depth 6) holding ``n`` active records after its first round."""
+    engine = _engine(store)
     rng = np.random.default_rng(0)
     engine.add(rng.uniform(size=(n, 10)), rng.uniform(size=n))
     engine.train(1)  # initial score + first round: the new rows' segment is written
@@ -180,10 +185,7 @@ def memory_child(n: int, trace: bool) -> dict[str, float]:
 
     rng = np.random.default_rng(0)
     X, y = rng.uniform(size=(n, 10)), rng.uniform(size=n)
-    booster, schema = _booster(10, 6, 1000)
-    config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
-                          warmup=1)
-    engine = StreamEngine(config, store=None, seed=0)
+    engine = _engine(None)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set (VmHWM)
     before = _rss_kib("VmRSS")
     if trace:

@@ -309,17 +309,20 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for (f, d, m, e, metric), v in sorted(groups.items(), key=lambda kv: str(kv[0]))]
 
 
+def _series(rows: list[dict[str, Any]], figure: str, dataset: str, method: str,
+            metric: str) -> list[dict[str, Any]]:
+    """The summary rows of one method's metric in one figure, every ε."""
+    return [r for r in rows if (r["figure"], r["dataset"], r["method"], r["metric"]) == (
+        figure, dataset, method, metric)]
+
+
 def _lookup(rows: list[dict[str, Any]], figure: str, dataset: str, method: str,
             epsilon: float, metric: str) -> dict[str, Any] | None:
     """The summary row of one cell; renyiboost at ε = ∞ is the learner without noise."""
     if method == "renyiboost" and not math.isfinite(epsilon):
         method = "non_private"
-    for r in rows:
-        if (r["figure"], r["dataset"], r["method"], r["metric"]) == (
-                figure, dataset, method, metric) and (
-                r["epsilon"] == epsilon or math.isclose(r["epsilon"], epsilon)):
-            return r
-    return None
+    return next((r for r in _series(rows, figure, dataset, method, metric)
+                 if r["epsilon"] == epsilon or math.isclose(r["epsilon"], epsilon)), None)
 
 
 def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -329,9 +332,8 @@ def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         method = ANCHOR_METHOD[source]
         ours = _lookup(rows, figure, dataset, method, eps, metric)
         if ours is None:  # an anchor at an ε we do not run: take the nearest ε we do run
-            candidates = [r for r in rows if (r["figure"], r["dataset"], r["method"],
-                                              r["metric"]) == (figure, dataset, method, metric)
-                          and math.isfinite(r["epsilon"])]
+            candidates = [r for r in _series(rows, figure, dataset, method, metric)
+                          if math.isfinite(r["epsilon"])]
             if not candidates or not math.isfinite(eps):
                 continue
             ours = min(candidates, key=lambda r: abs(math.log(r["epsilon"] / eps)))
@@ -425,14 +427,11 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     for ax, (dataset, metric) in zip(axes, (("abalone", "r2"), ("adult", "error")),
                                      strict=True):
         for method in sorted({r["method"] for r in rows if r["figure"] == "fig4"}):
-            pts = sorted((r["epsilon"], r["mean"]) for r in rows if (
-                r["figure"], r["dataset"], r["method"], r["metric"]) == (
-                "fig4", dataset, method, metric) and math.isfinite(r["epsilon"]))
+            series = _series(rows, "fig4", dataset, method, metric)
+            pts = sorted((r["epsilon"], r["mean"]) for r in series if math.isfinite(r["epsilon"]))
             if pts:
                 ax.plot(*zip(*pts, strict=True), "o-", label=method)
-            ceiling = [r for r in rows if (r["figure"], r["dataset"], r["method"],
-                                           r["metric"]) == ("fig4", dataset, method, metric)
-                       and not math.isfinite(r["epsilon"])]
+            ceiling = [r for r in series if not math.isfinite(r["epsilon"])]
             if ceiling:
                 ax.axhline(ceiling[0]["mean"], ls=":", lw=1,
                            color="grey" if method == "xgboost" else "black")
@@ -479,8 +478,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     ax = axes[3]
     for i, (dataset, metric) in enumerate((("abalone", "r2"), ("adult", "error"))):
         for j, method in enumerate(("irf", "constant", "global")):
-            found = [r for r in rows if (r["figure"], r["dataset"], r["method"],
-                                         r["metric"]) == ("fig7", dataset, method, metric)]
+            found = _series(rows, "fig7", dataset, method, metric)
             if found:
                 value = found[0]["mean"] / (100.0 if metric == "error" else 1.0)
                 ax.bar(i + 0.27 * j, value, 0.27, label=method if i == 0 else None,

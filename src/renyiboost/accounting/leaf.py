@@ -39,10 +39,12 @@ from renyiboost.accounting.events import GaussianEvent, PoissonSampledEvent
 
 @dataclass(frozen=True)
 class LeafRelease:
-    """Noise of one DP leaf: scale ``sigma`` split with count share ``count_share`` (r1)."""
+    """Noise of one DP leaf: scale ``sigma`` split with count share ``count_share`` (r1);
+    ``static=True`` is the SLN baseline (noise on the leaf value, see the module docstring)."""
 
     sigma: float
     count_share: float
+    static: bool = False
 
     def __post_init__(self) -> None:
         if not self.sigma > 0:
@@ -71,9 +73,12 @@ class LeafRelease:
     def sensitivity2(
         self, count_ratio: float | np.ndarray, grad_ratio: float | np.ndarray
     ) -> np.ndarray:
-        """Individual squared sensitivity ``s² = r1·a² + r2·b²`` (a, b ∈ [0, 1])."""
+        """Individual squared sensitivity ``s² = r1·a² + r2·b²`` (a, b ∈ [0, 1]); 1 for every
+        record of a static leaf, whose value's sensitivity does not shrink with |g|."""
         a = np.asarray(count_ratio, dtype=float)
         b = np.asarray(grad_ratio, dtype=float)
+        if self.static:
+            return np.ones(np.broadcast(a, b).shape)
         return self.count_share * a * a + self.grad_share * b * b
 
     def noise_multiplier(self, sensitivity2: float | np.ndarray) -> np.ndarray:

@@ -183,7 +183,8 @@ class SGBDTBooster:
                 init_share=params.init_share,
                 max_order=params.max_order,
             )
-            self.release = LeafRelease(self.calibration.sigma, params.count_share)
+            self.release = LeafRelease(self.calibration.sigma, params.count_share,
+                                       static=params.leaf_noise == "static")
             table = ChargeTable(self.calibration.sigma, params.sampling_rate, self.calibration.order)
             min_s2 = params.count_share if params.hess_clip is None else 0.0
             self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table, min_s2)
@@ -229,12 +230,10 @@ class SGBDTBooster:
         retired = pool.retired.copy()
         codes = None
         if self.filter is not None:
-            if self.params.individual_filter and self.params.leaf_noise == "dynamic":
+            if self.params.individual_filter:
                 s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
             else:
-                # data-independent: everyone pays full price (a static leaf's individual
-                # sensitivity is not smaller for a small gradient, see accounting.leaf)
-                s2 = np.ones(active.size)
+                s2 = np.ones(active.size)  # data-independent: everyone pays full price
             step = self.filter.step(pool.spent[active], s2)
             eligible = step.eligible
             spent[active] = step.spent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from renyiboost.accounting import Calibration, LeafRelease, calibrate
+from renyiboost.models.losses import SquaredLoss, unscale_margin
 from renyiboost.randomness import noise_source
 from renyiboost.schema import PublicSchema
 
@@ -41,7 +42,7 @@ class DPMeanBaseline:
         noise = noise_source(self.seed, warn=False)
         if self.task == "regression":
             lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            scaled = 2.0 * (np.clip(np.asarray(y, float), lo, hi) - lo) / (hi - lo) - 1.0
+            scaled = SquaredLoss(lo, hi, grad_clip=1.0).scale(y)
         else:
             scaled = np.asarray(y, float)
         release = LeafRelease(self.calibration.sigma, 0.5)
@@ -49,8 +50,8 @@ class DPMeanBaseline:
         count = scaled.size + noise.normal(1, release.count_noise_std(1.0))[0]
         mean = float(total / count) if count > 1 else 0.0
         if self.task == "regression":
-            lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            self.value_ = lo + (min(max(mean, -1.0), 1.0) + 1.0) * (hi - lo) / 2.0
+            bounds = self.schema.target_bounds
+            self.value_ = float(unscale_margin(mean, bounds))  # type: ignore[arg-type]
         else:
             self.value_ = min(max(mean, 0.0), 1.0)
         return self

@@ -165,6 +165,39 @@ def test_leaf_noise_has_the_calibrated_standard_deviation() -> None:
     assert booster.release.sum_noise_std(params.grad_clip) == pytest.approx(expected)
 
 
+class _ScriptedNoise(SeededNoise):
+    """Seeded draws, except that Gaussian calls return scripted arrays in turn."""
+
+    def __init__(self, *normals: np.ndarray) -> None:
+        super().__init__(0)
+        self.normals = list(normals)
+
+    def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
+        return self.normals.pop(0)
+
+
+def test_a_negative_noisy_count_zeroes_the_leaf_or_is_clamped_to_zero() -> None:
+    """'zero_leaf': leaf = 0 when n + noise <= 0; 'clamp': −lr·(Σg + noise)/(max(n + noise,
+    0) + λ), so the noisy gradient sum survives; a zero denominator (λ = 0) gives 0."""
+    from renyiboost.models.losses import LeafStatistics
+
+    grad = np.array([0.1, 0.2, -0.3, 0.3])
+    stats = LeafStatistics(grad=grad, denominator=np.ones(4), count_ratio=1.0,
+                           grad_ratio=np.abs(grad) / 0.3)
+    leaf_index, sampled = np.array([0, 0, 1, 1]), np.ones(4, dtype=bool)
+    right = -0.5 * -1.0  # leaf 1: noisy sum 0.0 − 1.0, noisy count 2 + 1.5 = 3.5
+    for rule, reg_lambda, expected in (("clamp", 10.0, [-0.5 * 1.3 / 10.0, right / 13.5]),
+                                       ("clamp", 0.0, [0.0, right / 3.5]),
+                                       ("zero_leaf", 10.0, [0.0, right / 13.5])):
+        params = SGBDTParams(epsilon=1.0, depth=1, learning_rate=0.5, grad_clip=0.3,
+                             reg_lambda=reg_lambda, negative_count=rule)
+        booster = SGBDTBooster(params, SCHEMA, seed=0)
+        # sum noise (+1.0, −1.0), count noise (−5.0: noisy count −3; +1.5)
+        booster.noise = _ScriptedNoise(np.array([1.0, -1.0]), np.array([-5.0, 1.5]))
+        leaves = booster._leaf_values(leaf_index[sampled], stats, sampled)
+        np.testing.assert_allclose(leaves, expected, err_msg=f"{rule}, lambda {reg_lambda}")
+
+
 def test_static_leaf_noise_releases_the_noisy_mean_and_charges_everyone_in_full() -> None:
     """SLN (the ablation baseline): leaf = −lr·(Σg/(n + λ) + N(0, (g*/(1 + λ)·σ/√2)²)),
     and each record pays the full-sensitivity price whatever its gradient."""

@@ -220,10 +220,16 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 }
 
 
+#: Part of every cached cell's key (here and in the paper preset): bump it when a run's
+#: meaning changes without a change of the cell's parameters (e.g. a learner default).
+CACHE_VERSION = 3
+
+
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
                                        "delta", "limit", "refits"})
-    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED}, sort_keys=True, default=str)
+    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED, "version": CACHE_VERSION},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -50,6 +50,7 @@ from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import predict, progress_bar, replay
 from renyiboost.experiments.grid import (
+    CACHE_VERSION,
     GridConfig,
     cells,
     run_all,
@@ -104,7 +105,6 @@ ANCHOR_METHOD = {"S-GBDT paper": "renyiboost", "official S-BDT code": "renyiboos
 
 FIG4_PRIVATE = ("renyiboost", "dp_mean", "dpebm", "dpebm_tuned", "dprf")
 FIG4_NON_PRIVATE = ("non_private", "xgboost")
-VERSION = 2  # bump to invalidate cached cells when a run's meaning changes
 
 
 #: The preset's stream grid: (data sets, scenarios) × methods at ε = stream_epsilon.
@@ -153,7 +153,7 @@ class Job:
     def key(self) -> str:
         """Cache key: the job, the committed learner config and the tuned peer settings, so
         a changed config never serves a stale cell."""
-        text = json.dumps({**asdict(self), "version": VERSION,
+        text = json.dumps({**asdict(self), "version": CACHE_VERSION,
                            "config": load_config(self.dataset), "dpebm_tuned": DPEBM_TUNED},
                           sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

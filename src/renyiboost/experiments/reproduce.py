@@ -94,6 +94,16 @@ def _score(task: str, model: Any, split: Split) -> dict[str, float]:
     return {"error": error_rate(split.y_test, proba), "auc": auc}
 
 
+def fit_sgbdt(
+    data: Any, params: dict[str, Any], epsilon: float | None, seed: int | None, split: Split
+) -> SGBDT:
+    """The learner of a data set fitted on a split's training rows (``epsilon=None``: no noise)."""
+    model = SGBDT(
+        data.schema, seed=seed, **{"task": data.task, **params, "epsilon": epsilon, "delta": DELTA}
+    )
+    return model.fit(split.X_train, split.y_train)
+
+
 def _run(job: tuple[str, str, float, dict[str, Any], int, int | None]) -> dict[str, float]:
     dataset, method, epsilon, params, split_index, seed = job
     warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -101,10 +111,9 @@ def _run(job: tuple[str, str, float, dict[str, Any], int, int | None]) -> dict[s
     split = all_splits[split_index]
     if method == "dp_mean":
         model: Any = DPMeanBaseline(data.schema, data.task, epsilon, DELTA, seed)
+        model.fit(split.X_train, split.y_train)
     else:
-        eps = None if method == "non_private" else epsilon
-        model = SGBDT(data.schema, seed=seed, **{**params, "epsilon": eps, "delta": DELTA})
-    model.fit(split.X_train, split.y_train)
+        model = fit_sgbdt(data, params, None if method == "non_private" else epsilon, seed, split)
     return _score(data.task, model, split)
 
 
@@ -200,4 +209,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["main", "params_for", "reproduce", "splits"]
+__all__ = ["fit_sgbdt", "main", "params_for", "reproduce", "splits"]

@@ -26,8 +26,14 @@ from typing import Any
 import numpy as np
 
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.reproduce import DELTA, Split, _score, splits
-from renyiboost.models.batch import SGBDT
+from renyiboost.experiments.reproduce import (
+    Split,
+    _score,
+    fit_sgbdt,
+    load_config,
+    params_for,
+    splits,
+)
 
 SPACES: dict[str, dict[str, list[Any]]] = {
     "abalone": {
@@ -42,6 +48,21 @@ SPACES: dict[str, dict[str, list[Any]]] = {
         "init_share": [0.1, 0.2, 0.3],
         "split_candidates": [16, None],
         "feature_selection": ["cyclic", "random"],
+    },
+    # a second, wider search around the epsilon-0.15 winner of "abalone" (session 4)
+    "abalone-small-eps": {
+        "rounds": [100, 150, 200, 300],
+        "extra_rounds_factor": [1.0],
+        "depth": [1, 2, 3],
+        "learning_rate": [0.2, 0.3, 0.4, 0.5],
+        "grad_clip": [0.2, 0.3, 0.4],
+        "reg_lambda": [50.0, 100.0, 200.0, 400.0],
+        "count_share": [0.05, 0.1, 0.2],
+        "sampling_rate": [0.01, 0.02, 0.03, 0.05],
+        "init_share": [0.05, 0.1, 0.15],
+        "split_candidates": [None],
+        "feature_selection": ["cyclic", "random"],
+        "leaf_clip_factor": [1.0, 2.0, 4.0],
     },
     "adult": {
         "rounds": [300, 400, 500, 600],
@@ -77,19 +98,19 @@ def sample_candidate(space: dict[str, list[Any]], rng: np.random.Generator) -> d
     raw = {key: values[rng.integers(len(values))] for key, values in space.items()}
     factor = raw.pop("extra_rounds_factor")
     raw["max_rounds"] = round(raw["rounds"] * factor)
-    raw["leaf_clip"] = 2.0 * raw["learning_rate"]  # the official code's ±2 leaf clamp, times lr
+    # the official code's ±2 leaf clamp, times lr, unless the space varies the factor
+    raw["leaf_clip"] = raw.pop("leaf_clip_factor", 2.0) * raw["learning_rate"]
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in raw.items()}
 
 
 def _evaluate(job: tuple[str, float, dict[str, Any], int]) -> float:
     dataset, epsilon, params, seed = job
+    params = {k: v for k, v in params.items() if k != "committed_config"}
     warnings.simplefilter("ignore", TestingOnlyWarning)
     data, _ = splits(dataset)
     scores = []
     for i, split in enumerate(validation_splits(dataset)):
-        model = SGBDT(data.schema, seed=seed + i, task=data.task, epsilon=epsilon, delta=DELTA,
-                      **params)
-        model.fit(split.X_train, split.y_train)
+        model = fit_sgbdt(data, params, epsilon, seed + i, split)
         result = _score(data.task, model, split)
         scores.append(result["r2"] if "r2" in result else -result["error"])
     return float(np.mean(scores))
@@ -111,15 +132,20 @@ def _score_all(
 
 def tune(
     dataset: str, epsilon: float, candidates: int, seeds: int, workers: int,
-    refine: int = 0, refine_seeds: int = 8,
+    refine: int = 0, refine_seeds: int = 8, space: str | None = None,
+    against_config: bool = False,
 ) -> list[dict]:
-    """Random search; then the ``refine`` best are scored again with ``refine_seeds`` fresh
-    noise seeds, because the winner of a noisy search is partly the luckiest."""
+    """Random search over ``SPACES[space or dataset]``; then the ``refine`` best are scored
+    again with ``refine_seeds`` fresh noise seeds, because the winner of a noisy search is
+    partly the luckiest. ``against_config`` adds the committed config to the re-scoring, so
+    a challenger and the incumbent are compared on the same fresh seeds."""
     rng = np.random.default_rng(12345)
-    pool = [sample_candidate(SPACES[dataset], rng) for _ in range(candidates)]
+    pool = [sample_candidate(SPACES[space or dataset], rng) for _ in range(candidates)]
     table = _score_all(dataset, epsilon, pool, range(seeds), workers)
     if refine:
         top = [row["params"] for row in table[:refine]]
+        if against_config:
+            top.append({**params_for(load_config(dataset), epsilon), "committed_config": True})
         fresh = range(seeds, seeds + refine_seeds)
         table = _score_all(dataset, epsilon, top, fresh, workers) + table[refine:]
     return table
@@ -127,7 +153,10 @@ def tune(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="random search on training data only")
-    parser.add_argument("--dataset", required=True, choices=sorted(SPACES))
+    parser.add_argument("--dataset", required=True, choices=["abalone", "adult"])
+    parser.add_argument("--space", choices=sorted(SPACES), help="search space (default: dataset)")
+    parser.add_argument("--against-config", action="store_true",
+                        help="re-score the committed config beside the refined candidates")
     parser.add_argument("--epsilon", type=float, required=True)
     parser.add_argument("--candidates", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=2)
@@ -137,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
     table = tune(args.dataset, args.epsilon, args.candidates, args.seeds, args.workers,
-                 args.refine, args.refine_seeds)
+                 args.refine, args.refine_seeds, args.space, args.against_config)
     for row in table[:5]:
         print(f"{row['score']:.4f}  {json.dumps(row['params'])}")
     if args.json_path:

@@ -72,6 +72,12 @@ class SGBDTParams(BaseModel):
         description="'dynamic': noisy sum / noisy count (DLNS, Alg. 4); 'static': noise on the "
         "leaf value at its worst-case sensitivity (SLN, the ablation baseline)",
     )
+    negative_count: Literal["zero_leaf", "clamp"] = Field(
+        "zero_leaf",
+        description="a dynamic leaf whose noisy count (Newton: hessian sum) is <= 0: "
+        "'zero_leaf' releases 0 (Alg. 4); 'clamp' takes the count as 0, so the noisy gradient "
+        "sum still counts: -lr * noisy sum / lambda (post-processing either way)",
+    )
     max_order: int = Field(4096, ge=2)
 
     @model_validator(mode="after")
@@ -288,7 +294,19 @@ class SGBDTBooster:
     def _leaf_values(
         self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray
     ) -> np.ndarray:
-        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ); 0 if the noisy den ≤ 0.
+        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ).
+
+        A leaf whose noisy count (or hessian sum) is ≤ 0 is 0 (``negative_count='zero_leaf'``,
+        the foundation issue's rule and the official code's ``cut_off_leaf_denom``), or the
+        count is taken as 0, its nearest feasible value (``'clamp'``), so the noisy gradient
+        sum still counts. Both are post-processing of the two releases; neither costs
+        privacy. Which is better depends on λ against the count noise. At small ε a negative
+        noisy count is common: with the committed Abalone ε = 0.15 config (count noise std
+        22.6, about 17 sampled records per leaf) it was negative for 32 % of 3,000 leaves in
+        five fits. There λ = 100, so Σ̃g/λ is a tame estimate, and 'clamp' raised validation
+        R² by 0.0095 ± 0.0011 (32 noise seeds, same draws, training rows only). With a small
+        λ, Σ̃g/λ is mostly amplified noise: on the stream grid's regression streams (demo
+        parameters, λ = 30) 'clamp' raised the prequential MAE (FriedmanDrift 3.31 → 3.56).
 
         With ``leaf_noise='static'`` (SLN): −lr·(Σg/(Σden + λ) + noise), see
         :meth:`LeafRelease.static_value_noise_std`.
@@ -312,9 +330,13 @@ class SGBDTBooster:
                 den_sum += self.noise.normal(
                     n_leaves, self.release.count_noise_std(self.count_sensitivity)
                 )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values = np.where(den_sum > 0, -params.learning_rate * grad_sum
-                                  / (den_sum + params.reg_lambda), 0.0)
+            if params.negative_count == "clamp":
+                den_sum = np.maximum(den_sum, 0.0)
+                keep = den_sum + params.reg_lambda > 0
+            else:
+                keep = den_sum > 0
+            values = np.divide(-params.learning_rate * grad_sum, den_sum + params.reg_lambda,
+                               out=np.zeros(n_leaves), where=keep)
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
         return values

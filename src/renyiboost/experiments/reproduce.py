@@ -41,6 +41,7 @@ from renyiboost.models.batch import SGBDT
 
 DELTA = 1e-6
 METHODS = ("sgbdt", "non_private", "dp_mean")
+DATASETS = ("abalone", "adult")
 
 
 def load_config(dataset: str) -> dict[str, Any]:
@@ -187,7 +188,7 @@ def _fmt(metric: str, summary: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", required=True, choices=["abalone", "adult"])
+    parser.add_argument("--dataset", required=True, choices=DATASETS)
     parser.add_argument("--epsilon", type=float, required=True)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)

@@ -27,6 +27,7 @@ import numpy as np
 
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.reproduce import (
+    DATASETS,
     Split,
     _score,
     fit_sgbdt,
@@ -49,7 +50,7 @@ SPACES: dict[str, dict[str, list[Any]]] = {
         "split_candidates": [16, None],
         "feature_selection": ["cyclic", "random"],
     },
-    # a second, wider search around the epsilon-0.15 winner of "abalone" (session 4)
+    # a second, wider search around the epsilon-0.15 winner of "abalone"
     "abalone-small-eps": {
         "rounds": [100, 150, 200, 300],
         "extra_rounds_factor": [1.0],
@@ -105,7 +106,6 @@ def sample_candidate(space: dict[str, list[Any]], rng: np.random.Generator) -> d
 
 def _evaluate(job: tuple[str, float, dict[str, Any], int]) -> float:
     dataset, epsilon, params, seed = job
-    params = {k: v for k, v in params.items() if k != "committed_config"}
     warnings.simplefilter("ignore", TestingOnlyWarning)
     data, _ = splits(dataset)
     scores = []
@@ -138,22 +138,25 @@ def tune(
     """Random search over ``SPACES[space or dataset]``; then the ``refine`` best are scored
     again with ``refine_seeds`` fresh noise seeds, because the winner of a noisy search is
     partly the luckiest. ``against_config`` adds the committed config to the re-scoring, so
-    a challenger and the incumbent are compared on the same fresh seeds."""
+    a challenger and the incumbent are compared on the same fresh seeds. Keys outside the
+    space keep :class:`SGBDTParams`' defaults (e.g. ``negative_count='zero_leaf'``, while the
+    committed configs clamp). Rows say whether they are the committed config."""
     rng = np.random.default_rng(12345)
     pool = [sample_candidate(SPACES[space or dataset], rng) for _ in range(candidates)]
     table = _score_all(dataset, epsilon, pool, range(seeds), workers)
+    config = params_for(load_config(dataset), epsilon)
     if refine:
-        top = [row["params"] for row in table[:refine]]
-        if against_config:
-            top.append({**params_for(load_config(dataset), epsilon), "committed_config": True})
+        top = [row["params"] for row in table[:refine]] + ([config] if against_config else [])
         fresh = range(seeds, seeds + refine_seeds)
         table = _score_all(dataset, epsilon, top, fresh, workers) + table[refine:]
+    for row in table:
+        row["committed_config"] = row["params"] == config
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="random search on training data only")
-    parser.add_argument("--dataset", required=True, choices=["abalone", "adult"])
+    parser.add_argument("--dataset", required=True, choices=DATASETS)
     parser.add_argument("--space", choices=sorted(SPACES), help="search space (default: dataset)")
     parser.add_argument("--against-config", action="store_true",
                         help="re-score the committed config beside the refined candidates")

@@ -57,3 +57,34 @@ def test_combinations_that_cannot_run_are_left_out() -> None:
         ("sea", "iid", "irf"), ("sea", "iid", "arf"), ("sea", "iid", "dprf"),
         ("sea", "switch", "irf"), ("sea", "switch", "arf"), ("sea", "switch", "dprf"),
     }
+
+
+def test_a_batch_peer_splits_its_budget_over_the_fits_that_predict(monkeypatch) -> None:
+    """4 batches, 2 refits: one fit after batch 2 predicts batches 3-4 and gets all of ε;
+    a fit after the last batch would predict nothing and must not take a share."""
+    import numpy as np
+
+    from renyiboost.stream.sources import InMemorySource
+
+    fits: list[tuple[float, float, int]] = []
+
+    class Recorder:
+        def __init__(self, epsilon: float, delta: float) -> None:
+            self.budget = (epsilon, delta)
+
+        def fit(self, X, y):
+            fits.append((*self.budget, len(y)))
+            return self
+
+        def predict_score(self, X):
+            return np.zeros(len(X))
+
+    monkeypatch.setattr(grid, "make_peer", lambda method, schema, task, dataset, epsilon,
+                        delta, seed: Recorder(epsilon, delta))
+    config = grid.GridConfig(batch_size=100, limit=400, refits=2, delta=1e-6)
+    source = InMemorySource("abalone", scenario="iid", batch_size=100, limit=400, seed=0)
+    cell = {"dataset": "abalone", "scenario": "iid", "epsilon": 0.5, "method": "dp_mean",
+            "repeat": 0}
+    history = grid._batch_peer_run(cell, config, source)
+    assert len(history) == 4
+    assert fits == [(0.5, 1e-6, 200)]

@@ -185,11 +185,13 @@ def _peer_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) 
 
 def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
                     source: InMemorySource) -> list[dict]:
-    """A batch peer refitted every ``refit_every`` batches on all rows seen so far."""
+    """A batch peer refitted every ``refit_every`` batches on all rows seen so far, each fit
+    at (ε/k, δ/k) for the k fits that some later batch is predicted with (a fit after the
+    last batch would spend budget on nothing)."""
     task, schema = source.data.task, source.schema
     n_batches = -(-len(source) // config.batch_size)
     refit_every = max(1, n_batches // config.refits)
-    n_fits = n_batches // refit_every
+    n_fits = max(1, (n_batches - 1) // refit_every)
     epsilon, delta = cell["epsilon"] / n_fits, config.delta / n_fits
     model: Any = None
     seen_X: list[np.ndarray] = []
@@ -206,7 +208,7 @@ def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
         nonlocal model
         seen_X.append(batch.X)
         seen_y.append(batch.y)
-        if (index + 1) % refit_every == 0 and (index + 1) // refit_every <= n_fits:
+        if (index + 1) % refit_every == 0 and index + 1 < n_batches:
             model = make_peer(cell["method"], schema, task, cell["dataset"], epsilon, delta,
                               cell["repeat"]).fit(np.concatenate(seen_X), np.concatenate(seen_y))
 

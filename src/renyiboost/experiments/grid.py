@@ -111,21 +111,33 @@ def cells(config: GridConfig) -> list[dict[str, Any]]:
     return out
 
 
+def learner_variant(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` changed for one of the learner's methods: ``irf`` / ``renyiboost`` /
+    ``non_private`` (as given), ``constant`` / ``no_filter`` (full-price charges),
+    ``global`` (T rounds in all), ``irf_2x`` (the filter's extra rounds up to 2T) and
+    ``sln`` (static leaf noise, count leaves)."""
+    rounds = params["rounds"]
+    overrides: dict[str, dict[str, Any]] = {
+        "irf": {}, "renyiboost": {}, "non_private": {},
+        "constant": {"individual_filter": False}, "no_filter": {"individual_filter": False},
+        "global": {"individual_filter": False, "max_rounds": rounds},
+        "irf_2x": {"max_rounds": 2 * rounds},
+        "sln": {"leaf_noise": "static", "hess_clip": None},
+    }
+    if method not in overrides:
+        raise ValueError(f"not a method of the learner: {method!r}")
+    return {**params, **overrides[method]}
+
+
 def stream_engine(method: str, task: str, schema: Any, epsilon: float, delta: float,
                   seed: int, train_every: int, trees_per_trigger: int,
                   params: dict[str, Any] | None = None) -> StreamEngine:
     """The learner as a stream method: ``irf`` (the filter), ``constant`` (full-price
     charges), ``global`` (T rounds in all) or ``sln`` (static leaf noise), on ``params``
     (default: the demo's)."""
-    params = dict(DEMO_PARAMS[task] if params is None else params)
-    if method == "constant":
-        params["individual_filter"] = False
-    elif method == "global":
-        params.update(individual_filter=False, max_rounds=params["rounds"])
-    elif method == "sln":
-        params.update(leaf_noise="static", hess_clip=None)
-    elif method != "irf":
+    if method not in PRIVATE_METHODS:
         raise ValueError(f"not a stream method of the learner: {method!r}")
+    params = learner_variant(method, DEMO_PARAMS[task] if params is None else params)
     return StreamEngine(
         EngineConfig(public_schema=schema,
                      params=SGBDTParams(task=task, epsilon=epsilon, delta=delta, **params),
@@ -224,14 +236,14 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 
 #: Part of every cached cell's key (here and in the paper preset): bump it when a run's
 #: meaning changes without a change of the cell's parameters (e.g. a learner default).
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: a batch peer's budget split over the fits that predict
 
 
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
                                        "delta", "limit", "refits"})
-    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED, "version": CACHE_VERSION},
-                      sort_keys=True, default=str)
+    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED, "demo_params": DEMO_PARAMS,
+                       "version": CACHE_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

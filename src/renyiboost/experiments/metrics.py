@@ -19,6 +19,15 @@ def error_rate(y_true: np.ndarray, proba: np.ndarray, threshold: float = 0.5) ->
     return 100.0 * float(np.mean(predicted != np.asarray(y_true).astype(bool)))
 
 
+def held_out_metrics(task: str, y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
+    """R² of a regression prediction; error % and AUC of class-1 scores (AUC 0.5 when all
+    scores are equal, e.g. a constant model)."""
+    if task == "regression":
+        return {"r2": r2_score(y_true, score)}
+    auc = roc_auc(y_true, score) if np.ptp(score) > 0 else 0.5
+    return {"error": error_rate(y_true, score), "auc": auc}
+
+
 def roc_auc(y_true: np.ndarray, score: np.ndarray) -> float:
     """Area under the ROC curve by the Mann–Whitney rank statistic (ties get mid-ranks)."""
     y = np.asarray(y_true).astype(bool)

@@ -53,14 +53,21 @@ from renyiboost.experiments.grid import (
     CACHE_VERSION,
     GridConfig,
     cells,
+    learner_variant,
     run_all,
     run_grid,
     stream_engine,
 )
-from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
+from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.experiments.peers import DPEBM_TUNED, PEERS, make_peer
-from renyiboost.experiments.reproduce import DELTA, load_config, params_for, splits
-from renyiboost.models.batch import SGBDT
+from renyiboost.experiments.reproduce import (
+    DELTA,
+    _score,
+    fit_sgbdt,
+    load_config,
+    params_for,
+    splits,
+)
 from renyiboost.stream.sources import InMemorySource
 
 #: Numbers to set beside ours: (figure, data set, source, ε, metric, value). "paper" is
@@ -180,24 +187,6 @@ def jobs(config: PaperConfig) -> list[Job]:
     return out
 
 
-def _scores(task: str, y: np.ndarray, score: np.ndarray) -> dict[str, float]:
-    if task == "regression":
-        return {"r2": r2_score(y, score)}
-    auc = roc_auc(y, score) if np.ptp(score) > 0 else 0.5
-    return {"error": error_rate(y, score), "auc": auc}
-
-
-def _learner_params(job: Job) -> dict[str, Any]:
-    params = params_for(load_config(job.dataset), job.epsilon if math.isfinite(job.epsilon)
-                        else 1.0)
-    params["epsilon"] = job.epsilon if math.isfinite(job.epsilon) else None
-    if job.method == "irf_2x":
-        params["max_rounds"] = 2 * params["rounds"]
-    elif job.method == "no_filter":
-        params["individual_filter"] = False
-    elif job.method == "sln":
-        params.update(leaf_noise="static", hess_clip=None)
-    return params
 
 
 def _stream_scores(job: Job, data: Dataset, split: Any) -> dict[str, float]:
@@ -216,7 +205,7 @@ def _stream_scores(job: Job, data: Dataset, split: Any) -> dict[str, float]:
                            train_every=100, trees_per_trigger=6, params=params)
     history = replay(engine, source)
     metric = "mae" if task == "regression" else "error"
-    return {**_scores(task, split.y_test, predict(engine, split.X_test)),
+    return {**held_out_metrics(task, split.y_test, predict(engine, split.X_test)),
             "prequential_" + metric: float(np.mean([h[metric] for h in history]))}
 
 
@@ -227,21 +216,17 @@ def run_job(job: Job) -> dict[str, float]:
     split = all_splits[job.fold]
     if job.figure == "fig7":
         return _stream_scores(job, data, split)
-    if job.method in PEERS:
-        model: Any = make_peer(job.method, data.schema, data.task, job.dataset, job.epsilon, DELTA,
-                          job.seed)
-    else:
-        model = SGBDT(data.schema, seed=job.seed, delta=DELTA, **_learner_params(job))
     start = time.perf_counter()
-    model.fit(split.X_train, split.y_train)
-    fit_s = time.perf_counter() - start
-    if hasattr(model, "predict_score"):
-        score = model.predict_score(split.X_test)
-    elif data.task == "regression":
-        score = model.predict(split.X_test)
+    if job.method in PEERS:
+        model: Any = make_peer(job.method, data.schema, data.task, job.dataset, job.epsilon,
+                               DELTA, job.seed).fit(split.X_train, split.y_train)
     else:
-        score = model.predict_proba(split.X_test)[:, 1]
-    return {**_scores(data.task, split.y_test, score), "fit_s": fit_s}
+        private = math.isfinite(job.epsilon)
+        params = params_for(load_config(job.dataset), job.epsilon if private else 1.0)
+        model = fit_sgbdt(data, learner_variant(job.method, params),
+                          job.epsilon if private else None, job.seed, split)
+    fit_s = time.perf_counter() - start
+    return {**_score(data.task, model, split), "fit_s": fit_s}
 
 
 def run_cached(job: Job, out: Path) -> dict[str, Any]:

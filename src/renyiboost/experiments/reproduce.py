@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -35,7 +36,7 @@ import numpy as np
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
+from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
 
@@ -70,8 +71,12 @@ class Split:
     y_test: np.ndarray
 
 
+@cache
 def splits(dataset: str) -> tuple[Any, list[Split]]:
-    """The protocol's splits: 5 shuffled folds (Abalone) or the official split (Adult)."""
+    """The protocol's splits: 5 shuffled folds (Abalone) or the official split (Adult).
+
+    Loaded once per process (a worker runs many jobs on the same data); the arrays are
+    shared, so callers read them and never write into them."""
     if dataset == "abalone":
         data = load("abalone")
         order = np.random.default_rng(0).permutation(data.y.size)
@@ -88,11 +93,14 @@ def splits(dataset: str) -> tuple[Any, list[Split]]:
 
 
 def _score(task: str, model: Any, split: Split) -> dict[str, float]:
-    if task == "regression":
-        return {"r2": r2_score(split.y_test, model.predict(split.X_test))}
-    proba = model.predict_proba(split.X_test)[:, 1]
-    auc = roc_auc(split.y_test, proba) if np.ptp(proba) > 0 else 0.5
-    return {"error": error_rate(split.y_test, proba), "auc": auc}
+    """Held-out metrics of a fitted model: our learners, the DP mean or a batch peer."""
+    if hasattr(model, "predict_score"):
+        score = model.predict_score(split.X_test)
+    elif task == "regression":
+        score = model.predict(split.X_test)
+    else:
+        score = model.predict_proba(split.X_test)[:, 1]
+    return held_out_metrics(task, split.y_test, score)
 
 
 def fit_sgbdt(

@@ -145,8 +145,11 @@ class EventParser:
         The public schema (features and their domains).
     label_check
         Validates one label and returns it as a float, raising ``ValueError`` with the
-        reason otherwise (e.g. :meth:`StreamEngine.check_label`). It must depend on the
-        label's float value only: :meth:`parse_batch` calls it once per distinct value.
+        reason otherwise (e.g. :meth:`StreamEngine.check_label`).
+    labels_ok
+        The same rule on an array of float labels, as a boolean mask (e.g.
+        :meth:`StreamEngine.label_ok`), for :meth:`parse_batch`; without it the batch path
+        calls ``label_check`` per label.
     event_format
         Field names and the size limit.
 
@@ -169,10 +172,12 @@ class EventParser:
         schema: PublicSchema,
         label_check: Callable[[Any], float],
         event_format: EventFormat | None = None,
+        labels_ok: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.schema = schema
         self.format = event_format or EventFormat()
         self.label_check = label_check
+        self.labels_ok = labels_ok or self._each_label_ok
         features = _typed_dict("EventFeatures", {
             name: NotRequired[(Category if isinstance(spec, list) else Number) | None]
             for name, spec in schema.features.items()
@@ -287,19 +292,16 @@ class EventParser:
                 keys = [key for key in keys if key is not None]
                 index = self._reject(values, message_keys, index, rejected, ok)
 
-        raw = list(map(itemgetter(fmt.label_field), events))
-        labels = self._check_labels(raw)
-        if labels is None:  # some label is outside the public domain
-            ok = [self._label_ok(y) for y in raw]
-            events, keys, raw = ([a for a, good in zip(column, ok, strict=True) if good]
-                                 for column in (events, keys, raw))
-            index = self._reject(values, message_keys, index, rejected, ok)
-            labels = self._check_labels(raw)
-            if labels is None:
-                raise _Disagreement
+        labels = np.array(list(map(itemgetter(fmt.label_field), events)), dtype=float)
+        ok = self.labels_ok(labels)
+        if not ok.all():  # some label is outside the public domain
+            events, keys = ([a for a, good in zip(column, ok, strict=True) if good]
+                            for column in (events, keys))
+            labels = labels[ok]
+            index = self._reject(values, message_keys, index, rejected, ok.tolist())
 
         rows = self.schema.encode_validated(list(map(itemgetter(fmt.features_field), events)))
-        return ParsedBatch(index=index, keys=keys, rows=rows, labels=labels,
+        return ParsedBatch(index=index, keys=keys, rows=rows, labels=labels.tolist(),
                            rejected=sorted(rejected.items()))
 
     def _reject(
@@ -316,22 +318,12 @@ class EventParser:
                 rejected[i] = why
         return [i for i, good in zip(index, ok, strict=True) if good]
 
-    def _check_labels(self, raw: list[Any]) -> list[float] | None:
-        """The checked labels, calling the check once per distinct value; ``None`` if any
-        fails."""
-        y = np.array(raw, dtype=float)
-        distinct, inverse = np.unique(y, return_inverse=True)
-        checked = []
-        for value in distinct.tolist():
+    def _each_label_ok(self, labels: np.ndarray) -> np.ndarray:
+        """``labels_ok`` from ``label_check`` alone, one label at a time."""
+        def passes(y: float) -> bool:
             try:
-                checked.append(self.label_check(value))
+                self.label_check(y)
             except ValueError:
-                return None
-        return np.asarray(checked, dtype=float)[inverse].tolist() if checked else []
-
-    def _label_ok(self, y: Any) -> bool:
-        try:
-            self.label_check(y)
-        except ValueError:
-            return False
-        return True
+                return False
+            return True
+        return np.fromiter(map(passes, labels.tolist()), dtype=bool, count=labels.size)

@@ -27,7 +27,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -121,7 +120,8 @@ class KafkaTrainer:
     ) -> None:
         self.engine = engine
         self.settings = settings
-        self.parser = EventParser(engine.schema, engine.check_label, event_format)
+        self.parser = EventParser(engine.schema, engine.check_label, event_format,
+                                  labels_ok=engine.label_ok)
         self.dead_letters: Counter[str] = Counter()
         self.consumed = 0
         self.stopping = False
@@ -183,12 +183,8 @@ class KafkaTrainer:
         if batch.rejected:
             self._deliver_dead_letters()
         if batch.index:
-            if batch.rejected:
-                positions_valid = [positions[i] for i in batch.index]
-            else:
-                positions_valid = positions
-            self.engine.add(batch.rows, batch.labels, batch.keys, positions_valid,
-                            labels_checked=True)  # the parser ran engine.check_label
+            self.engine.add(batch.rows, batch.labels, batch.keys,
+                            [positions[i] for i in batch.index], labels_checked=True)  # the parser ran engine.label_ok
         if batch.rejected:
             last = dict(positions)  # every partition's position after this batch
             for name in {positions[i][0] for i, _ in batch.rejected}:
@@ -204,20 +200,12 @@ class KafkaTrainer:
 
     def _positions(self, messages: list[Message]) -> list[tuple[str, int]]:
         """``(partition name, next offset)`` of every message."""
-        topics = list(map(Message.topic, messages))
-        partitions = list(map(Message.partition, messages))
+        where = list(zip(map(Message.topic, messages), map(Message.partition, messages)))
         names = self._partition_names
-        if len(set(topics)) == 1 and len(set(partitions)) == 1:  # the common case
-            where = (topics[0], partitions[0])
-            name = names.get(where) or names.setdefault(where, f"{where[0]}:{where[1]}")
-            return list(zip(repeat(name), [o + 1 for o in map(Message.offset, messages)]))
-        out = []
-        for topic, partition, offset in zip(topics, partitions, map(Message.offset, messages)):
-            name = names.get((topic, partition))
-            if name is None:
-                name = names[topic, partition] = f"{topic}:{partition}"
-            out.append((name, offset + 1))
-        return out
+        for topic, partition in set(where) - names.keys():
+            names[topic, partition] = f"{topic}:{partition}"
+        return [(names[tp], offset + 1)
+                for tp, offset in zip(where, map(Message.offset, messages), strict=True)]
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1

@@ -177,15 +177,18 @@ class StreamEngine:
                 raise ValueError(f"label {y!r} is outside the public target_bounds ({lo}, {hi})")
         return value
 
+    def label_ok(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`check_label`'s rule on an array of float labels, as a boolean mask."""
+        if self.config.params.task == "classification":
+            return (values == 0.0) | (values == 1.0)
+        lo, hi = self.schema.target_bounds  # type: ignore[misc]
+        return (values >= lo) & (values <= hi)  # NaN fails both, ±inf one
+
     def check_labels(self, y: Any) -> np.ndarray:
         """:meth:`check_label` for a whole array at once (the first bad label is reported
         by :meth:`check_label` itself, so the reasons are the same)."""
         values = np.asarray(y, dtype=float).reshape(-1)
-        if self.config.params.task == "classification":
-            ok = (values == 0.0) | (values == 1.0)
-        else:
-            lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            ok = (values >= lo) & (values <= hi)  # NaN fails both
+        ok = self.label_ok(values)
         if not ok.all():
             self.check_label(values[~ok][0])
         return values

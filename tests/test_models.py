@@ -88,6 +88,24 @@ def test_vectorised_prediction_equals_the_naive_walk() -> None:
     np.testing.assert_allclose(model.ensemble.predict_margin(X), _naive_predict(model.ensemble, X))
 
 
+def test_routing_in_small_blocks_equals_one_pass(monkeypatch) -> None:
+    """Blocks that split the rows unevenly (7 rows × trees per pass) change no leaf."""
+    import renyiboost.models.trees as trees
+
+    X, _y = _data(300)
+    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=5, depth=3, sampling_rate=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model.fit(*_data(500))
+    ens = model.ensemble
+    whole = ens.predict_margin(X), ens.route_one_tree(X, ens.features[2], ens.thresholds[2])
+    monkeypatch.setattr(trees, "ROUTE_BLOCK", 7)
+    np.testing.assert_allclose(ens.predict_margin(X), whole[0])
+    np.testing.assert_array_equal(ens.route_one_tree(X, ens.features[2], ens.thresholds[2]),
+                                  whole[1])
+    np.testing.assert_allclose(whole[0], _naive_predict(ens, X))
+
+
 # --------------------------------------------------------------------- learning
 
 

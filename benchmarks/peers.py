@@ -9,14 +9,15 @@ renyiboost is faster.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 import numpy as np
 
 from renyiboost.datasets import Dataset, load
+from renyiboost.experiments.peers import make_peer
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.schema import PublicSchema
 
@@ -96,7 +97,7 @@ def _streaming_params() -> dict[str, Any]:
 def _bench_learn_one(report: Report, data: Dataset, n: int, ours: _Learner, peer: _Learner,
                      peer_name: str, keys: tuple[str, str, str], note: str) -> None:
     """learn_one records/s of ``ours`` and ``peer`` on the first ``n`` records of ``data``."""
-    stream = list(data.records())[:n]
+    stream = list(islice(data.records(), n))
     mine, theirs = learn_rate(ours, stream), learn_rate(peer, stream)
     report.values |= dict(zip(keys, (mine, theirs, mine / theirs), strict=True))
     report.line(f"learn_one, {data.name.capitalize()}, {len(stream):,} records",
@@ -132,11 +133,10 @@ def bench_learn_one_arf(report: Report, n: int) -> None:
 
 
 # --------------------------------------------------------------------------- fit time
-def _fit_ours(data: Dataset, n_trees: int, depth: int) -> int:
+def _fit_ours(data: Dataset, params: SGBDTParams) -> int:
     from renyiboost.models.batch import SGBDT
 
-    model = SGBDT(data.schema, seed=0, task="classification", epsilon=1.0, delta=1e-6,
-                  rounds=n_trees, depth=depth).fit(data.X, data.y)
+    model = SGBDT(data.schema, seed=0, **params.model_dump()).fit(data.X, data.y)
     return model.ensemble.n_trees if model.ensemble is not None else 0
 
 
@@ -145,17 +145,6 @@ def _fit_xgboost(data: Dataset, n_trees: int, depth: int) -> None:
 
     XGBClassifier(n_estimators=n_trees, max_depth=depth, tree_method="hist",
                   n_jobs=1).fit(data.X, data.y)
-
-
-def _dp_ebm(schema: PublicSchema) -> Any:
-    """DP-EBM with bounds from the public schema (categorical codes treated as numbers)."""
-    from interpret.privacy import DPExplainableBoostingClassifier
-
-    bounds = {j: (float(lo), float(hi)) for j, (lo, hi)
-              in enumerate(zip(schema.lower, schema.upper, strict=True))}
-    return DPExplainableBoostingClassifier(
-        feature_types=["continuous"] * schema.n_features, privacy_bounds=bounds,
-        epsilon=1.0, delta=1e-6, random_state=0, n_jobs=1)
 
 
 def bench_fit(report: Report, n_trees: int, depth: int, repeats: int) -> None:
@@ -169,13 +158,13 @@ def bench_fit(report: Report, n_trees: int, depth: int, repeats: int) -> None:
     params = SGBDTParams(task="classification", epsilon=1.0, delta=1e-6, rounds=n_trees,
                          depth=depth)
     calibration = best_of(lambda: SGBDTBooster(params, data.schema, 0), repeats)
-    trees = _fit_ours(data, n_trees, depth)
-    ours = best_of(lambda: _fit_ours(data, n_trees, depth), repeats)
+    trees = _fit_ours(data, params)
+    ours = best_of(lambda: _fit_ours(data, params), repeats)
     xgb = best_of(lambda: _fit_xgboost(data, n_trees, depth), repeats)
-    ebm_model = _dp_ebm(data.schema)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "fixed random_state": test-only noise
-        ebm = best_of(lambda: ebm_model.fit(data.X, data.y), repeats)
+    # the experiments' DP-EBM (public bounds and category lists), defaults otherwise
+    ebm_peer = make_peer("dpebm", data.schema, "classification", "adult", 1.0, 1e-6, 0)
+    ebm_model = ebm_peer.model
+    ebm = best_of(lambda: ebm_peer.fit(data.X, data.y), repeats)
     report.values |= {
         f"fit_adult_{n_trees}_trees_s": ours, "fit_adult_calibration_s": calibration,
         f"xgb_fit_adult_{n_trees}_trees_s": xgb, "dpebm_fit_adult_s": ebm,
@@ -188,19 +177,26 @@ def bench_fit(report: Report, n_trees: int, depth: int, repeats: int) -> None:
     report.line(f"fit, Adult {len(data):,} rows, ε=1", seconds(ours),
                 f"DP-EBM {seconds(ebm)} ({ebm_model.max_rounds} rounds)", ebm / ours,
                 "DP-EBM with its defaults (max_rounds=300 cyclic rounds, each a ≤3-leaf tree "
-                "per feature, 14 features), bounds from the public schema: not one-to-one "
+                "per feature, 14 features), the public bounds and category lists: not one-to-one "
                 "with our trees")
 
 
 # --------------------------------------------------------------------------- prediction
+def synthetic_booster(n_features: int, depth: int,
+                      rounds: int) -> tuple[SGBDTBooster, PublicSchema]:
+    """Our booster (ε = 1, q = 0.1, seed 0) on ``n_features`` public [0, 1] features."""
+    schema = PublicSchema(
+        features={f"x{j}": (0.0, 1.0) for j in range(n_features)}, target_bounds=(0.0, 1.0)
+    )
+    params = SGBDTParams(epsilon=1.0, rounds=rounds, depth=depth, sampling_rate=0.1)
+    return SGBDTBooster(params, schema, seed=0), schema
+
+
 def _trained(n_trees: int, depth: int, n_train: int) -> tuple[SGBDTBooster, Any]:
     """Our booster and an xgboost Booster with ``n_trees`` trees of ``depth``, same data."""
     import xgboost
 
-    schema = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(10)},
-                          target_bounds=(0.0, 1.0))
-    params = SGBDTParams(epsilon=1.0, rounds=n_trees, depth=depth, sampling_rate=0.1)
-    booster = SGBDTBooster(params, schema, seed=0)
+    booster, _ = synthetic_booster(10, depth, n_trees)
     rng = np.random.default_rng(1)
     X, y = rng.uniform(size=(n_train, 10)), rng.uniform(-1, 1, n_train)
     pool = RecordPool.from_arrays(X, y)

@@ -30,12 +30,12 @@ from peers import (
     bench_predict,
     best_of,
     seconds,
+    synthetic_booster,
 )
 
 from renyiboost.accounting import ChargeTable, calibrate, rdp_to_dp, subsampled_gaussian_rdp
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
-from renyiboost.schema import PublicSchema
+from renyiboost.models.booster import RecordPool, SGBDTBooster
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.store import PoolState, StateStore
 
@@ -68,14 +68,6 @@ def bench_accounting(report: Report) -> None:
     report.line("RDP curve, orders 2..2000", seconds(spent))
 
 
-def _booster(n_features: int, depth: int, rounds: int) -> tuple[SGBDTBooster, PublicSchema]:
-    schema = PublicSchema(
-        features={f"x{j}": (0.0, 1.0) for j in range(n_features)}, target_bounds=(0.0, 1.0)
-    )
-    params = SGBDTParams(epsilon=1.0, rounds=rounds, depth=depth, sampling_rate=0.1)
-    return SGBDTBooster(params, schema, seed=0), schema
-
-
 def bench_rounds(report: Report, sizes: list[int]) -> None:
     """Time of one round (plan + apply, depth 6, q = 0.1) vs the active-pool size.
 
@@ -83,7 +75,7 @@ def bench_rounds(report: Report, sizes: list[int]) -> None:
     record should stay flat as the pool grows (linear growth of the round).
     """
     for n in sizes:
-        booster, _ = _booster(10, 6, 1000)
+        booster, _ = synthetic_booster(10, 6, 1000)
         rng = np.random.default_rng(0)
         pool = RecordPool.from_arrays(rng.uniform(size=(n, 10)), rng.uniform(-1, 1, n))
 
@@ -113,7 +105,7 @@ def _timed_commits(store: StateStore) -> dict[str, float]:
 
 def _engine(store: StateStore | str | None) -> StreamEngine:
     """An empty engine (10 features, depth 6) that trains only when told to."""
-    booster, schema = _booster(10, 6, 1000)
+    booster, schema = synthetic_booster(10, 6, 1000)
     config = EngineConfig(public_schema=schema, params=booster.params, train_every=10**9,
                           warmup=1)
     return StreamEngine(config, store=store, seed=0)

@@ -90,7 +90,7 @@ def test_vectorised_prediction_equals_the_naive_walk() -> None:
 
 def test_routing_in_small_blocks_equals_one_pass(monkeypatch) -> None:
     """Blocks that split the rows unevenly (7 rows × trees per pass) change no leaf."""
-    import renyiboost.models.trees as trees
+    from renyiboost.models import trees
 
     X, _y = _data(300)
     model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=5, depth=3, sampling_rate=1.0)

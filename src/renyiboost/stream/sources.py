@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from renyiboost.datasets import Dataset, load
+from renyiboost.datasets import LOADERS, Dataset, load
 from renyiboost.schema import PublicSchema
 
 Scenario = Literal["iid", "natural", "sorted", "late", "switch"]
@@ -109,8 +109,8 @@ def friedman_drift(n: int = 20_000, seed: int = 0) -> Dataset:
 SYNTHETIC: dict[str, Callable[..., Dataset]] = {
     "agrawal": agrawal_switch, "sea": sea_switch, "friedman": friedman_drift,
 }
-#: Every data set a source can replay by name.
-STREAM_DATASETS: tuple[str, ...] = ("abalone", "adult", "elec2", "california", "covertype",
+#: Every data set a source can replay by name (Adult's test split is for held-out scores).
+STREAM_DATASETS: tuple[str, ...] = (*(name for name in LOADERS if name != "adult-test"),
                                     *SYNTHETIC)
 
 

@@ -22,16 +22,27 @@ from hypothesis import strategies as st
 
 from renyiboost.connectors.events import Rejected
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, ModelFollower, event_json
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import RenyiboostError, TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.release import ModelRelease
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
+from renyiboost.stream.store import SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
 
 
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                            replication_factor=1)])
+    futures[topic].result(10)
 
 
 def _produce(
@@ -66,7 +77,7 @@ def _abalone_events(limit: int | None = None) -> list[tuple[bytes, bytes]]:
     return events
 
 
-def _engine(store: str | None, seed: int = 1) -> StreamEngine:
+def _engine(store: str | SQLiteStore | None, seed: int = 1) -> StreamEngine:
     source = InMemorySource("abalone")
     params = SGBDTParams(task="regression", epsilon=1.0, rounds=20, depth=3,
                          learning_rate=0.3, sampling_rate=0.3, grad_clip=0.3,
@@ -85,23 +96,30 @@ def _settings(bootstrap: str, topic: str, **kw) -> KafkaSettings:
 def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_path) -> None:
     topic = _topic("abalone")
     _produce(kafka_bootstrap, topic, _abalone_events())
-    engine = _engine(str(tmp_path / "state.db"))
+    engine = _engine(SQLiteStore(tmp_path / "state.db", create=True))
     trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
     trainer.run(max_idle=3.0)
-    report = engine.privacy_report()
+    report = engine.operator_telemetry()
     assert trainer.consumed == 4177 and not trainer.dead_letters
     # the committed offsets cover exactly the merged events; the rest are re-read on restart
     assert sum(engine.offsets.values()) == 4177 - engine.n_pending
     assert report.n_trees > 20
 
     follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
-    follower.wait_for(engine.booster.rounds_done)
+    follower.wait_for(engine.release_version)
     probe = [x for x, _ in InMemorySource("abalone").data.records()][:200]
     ours = engine.booster.loss.unscale(np.clip(
         engine.predict_margin(engine.schema.encode_dicts(probe)), -1, 1))
     np.testing.assert_allclose([follower.predict_one(x) for x in probe], ours, rtol=1e-12)
-    assert follower.privacy["epsilon"] == report.epsilon
+    assert follower.guarantee == engine.privacy_guarantee()
+    assert follower.store_id == engine.store.identity.store_id
     follower.close()
+    # one message per released output, each the public release type and nothing else
+    got = _read(kafka_bootstrap, f"{topic}.models", engine.release_version)
+    assert [json.loads(m.value())["version"] for m in got] == list(
+        range(1, engine.release_version + 1))
+    assert {frozenset(json.loads(m.value())) for m in got} == {frozenset(ModelRelease.model_fields)}
+    assert all(len(json.loads(m.value())["trees"]) == (v > 0) for v, m in enumerate(got))
 
 
 def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tmp_path) -> None:
@@ -109,21 +127,22 @@ def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tm
     good = _abalone_events(limit=300)
     bad = [
         (b"k1", b"{not json"),
-        (b"k2", json.dumps({"key": "k2", "x": {"length": "long"}, "y": 5}).encode()),
-        (b"k3", b'{"key": "k3", "x": {"length": NaN}, "y": 5}'),
-        (b"k4", json.dumps({"key": "k4", "x": {"colour": 1.0}, "y": 5}).encode()),
-        (b"k5", json.dumps({"key": "k5", "x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}).encode()),
+        (b"k2", json.dumps({"x": {"length": "long"}, "y": 5}).encode()),
+        (b"k3", b'{"x": {"length": NaN}, "y": 5}'),
+        (b"k4", json.dumps({"x": {"colour": 1.0}, "y": 5}).encode()),
+        (b"k5", json.dumps({"x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}).encode()),
         (None, json.dumps({"x": {"length": 0.5}, "y": 5}).encode()),
-        (b"k7", json.dumps({"key": "k7", "x": {"length": 0.5}, "y": 99}).encode()),
+        (b"k7", json.dumps({"x": {"length": 0.5}, "y": 99}).encode()),
     ]
     _produce(kafka_bootstrap, topic, good[:150] + bad + good[150:], partition=0)
-    engine = _engine(str(tmp_path / "s.db"))
+    engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
     trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
     trainer.run(max_idle=3.0)
     assert dict(trainer.dead_letters) == {"json": 1, "schema": 3, "oversize": 1,
                                           "missing_key": 1, "label": 1}
     engine.train(1)
-    assert engine.privacy_report().n_active == 300  # every valid event trained
+    assert engine.operator_telemetry().n_active == 300  # every valid event trained
+    assert engine.positions == 307  # and every event, dead-lettered or not, is a position
 
     got = _read(kafka_bootstrap, f"{topic}.dlq", len(bad))
     assert len(got) == len(bad)
@@ -148,7 +167,6 @@ model_name = "abalone"
 [kafka]
 group_id = "g-{topic}"
 batch_size = 20
-session_timeout_ms = 2000
 
 [model]
 task = "regression"
@@ -168,6 +186,9 @@ seed = 5
 """
     path = tmp_path / "train.toml"
     path.write_text(text)
+    from renyiboost.connectors.service import init_state, load_config
+
+    init_state(load_config(path))  # creating the store is an explicit act
     return path
 
 
@@ -211,16 +232,17 @@ def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootst
 
     engine = _engine_from(config)
     keys = {key.decode() for key, _ in events}
-    statuses = {engine.budget_of(k).status for k in keys}
+    statuses = {engine.operator_budget_of(k).status for k in keys}
     assert statuses <= {"active", "retired"}  # none skipped
     assert engine.counters["upserts"] == 0 and engine.counters["superseded"] == 0  # none twice
-    assert sum(engine.offsets.values()) == len(events)
-    report = engine.privacy_report()
-    assert report.max_spent_rdp <= report.budget_rdp and report.n_pending == 0
+    assert sum(engine.offsets.values()) == len(events) == engine.positions
+    report = engine.operator_telemetry()
+    assert report.max_spent_rdp <= engine.privacy_guarantee().budget_rdp
+    assert report.n_pending == 0
 
     follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
-    follower.wait_for(engine.booster.rounds_done)
-    assert follower.version == engine.booster.rounds_done
+    follower.wait_for(engine.release_version)
+    assert follower.version == engine.release_version
     np.testing.assert_array_equal(follower.ensemble.leaves, engine.ensemble.leaves)
     np.testing.assert_array_equal(follower.ensemble.thresholds, engine.ensemble.thresholds)
     follower.close()
@@ -244,7 +266,8 @@ def test_sigterm_finishes_the_batch_commits_and_exits_cleanly(kafka_bootstrap, t
     assert process.returncode == 0
     engine = _engine_from(config)
     assert sum(engine.offsets.values()) == len(events)  # every event committed on the way out
-    assert engine.privacy_report().n_active + engine.privacy_report().n_retired == len(events)
+    report = engine.operator_telemetry()
+    assert report.n_active + report.n_retired == len(events)
 
 
 def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
@@ -256,44 +279,52 @@ def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
     got = _read(kafka_bootstrap, topic, 400)
     assert len(got) == 400
     events = [json.loads(m.value()) for m in got]
-    assert {m.key().decode() for m in got} == {e["key"] for e in events}
-    assert all(set(e) == {"key", "x", "y"} and 0 <= e["y"] <= 30 for e in events)
+    assert len({m.key() for m in got}) == 400  # the identity is the message key
+    assert all(set(e) == {"x", "y"} and 0 <= e["y"] <= 30 for e in events)
 
 
 # --------------------------------------------------------------------- the batch fast path
 
 #: Every kind of bad event next to valid ones: (message key, value, reason or None if valid).
+#: The message key is the identity (the default format).
+def _json(event) -> bytes:
+    return json.dumps(event).encode()
+
+
 _MIXED = [
-    (b"v1", json.dumps({"key": "v1", "x": {"length": 0.5, "sex": "F"}, "y": 5}).encode(), None),
+    (b"v1", _json({"x": {"length": 0.5, "sex": "F"}, "y": 5}), None),
     (b"m1", b"{not json", "json"),
     (b"m2", None, "json"),  # an empty value (a tombstone)
-    (b"m3", json.dumps({"key": "m3", "x": {"length": "long"}, "y": 5}).encode(), "schema"),
-    (b"m4", b'{"key": "m4", "x": {"length": NaN}, "y": 5}', "schema"),
-    (b"m5", json.dumps({"key": "m5", "x": {"colour": 1.0}, "y": 5}).encode(), "schema"),
-    (b"m6", json.dumps({"key": "m6", "x": {"length": True}, "y": 5}).encode(), "schema"),
-    (b"m7", json.dumps({"key": "m7", "y": 5}).encode(), "schema"),
-    (b"m8", json.dumps([{"key": "m8", "x": {}, "y": 5}]).encode(), "schema"),
-    (b"m9", b'{"key": "m9", "x": {"length": 1' + b"0" * 400 + b"}, \"y\": 5}", "schema"),
-    (b"ma", json.dumps({"key": "ma", "x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}).encode(),
-     "oversize"),
-    (None, json.dumps({"x": {"length": 0.5}, "y": 5}).encode(), "missing_key"),
-    (b"", json.dumps({"x": {"length": 0.5}, "y": 5}).encode(), "missing_key"),
-    (b"mb", json.dumps({"key": "mb", "x": {"length": 0.5}, "y": 99}).encode(), "label"),
-    (b"mc", b'{"key": "mc", "x": {"length": 0.5}, "y": NaN}', "label"),
-    (b"md", b'{"key": "md", "x": {"length": 0.5}, "y": 1' + b"0" * 400 + b"}", "label"),
-    (b"me", json.dumps({"key": "me", "x": {"length": 0.5}, "y": True}).encode(), None),
-    (b"mf", json.dumps({"key": 17, "x": {"length": 2.5, "sex": "?"}, "y": 30}).encode(), None),
-    (b"from-message", json.dumps({"x": {"height": 0.1}, "y": 0}).encode(), None),
-    (b"v2", json.dumps({"key": "v2", "x": {"length": None}, "y": 1.5}).encode(), None),
-    (b"v1", json.dumps({"key": "v1", "x": {"diameter": 0.25}, "y": 7}).encode(), None),
+    (b"m3", _json({"x": {"length": "long"}, "y": 5}), "schema"),
+    (b"m4", b'{"x": {"length": NaN}, "y": 5}', "schema"),
+    (b"m5", _json({"x": {"colour": 1.0}, "y": 5}), "schema"),
+    (b"m6", _json({"x": {"length": True}, "y": 5}), "schema"),
+    (b"m7", _json({"y": 5}), "schema"),
+    (b"m8", _json([{"x": {}, "y": 5}]), "schema"),
+    (b"m9", b'{"x": {"length": 1' + b"0" * 400 + b'}, "y": 5}', "schema"),
+    (b"mj", b'{"x": {"length": Infinity}, "y": 5}', "schema"),
+    (b"mh", _json({"key": "mh", "x": {"length": 0.5}, "y": 5}), "schema"),  # payload key: no
+    (b"ma", _json({"x": {"length": 0.5, "pad": "z" * 70_000}, "y": 5}), "oversize"),
+    (None, _json({"x": {"length": 0.5}, "y": 5}), "missing_key"),
+    (b"", _json({"x": {"length": 0.5}, "y": 5}), "missing_key"),
+    (b"\xff\xfe", _json({"x": {"length": 0.5}, "y": 5}), "key"),  # not UTF-8
+    (b"k" * 300, _json({"x": {"length": 0.5}, "y": 5}), "key"),  # longer than MAX_KEY_CHARS
+    (b"mb", _json({"x": {"length": 0.5}, "y": 99}), "label"),
+    (b"mc", b'{"x": {"length": 0.5}, "y": NaN}', "label"),
+    (b"md", b'{"x": {"length": 0.5}, "y": 1' + b"0" * 400 + b"}", "label"),
+    (b"me", _json({"x": {"length": 0.5}, "y": True}), "label"),  # a bool is no regression label
+    (b"mi", _json({"x": {"length": 0.5}, "y": "5"}), "label"),  # nor is a numeric string
+    (b"mf", _json({"x": {"length": 2.5, "sex": "?"}, "y": 30}), None),
+    (b"mg", _json({"x": {"height": 0.1}, "y": 0}), None),
+    ("Zoe\u0308".encode(), _json({"x": {"length": None}, "y": 1.5}), None),  # NFC: "Zoë"
+    (b"v1", _json({"x": {"diameter": 0.25}, "y": 7}), None),
 ]
 
 
 def _parser():
     from renyiboost.connectors.events import EventParser
 
-    engine = _engine(None)
-    return EventParser(engine.schema, engine.check_label, labels_ok=engine.label_ok)
+    return EventParser(_engine(None).validator)
 
 
 def _same_batch(fast, slow) -> None:
@@ -309,19 +340,14 @@ def test_the_batch_parser_rejects_exactly_what_the_per_message_parser_rejects() 
     fast = parser.parse_batch(values, keys)
     _same_batch(fast, parser.parse_each(values, keys))
     assert [why.reason for _, why in fast.rejected] == [r for _, _, r in _MIXED if r]
-    assert fast.keys == ["v1", "me", "17", "from-message", "v2", "v1"]
-    assert fast.labels == [5.0, 1.0, 30.0, 0.0, 1.5, 7.0]
-    assert fast.rows[2].tolist()[:2] == [3.0, 1.0]  # "other" category; length clipped
+    assert fast.keys == ["v1", "mf", "mg", "Zo\u00eb", "v1"]
+    assert fast.labels == [5.0, 30.0, 0.0, 1.5, 7.0]
+    assert fast.rows[1].tolist()[:2] == [3.0, 1.0]  # "other" category; length clipped
     # a batch of valid events only, and an empty one
     good = [i for i, (_, _, r) in enumerate(_MIXED) if r is None]
     _same_batch(parser.parse_batch([values[i] for i in good], [keys[i] for i in good]),
                 parser.parse_each([values[i] for i in good], [keys[i] for i in good]))
     assert parser.parse_batch([], []).rows.shape == (0, 8)
-    # without a vectorised label rule the batch path asks label_check per label: same batch
-    from renyiboost.connectors.events import EventParser
-
-    per_label = EventParser(parser.schema, parser.label_check)
-    _same_batch(per_label.parse_batch(values, keys), fast)
 
 
 @settings(max_examples=60, deadline=None)
@@ -365,15 +391,17 @@ def _messages(topic: str) -> list[Message]:
     return out
 
 
-def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstrap) -> None:
+def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstrap,
+                                                                  tmp_path) -> None:
     """The batch path trains the same records in the same order with the same triggers,
     dead-letters the same events with the same reasons, and ends at the same offsets as
     feeding the events one by one (the engine's reference path)."""
     from renyiboost.connectors.events import EventParser
 
     topic = _topic("mixed")
+    create_topic(kafka_bootstrap, topic, partitions=2)
     messages = _messages(topic)
-    engine = _engine(None)
+    engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
     trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
     # batches that cut through triggers; one of bad events only, ending both partitions
     cuts = [0, 250, 301, 316, 566, len(messages)]
@@ -384,20 +412,21 @@ def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstra
     trainer.producer.flush(10)
 
     reference = _engine(None)
-    parser = EventParser(reference.schema, reference.check_label)
+    parser = EventParser(reference.validator)
     expected_dlq = []
     for m in messages:
         position = (f"{m.topic()}:{m.partition()}", m.offset() + 1)
         parsed = parser.parse(m.value(), m.key())
         if isinstance(parsed, Rejected):
-            reference.skip(position)
+            reference.empty_event(position)
             expected_dlq.append((m.partition(), m.offset(), parsed.reason, parsed.detail))
         else:
-            reference.add(reference.schema.encode_validated([parsed.features]), [parsed.label],
-                          [parsed.key], [position])
+            reference.add(parsed.row[None, :], [parsed.label], [parsed.key], [position])
     reference.flush()
 
-    assert engine.offsets == reference.offsets == {f"{topic}:0": 482, f"{topic}:1": 242}
+    ends = Counter(m.partition() for m in messages)
+    assert engine.offsets == reference.offsets == {f"{topic}:{p}": n for p, n in ends.items()}
+    assert engine.positions == reference.positions == len(messages)
     assert engine._keys == reference._keys and engine.counters == reference.counters
     np.testing.assert_array_equal(engine.pool_uids, reference.pool_uids)
     for name in ("X", "target", "margin", "spent"):
@@ -446,7 +475,8 @@ def test_a_batch_commits_only_after_its_dead_letters_are_delivered(
     kafka_bootstrap, tmp_path, producer
 ) -> None:
     topic = _topic("undelivered")
-    engine = _engine(str(tmp_path / "s.db"))
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
     trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
     messages = _messages(topic)
     with engine.group_commit():
@@ -455,8 +485,11 @@ def test_a_batch_commits_only_after_its_dead_letters_are_delivered(
     assert before and engine.booster.rounds_done > 0
 
     trainer.producer = producer()
-    with pytest.raises(RuntimeError, match="dead letters not delivered"), engine.group_commit():
+    with pytest.raises(RenyiboostError, match="dead letters not delivered"), \
+            engine.group_commit():
         trainer._process(messages[300:700])  # bad events, and enough valid ones to train
+    trainer.consumer.close()
+    engine.close()
     restarted = _engine(str(tmp_path / "s.db"))  # what a restart would resume from
     assert restarted.offsets == before  # the whole batch is re-read, dead letters included
     assert restarted.booster.rounds_done == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -13,6 +14,7 @@ from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.losses import LogisticLoss
 from renyiboost.models.trees import Ensemble, RandomTreeGrower
 from renyiboost.randomness import SecureNoise, SeededNoise, noise_source
+from renyiboost.release import ModelRelease
 from renyiboost.schema import PublicSchema
 
 SCHEMA = PublicSchema(
@@ -125,9 +127,10 @@ def test_private_learner_learns_and_stays_within_budget() -> None:
     with pytest.warns(TestingOnlyWarning):
         model = SGBDT(SCHEMA, seed=2, epsilon=1.0, rounds=40, max_rounds=80, depth=2,
                       learning_rate=0.3, sampling_rate=0.2, grad_clip=0.3, reg_lambda=10.0).fit(X, y)
-    report = model.privacy_report()
-    assert report["epsilon"] <= 1.0 and report["seeded_for_testing"]
-    assert report["max_spent_rdp"] <= report["budget_rdp"]
+    guarantee = model.privacy_guarantee()
+    assert guarantee.epsilon <= 1.0 and guarantee.seeded_for_testing
+    assert len(model.operator_history_) == 80  # max_rounds trees, whoever was eligible
+    assert model.ensemble.n_trees == 80
     pred = model.predict(X)
     r2 = 1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()
     assert r2 > 0.5
@@ -212,7 +215,10 @@ def test_a_negative_noisy_count_zeroes_the_leaf_or_is_clamped_to_zero() -> None:
         booster = SGBDTBooster(params, SCHEMA, seed=0)
         # sum noise (+1.0, −1.0), count noise (−5.0: noisy count −3; +1.5)
         booster.noise = _ScriptedNoise(np.array([1.0, -1.0]), np.array([-5.0, 1.5]))
-        leaves = booster._leaf_values(leaf_index[sampled], stats, sampled)
+        leaves, noisy_sum, noisy_count = booster._leaf_values(leaf_index[sampled], stats,
+                                                              sampled)
+        np.testing.assert_allclose(noisy_sum, [1.3, -1.0])  # the two releases themselves
+        np.testing.assert_allclose(noisy_count, [-3.0, 3.5])
         np.testing.assert_allclose(leaves, expected, err_msg=f"{rule}, lambda {reg_lambda}")
 
 
@@ -294,4 +300,6 @@ def test_json_round_trip_predicts_identically() -> None:
         model = SGBDT(SCHEMA, seed=4, epsilon=1.0, rounds=10, depth=3).fit(X, y)
         again = SGBDT.from_json(model.to_json())
     np.testing.assert_array_equal(model.predict(X), again.predict(X))
-    assert again.imported_privacy_report["epsilon"] == model.privacy_report()["epsilon"]
+    assert again.imported_guarantee == model.privacy_guarantee()
+    exported = json.loads(model.to_json())
+    assert set(exported) == set(ModelRelease.model_fields)  # the public release, nothing else

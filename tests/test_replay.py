@@ -66,13 +66,14 @@ def test_demo_writes_the_report_plot_and_history(tmp_path, capsys) -> None:
             "--seed", "3"]
     assert demo.main(args) == 0
     text = capsys.readouterr().out
-    assert "privacy report" in text and "budget_rdp" in text
+    assert "privacy guarantee (public)" in text and "budget_rdp" in text
+    assert "operator telemetry (exact counts: not for release)" in text
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     record = json.loads(out.read_text())
-    history, report = record["history"], record["report"]
+    history, guarantee = record["history"], record["guarantee"]
     assert len(history) == 17 and history[-1]["seen"] == 4177
-    assert report["epsilon"] <= 1.0 and report["max_spent_rdp"] <= report["budget_rdp"]
-    assert report["n_trees"] > 100
+    assert guarantee["epsilon"] <= 1.0 and guarantee["unit"] == "key"
+    assert history[-1]["n_trees"] > 100
     # the model learns: the prequential MAE of the early batches falls well below the first's
     assert np.mean([h["mae"] for h in history[4:12]]) < 0.5 * history[0]["mae"]
 

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from river import checks
 
 from renyiboost import SGBDTClassifier, SGBDTRegressor
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import (
+    InvalidRecord,
+    LedgerConflict,
+    StateStoreError,
+    TestingOnlyWarning,
+)
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -79,8 +84,8 @@ def test_no_key_ever_spends_more_than_its_budget(keys: list[int], seed: int, ind
         # a retired key never comes back into the active pool
         active = {int(k) for k, uid in engine._keys.items() if engine._status[uid] == 1}
         assert not (active & seen_retired)
-        seen_retired |= {int(k) for k in keys if model.budget_of(k).status == "retired"}
-    report = model.privacy_report()
+        seen_retired |= {int(k) for k in keys if model.operator_budget_of(k).status == "retired"}
+    report = model.operator_telemetry()
     assert report.max_spent_rdp <= budget
     assert report.n_retired == len(seen_retired)
 
@@ -89,7 +94,7 @@ def test_upsert_replaces_features_and_keeps_the_spent_budget() -> None:
     model = _regressor(train_every=30, warmup=30)
     for i, (x, y) in enumerate(_stream(60)):
         model.learn_one(x, y, key=i % 30)
-    before = model.budget_of(3)
+    before = model.operator_budget_of(3)
     assert before.status == "active" and before.spent_rdp > 0
     engine = model.engine
     n_active = len(engine.pool)
@@ -98,7 +103,7 @@ def test_upsert_replaces_features_and_keeps_the_spent_budget() -> None:
     assert len(engine.pool) == n_active  # replaced, not appended
     row = engine.pool.X[engine._slot[engine._keys["3"]]]
     assert row.tolist() == [0.99, 4.0, 2.0]
-    assert model.budget_of(3).spent_rdp == before.spent_rdp
+    assert model.operator_budget_of(3).spent_rdp == before.spent_rdp
 
 
 def test_retired_keys_are_dropped_and_counted() -> None:
@@ -106,12 +111,12 @@ def test_retired_keys_are_dropped_and_counted() -> None:
     data = _stream(400)
     for i, (x, y) in enumerate(data[:200]):
         model.learn_one(x, y, key=i % 20)
-    retired = [k for k in range(20) if model.budget_of(k).status == "retired"]
+    retired = [k for k in range(20) if model.operator_budget_of(k).status == "retired"]
     assert retired, "with T = 2 and γ = 1 keys must retire"
-    dropped = model.privacy_report().n_dropped
+    dropped = model.operator_telemetry().n_dropped
     for x, y in data[200:240]:
         model.learn_one(x, y, key=retired[0])
-    assert model.privacy_report().n_dropped == dropped + 40
+    assert model.operator_telemetry().n_dropped == dropped + 40
     assert engine_has_no(model, retired[0])
 
 
@@ -158,20 +163,23 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
     path = tmp_path / "state.db"
     data = _stream(900, seed=1)
     keys = [i % 300 for i in range(900)]
-    first = _regressor(store=SQLiteStore(path, snapshot_ratio=snapshot_ratio), max_trees=8)
+    first = _regressor(store=SQLiteStore(path, create=True, snapshot_ratio=snapshot_ratio),
+                       max_trees=8)
     _fill(first, data[:500], keys[:500])
     first.train(1)  # a batch boundary: the pending records are merged and committed
     probe = [x for x, _ in data[:50]]
     expected = [first.predict_one(x) for x in probe]
-    ledger = {k: first.budget_of(k) for k in range(300)}
-    report = first.privacy_report()
+    ledger = {k: first.operator_budget_of(k) for k in range(300)}
+    report = first.operator_telemetry()
     first.engine.close()
 
     again = _regressor(store=f"sqlite:///{path}", max_trees=8)
     assert [again.predict_one(x) for x in probe] == expected
-    assert {k: again.budget_of(k) for k in range(300)} == ledger
-    got = again.privacy_report()
-    assert got.model_dump(exclude={"n_pending"}) == report.model_dump(exclude={"n_pending"})
+    assert {k: again.operator_budget_of(k) for k in range(300)} == ledger
+    got = again.operator_telemetry()
+    changed = {"n_pending", "epoch", "positions"}  # pending records are re-read on restart
+    assert got.model_dump(exclude=changed) == report.model_dump(exclude=changed)
+    assert got.epoch == report.epoch + 1
     np.testing.assert_array_equal(again.engine.pool.margin, first.engine.pool.margin)
     np.testing.assert_array_equal(again.engine.pool.spent, first.engine.pool.spent)
     np.testing.assert_array_equal(again.engine.pool_uids, first.engine.pool_uids)
@@ -186,21 +194,21 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
     _fill(again, data[500:], keys[500:])
     np.testing.assert_array_equal(again.engine.ensemble.leaves,
                                   uninterrupted.engine.ensemble.leaves)
-    assert again.budget_of(5) == uninterrupted.budget_of(5)
+    assert again.operator_budget_of(5) == uninterrupted.operator_budget_of(5)
 
 
 def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
     path = tmp_path / "s.db"
-    model = _regressor(store=str(path))
+    model = _regressor(store=SQLiteStore(path, create=True))
     _fill(model, _stream(60), list(range(60)))
     model.engine.close()
-    with pytest.raises(ValueError, match="different configuration"):
+    with pytest.raises(LedgerConflict, match="different config"):
         _regressor(store=str(path), epsilon=2.0)
 
 
 class _FailingStore(SQLiteStore):
     def __init__(self, path, fail_at: int) -> None:
-        super().__init__(path)
+        super().__init__(path, create=True)
         self.calls, self.fail_at = 0, fail_at
 
     def commit(self, change) -> None:
@@ -220,6 +228,9 @@ def test_a_failed_commit_releases_nothing(tmp_path) -> None:
     engine = model.engine
     n_trees, spent = engine.ensemble.n_trees, engine.pool.spent.copy()
     assert n_trees == 1  # commit 1: initial score, commit 2: tree 1, commit 3 failed
+    with pytest.raises(StateStoreError, match="failed commit"):  # the engine stopped for good
+        model.learn_one(data[0][0], data[0][1])
+    engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "f.db"))
     assert again.engine.ensemble.n_trees == n_trees
     committed = len(again.engine.pool)
@@ -236,7 +247,7 @@ def test_bad_input_raises_clear_errors_and_leaves_the_pool_untouched() -> None:
     _fill(model, _stream(30), list(range(30)))
     engine = model.engine
     state = (len(engine.pool), engine.n_pending, engine.pool.spent.copy())
-    with pytest.raises(ValueError, match="'a' is NaN"):
+    with pytest.raises(ValueError, match="'a' is nan"):
         model.learn_one({"a": float("nan"), "b": 0.0}, 1.0)
     with pytest.raises(ValueError, match="'b' is numeric"):
         model.learn_one({"a": 0.5, "b": "high"}, 1.0)
@@ -246,10 +257,23 @@ def test_bad_input_raises_clear_errors_and_leaves_the_pool_untouched() -> None:
         model.learn_one({"a": 0.5}, float("inf"))
     assert (len(engine.pool), engine.n_pending) == state[:2]
     np.testing.assert_array_equal(engine.pool.spent, state[2])
-    model.learn_one({"a": 0.5, "zzz": 1, "www": 2}, 1.0)  # unknown features: ignored, counted
-    assert model.privacy_report().n_unknown_features == 2
+    with pytest.raises(InvalidRecord, match="unknown feature 'zzz'") as caught:
+        model.learn_one({"a": 0.5, "zzz": 1, "www": 2}, 1.0)  # never silently ignored
+    assert caught.value.reason == "schema"
+    with pytest.raises(InvalidRecord, match="must be a number, got str") as caught:
+        model.learn_one({"a": 0.5}, "2")  # a numeric string is not a label here either
+    assert caught.value.reason == "label"
+    with pytest.raises(InvalidRecord, match="mapping") as caught:
+        model.learn_one([0.5, 1.0], 1.0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRecord, match="finite"):
+        model.learn_one({"a": float("inf")}, 1.0)
+    with pytest.raises(InvalidRecord, match="empty") as caught:
+        model.learn_one({"a": 0.5}, 1.0, key="")
+    assert caught.value.reason == "key"
+    assert (len(engine.pool), engine.n_pending) == state[:2]
+    assert engine.positions == 30 + 9  # every call is a stream position, valid or not
     model.learn_one({}, 1.0)  # all features missing: the fixed branch
-    assert engine.n_pending == state[1] + 2
+    assert engine.n_pending == state[1] + 1
 
 
 def test_classifier_labels_and_probabilities() -> None:
@@ -275,7 +299,7 @@ def test_engine_config_validation_names_the_field() -> None:
     with pytest.raises(ValueError, match="train_every"):
         EngineConfig(public_schema=schema, params=SGBDTParams(), train_every=0)
     engine = StreamEngine(EngineConfig(public_schema=schema, params=SGBDTParams(epsilon=1.0)))
-    assert engine.privacy_report().n_trees == 0
+    assert engine.operator_telemetry().n_trees == 0
 
 
 def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
@@ -293,5 +317,6 @@ def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
     with pytest.raises(OSError, match="injected"), engine.group_commit():
         _fill(model, data[60:120], list(range(60, 120)))
     assert len(announced) == 4  # the failed group announced nothing
+    engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "g.db"), train_every=20, warmup=20)
     assert again.engine.booster.rounds_done == 3 and again.engine.ensemble.n_trees == 3

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
+
+from renyiboost.exceptions import RenyiboostError
 
 COMMANDS = {
     "demo": "replay a bundled data set under drift through the engine (the main job)",
     "train": "train continuously from a Kafka topic (or memory:DATASET) into a state file",
+    "state": "create a state store (state init) or show its operator telemetry (state info)",
     "replay": "produce a bundled data set under a drift scenario into a Kafka topic",
     "experiment": "a cached grid of prequential stream runs: tables and plots",
     "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
@@ -21,11 +26,15 @@ def _train(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="renyiboost train", description=COMMANDS["train"])
     parser.add_argument("--config", required=True, help="TOML config (see connectors.service)")
     parser.add_argument("--source", help="kafka://host:port/topic or memory:DATASET")
-    parser.add_argument("--state", help="SQLite state file")
+    parser.add_argument("--state", help="SQLite state file (must exist, see --new-state)")
+    parser.add_argument("--new-state", action="store_true",
+                        help="create the state file first (refused if it exists): only for a "
+                             "model that was never published")
     parser.add_argument("--model-topic")
     parser.add_argument("--model-name")
     parser.add_argument("--max-idle", type=float, help="stop after this many idle seconds")
-    parser.add_argument("--json", action="store_true", help="machine-readable status lines")
+    parser.add_argument("--json", action="store_true",
+                        help="operator telemetry as JSON lines on standard output")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, {"source": args.source, "state": args.state,
@@ -33,7 +42,36 @@ def _train(argv: list[str]) -> int:
                                            "model_name": args.model_name})
     except ValueError as error:
         parser.error(str(error))
-    return run_train(config, max_idle=args.max_idle, as_json=args.json)
+    return run_train(config, max_idle=args.max_idle, as_json=args.json,
+                     new_state=args.new_state)
+
+
+def _state(argv: list[str]) -> int:
+    from renyiboost.connectors.service import init_state, load_config
+    from renyiboost.stream.engine import StreamEngine
+
+    parser = argparse.ArgumentParser(prog="renyiboost state", description=COMMANDS["state"])
+    parser.add_argument("action", choices=["init", "info"],
+                        help="init: create the config's state store (refused if it exists); "
+                             "info: print its operator telemetry as JSON (not for release)")
+    parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
+    parser.add_argument("--state", help="state file (default: the config's)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, {"state": args.state})
+    except ValueError as error:
+        parser.error(str(error))
+    if args.action == "init":
+        identity = init_state(config)
+        print(f"created state store {config.state} (store id {identity.store_id})")
+        return 0
+    engine = StreamEngine(config.model.engine_config(), store=config.state,
+                          seed=config.model.seed)
+    try:
+        print(json.dumps(engine.operator_telemetry().model_dump(), indent=1))
+    finally:
+        engine.close()
+    return 0
 
 
 def _replay(argv: list[str]) -> int:
@@ -52,8 +90,18 @@ def _replay(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``renyiboost <command> …`` to the command's own parser."""
+    """Dispatch ``renyiboost <command> …``; a renyiboost error is one line and exit code 1."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return _dispatch(argv)
+    except RenyiboostError as error:
+        print(f"renyiboost: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] not in COMMANDS:
         parser = argparse.ArgumentParser(prog="renyiboost")
         parser.add_argument("command", choices=list(COMMANDS), help="; ".join(
@@ -63,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return _train(rest)
+    if command == "state":
+        return _state(rest)
     if command == "replay":
         return _replay(rest)
     if command == "demo":

@@ -1,16 +1,18 @@
-"""Warnings raised by renyiboost.
+"""Warnings and errors raised by renyiboost.
 
-They follow diffprivlib's model: a privacy-relevant shortcut is never silent.
+The warnings follow diffprivlib's model: a privacy-relevant shortcut is never silent. The
+errors name what is wrong and what to do; the ``renyiboost`` command prints them as one line
+and exits non-zero.
 """
 
 from __future__ import annotations
 
 
 class PrivacyLeakWarning(UserWarning):
-    """A public input (feature bounds, label bounds, category set) was read from the data.
+    """Something the privacy guarantee does not cover is happening.
 
-    Reading bounds from the records themselves is not covered by the privacy guarantee:
-    the released model then leaks information about the extreme or rare values.
+    A public input (feature bounds, label bounds, category set) was read from the data, or
+    records arrive without keys, so the unit of privacy is one record instead of one person.
     """
 
 
@@ -22,3 +24,40 @@ class TestingOnlyWarning(UserWarning):
     """
 
     __test__ = False  # not a pytest test class despite the name
+
+
+class RenyiboostError(Exception):
+    """Base of the errors the ``renyiboost`` command reports as one line (exit code 1)."""
+
+
+class InvalidRecord(ValueError, RenyiboostError):
+    """A record (features, label or key) breaks the public schema.
+
+    ``reason`` is the machine-readable cause, the one a Kafka dead letter carries in its
+    ``reason`` header: ``schema`` (features), ``label``, ``key`` or ``missing_key``.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class StateStoreError(RenyiboostError):
+    """A state store cannot be used as asked (missing, locked, corrupt, full, mismatched)."""
+
+
+class StoreNotFound(StateStoreError):
+    """No initialised state store where one was expected (it is never created implicitly)."""
+
+
+class StoreLocked(StateStoreError):
+    """Another process holds the state store."""
+
+
+class LedgerConflict(StateStoreError):
+    """Going on would give some key a second budget or re-base its budget (refused)."""
+
+
+class BrokerUnavailable(RenyiboostError):
+    """The Kafka cluster did not answer within the configured timeout."""

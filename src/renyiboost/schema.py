@@ -202,7 +202,9 @@ class PublicSchema(BaseModel):
     def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> np.ndarray:
         """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
 
-        Vectorised per column; a missing column is all-missing.
+        Vectorised per column; a missing column is all-missing, and so is ``None`` (or NaN)
+        in a numeric column: the values are trusted here, :class:`~renyiboost.validation.
+        RecordValidator` judges them first.
         """
         lengths = {len(c) for c in columns.values()}
         if len(lengths) > 1:
@@ -218,10 +220,7 @@ class PublicSchema(BaseModel):
                 index = self._category_index[name]
                 out[:, j] = [math.nan if v is None else index.get(v, len(spec)) for v in col]
             else:
-                values = np.asarray(col, dtype=float)
-                if np.isnan(values).any():
-                    raise ValueError(f"feature {name!r} contains NaN")
-                out[:, j] = np.clip(values, spec[0], spec[1])
+                out[:, j] = np.clip(np.asarray(col, dtype=float), spec[0], spec[1])
         return out
 
     def clip_encoded(self, X: np.ndarray) -> np.ndarray:

@@ -91,24 +91,21 @@ class IndividualRenyiFilter:
     table
         The charge table for the tree rounds.
     min_sensitivity2
-        Smallest s² a record can have (``r1`` for count leaves, 0 for Newton leaves); the
-        charge at it is the smallest possible charge ``c(min)``.
+        The charge floor: every admitted record is charged for at least this s² (charging
+        more than a record's true sensitivity only over-counts, which is safe). The charge
+        at it, ``c(min)``, is the smallest possible charge, so a key whose remaining budget
+        is below it retires; a positive floor bounds every key's life to about
+        ``B / c(min)`` rounds (for count leaves ``r1`` is the natural floor: a = 1 always).
     """
 
     def __init__(self, budget_rdp: float, table: ChargeTable, min_sensitivity2: float) -> None:
+        if not 0 < min_sensitivity2 <= 1:
+            raise ValueError(f"min_sensitivity2 must be in (0, 1], got {min_sensitivity2!r}: "
+                             "without a positive floor a key might never retire")
         self.budget_rdp = float(budget_rdp)
         self.table = table
         self._min_sensitivity2 = float(min_sensitivity2)
         self.min_charge = float(table.charges(np.array([min_sensitivity2]))[0])
-
-    def use_grid(self, grid_charges: np.ndarray) -> None:
-        """Charge from a stored table (a restore must replay the charges it committed)."""
-        grid = np.asarray(grid_charges, dtype=float)
-        if grid.shape != self.table.grid_charges.shape:
-            raise ValueError(f"charge grid has shape {grid.shape}, "
-                             f"expected {self.table.grid_charges.shape}")
-        self.table.grid_charges = grid
-        self.min_charge = float(grid[self.table.indices(np.array([self._min_sensitivity2]))[0]])
 
     def retired(self, spent: np.ndarray) -> np.ndarray:
         """Records whose remaining budget is below the smallest possible charge."""
@@ -116,7 +113,7 @@ class IndividualRenyiFilter:
 
     def step(self, spent: np.ndarray, sensitivity2: np.ndarray) -> FilterStep:
         """Decide eligibility, charge the eligible records and flag the retired ones."""
-        index = self.table.indices(sensitivity2)
+        index = self.table.indices(np.maximum(sensitivity2, self._min_sensitivity2))
         charges = self.table.grid_charges[index]
         eligible = spent + charges <= self.budget_rdp
         codes = np.where(eligible, index, NOT_ELIGIBLE).astype(np.uint16)

@@ -1,33 +1,38 @@
 """Event validation at the edge: raw bytes → (key, encoded row, label), or a reason to reject.
 
-The event model is a pydantic model built from the public schema: a JSON object with a key,
-the features and the label under configurable field names (``{"key": ..., "x": {...},
-"y": ...}`` by default). Unknown fields, wrong types, NaN and infinities (and integers too
-large for a float) are rejected with pydantic's message; numeric values outside their public
-bounds are clipped and category values outside the public domain take the "other" branch,
-exactly as in ``learn_one``. A rejected event carries a short machine-readable reason for the
-dead-letter topic:
+An event is a JSON object holding the features and the label under configurable field names
+(``{"x": {...}, "y": ...}`` by default). Its **key** — the unit of privacy — is the Kafka
+message key, unless :attr:`EventFormat.key_field` names a payload field, which is then the
+only identity (the message key is ignored). One identity per deployment: a key that could
+come from either place could live on several partitions at once.
 
-``oversize`` (larger than ``max_bytes``), ``json`` (not JSON), ``schema`` (types, unknown
-or missing fields, NaN), ``missing_key`` (no key in the payload nor in the message) and
-``label`` (outside the public target domain).
+The rules are those of :class:`renyiboost.validation.RecordValidator` — the same validator
+``learn_one`` uses — plus the event's own shape: unknown fields and a missing ``x`` or ``y``
+are rejected. A rejected event carries a short machine-readable reason for the dead-letter
+topic:
 
-:meth:`EventParser.parse` validates one message; :meth:`EventParser.parse_batch` validates a
-poll batch in one pydantic call and returns the valid events as columns (keys, encoded rows,
-labels), with exactly the rejections and reasons of :meth:`~EventParser.parse` per message.
+``oversize`` (larger than ``max_bytes``), ``json`` (not JSON), ``schema`` (shape, types,
+unknown features, NaN or infinite values), ``missing_key`` (no key where the format says the
+key is), ``key`` (an empty, over-long or non-UTF-8 key) and ``label`` (not a label of the
+public target domain).
+
+:meth:`EventParser.parse` validates one message (the reference); :meth:`EventParser.parse_batch`
+validates a poll batch in one pydantic call and returns the valid events as columns (keys,
+encoded rows, labels), with exactly the rejections and reasons of
+:meth:`~EventParser.parse` per message (checked by property tests).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import repeat
 from operator import itemgetter
 from typing import Annotated, Any, NotRequired
 
 import numpy as np
+import pydantic_core
 from pydantic import (
     AllowInfNan,
     BaseModel,
@@ -39,20 +44,16 @@ from pydantic import (
     StrictInt,
     StrictStr,
     TypeAdapter,
-    ValidationError,
 )
 from typing_extensions import TypedDict
 
-from renyiboost.schema import PublicSchema
+from renyiboost.exceptions import InvalidRecord
+from renyiboost.validation import MAX_KEY_CHARS, RecordValidator, normalise_key
 
 #: A finite JSON number, as a float: a JSON integer is accepted, and one too large for a float
-#: is rejected here (as an int it used to pass and then crash the encoder, stopping the
-#: stream). ``AllowInfNan`` keeps the check in pydantic-core.
+#: is rejected here. ``AllowInfNan`` keeps the check in pydantic-core.
 Number = Annotated[float, Strict(), AllowInfNan(False)]
 Category = StrictStr | StrictInt | StrictBool
-#: NaN, infinities and huge integers (→ inf) pass here and are refused by the label check,
-#: with reason ``label`` (a huge int used to raise ``OverflowError`` there, stopping the stream).
-Label = Annotated[float, Strict()] | StrictBool
 
 
 class EventFormat(BaseModel):
@@ -60,7 +61,9 @@ class EventFormat(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    key_field: str = "key"
+    key_field: str | None = Field(
+        None, description="None: the Kafka message key is the identity (the default); a name: "
+        "that payload field is, and the message key is ignored")
     features_field: str = "x"
     label_field: str = "y"
     max_bytes: int = Field(65_536, gt=0)
@@ -68,10 +71,10 @@ class EventFormat(BaseModel):
 
 @dataclass(slots=True)
 class Parsed:
-    """A valid event (features as a validated dict, not yet encoded)."""
+    """A valid event: its normalised key, encoded row and label."""
 
     key: str
-    features: dict[str, Any]
+    row: np.ndarray
     label: float
 
 
@@ -134,61 +137,49 @@ def _typed_dict(name: str, fields: dict[str, Any]) -> type:
 
 
 class EventParser:
-    """Validates JSON events against a model built from the public schema.
+    """Validates JSON events with the public schema's :class:`RecordValidator`.
 
-    The model is a pydantic ``TypedDict`` validated straight from the JSON bytes into dicts
-    (a few µs an event); :meth:`parse_batch` then encodes the batch column by column.
+    The batch path validates with a pydantic ``TypedDict`` built from the same schema,
+    straight from the JSON bytes (a few µs an event), and encodes the batch column by column;
+    anything it refuses is re-judged by :meth:`parse`, so reasons and details are the
+    reference path's.
 
     Parameters
     ----------
-    schema
-        The public schema (features and their domains).
-    label_check
-        Validates one label and returns it as a float, raising ``ValueError`` with the
-        reason otherwise (e.g. :meth:`StreamEngine.check_label`).
-    labels_ok
-        The same rule on an array of float labels, as a boolean mask (e.g.
-        :meth:`StreamEngine.label_ok`), for :meth:`parse_batch`; without it the batch path
-        calls ``label_check`` per label.
+    validator
+        The record rules (e.g. ``engine.validator``).
     event_format
-        Field names and the size limit.
+        Field names, the key's source and the size limit.
 
     Examples
     --------
+    >>> from renyiboost.schema import PublicSchema
     >>> schema = PublicSchema(features={"age": (0, 100), "sex": ["F", "M"]})
-    >>> parser = EventParser(schema, label_check=float)
-    >>> parser.parse(b'{"key": "u1", "x": {"age": 130, "sex": "M"}, "y": 1}').features
-    {'age': 130.0, 'sex': 'M'}
-    >>> parser.parse(b'{"key": "u1", "x": {"age": "old"}, "y": 1}').reason
+    >>> parser = EventParser(RecordValidator(schema, "classification"))
+    >>> parser.parse(b'{"x": {"age": 130, "sex": "M"}, "y": 1}', b"u1").row
+    array([100.,   1.])
+    >>> parser.parse(b'{"x": {"age": "old"}, "y": 1}', b"u1").reason
     'schema'
-    >>> batch = parser.parse_batch([b'{"key": "u1", "x": {"age": 130}, "y": 1}', b'{'],
-    ...                            [None, None])
+    >>> batch = parser.parse_batch([b'{"x": {"age": 130}, "y": true}', b'{'], [b"u1", b"u2"])
     >>> batch.keys, batch.rows, batch.rejected[0][1].reason
     (['u1'], array([[100.,  nan]]), 'json')
     """
 
-    def __init__(
-        self,
-        schema: PublicSchema,
-        label_check: Callable[[Any], float],
-        event_format: EventFormat | None = None,
-        labels_ok: Callable[[np.ndarray], np.ndarray] | None = None,
-    ) -> None:
-        self.schema = schema
+    def __init__(self, validator: RecordValidator, event_format: EventFormat | None = None) -> None:
+        self.validator = validator
+        self.schema = validator.schema
         self.format = event_format or EventFormat()
-        self.label_check = label_check
-        self.labels_ok = labels_ok or self._each_label_ok
         features = _typed_dict("EventFeatures", {
             name: NotRequired[(Category if isinstance(spec, list) else Number) | None]
-            for name, spec in schema.features.items()
+            for name, spec in self.schema.features.items()
         })
         fmt = self.format
-        event = _typed_dict("Event", {
-            fmt.key_field: NotRequired[StrictStr | StrictInt | None],
-            fmt.features_field: features,
-            fmt.label_field: Label,
-        })
-        self.adapter = TypeAdapter(event)
+        label: Any = (Annotated[float, Strict()] | StrictBool
+                      if validator.task == "classification" else Annotated[float, Strict()])
+        fields: dict[str, Any] = {fmt.features_field: features, fmt.label_field: label}
+        if fmt.key_field is not None:
+            fields[fmt.key_field] = NotRequired[StrictStr | StrictInt | None]
+        event = _typed_dict("Event", fields)
         # Each value is parsed as its own JSON document (never concatenated: one message must
         # not be able to reach into the next). A value that fails comes back unchanged
         # (the ``Any`` branch) instead of failing the batch, and is re-parsed on its own.
@@ -196,43 +187,54 @@ class EventParser:
             list[Annotated[Json[event] | Any, Field(union_mode="left_to_right")]],  # type: ignore[valid-type]
             config=_CONFIG,
         )
+        self._fields = set(fields)
 
     # ------------------------------------------------------------------ one message
     def parse(self, value: bytes | None, message_key: bytes | None = None) -> Parsed | Rejected:
-        """Validate one message value; the payload's key wins over the message key."""
+        """Validate one message: its size, JSON, shape, features, key and label, in order."""
         fmt = self.format
         if value is None:
             return Rejected("json", "empty message value")
         if len(value) > fmt.max_bytes:
             return Rejected("oversize", f"{len(value)} bytes > max_bytes={fmt.max_bytes}")
         try:
-            event = self.adapter.validate_json(value)
-        except ValidationError as error:
-            first = error.errors()[0]
-            reason = "json" if first["type"] == "json_invalid" else "schema"
-            where = ".".join(str(part) for part in first["loc"])
-            return Rejected(reason, f"{where}: {first['msg']}"[:500])
-        return self._finish(event, message_key)
-
-    def _finish(self, event: dict[str, Any], message_key: bytes | None) -> Parsed | Rejected:
-        """Checks pydantic does not make: a key, and the label's public domain."""
-        fmt = self.format
-        features = event[fmt.features_field]
-        key = self._key(event.get(fmt.key_field), message_key)
-        if key is None:
-            return Rejected("missing_key", "no key in the payload nor in the message")
-        try:
-            label = self.label_check(event[fmt.label_field])
+            event = pydantic_core.from_json(value, allow_inf_nan=True)
         except ValueError as error:
-            return Rejected("label", str(error)[:500])
-        return Parsed(key, features, label)
+            return Rejected("json", f"not JSON: {error}"[:500])
+        try:
+            return self._judge(event, message_key)
+        except InvalidRecord as why:
+            return Rejected(why.reason, why.detail[:500])
 
-    @staticmethod
-    def _key(key: Any, message_key: bytes | None) -> str | None:
-        """The payload's key as a string, else the message key, else ``None``."""
-        if key is None:
-            return message_key.decode("utf-8", "backslashreplace") if message_key else None
-        return str(key)
+    def _judge(self, event: Any, message_key: bytes | None) -> Parsed:
+        fmt = self.format
+        if not isinstance(event, dict):
+            raise InvalidRecord("schema", f"an event is a JSON object, got {type(event).__name__}")
+        unknown = sorted(set(event) - self._fields)
+        if unknown:
+            hint = (" (the key is the Kafka message key; set key_field to read it from the "
+                    "payload)" if unknown[0] == "key" and fmt.key_field is None else "")
+            raise InvalidRecord("schema", f"unknown field {unknown[0]!r}{hint}")
+        for name in (fmt.features_field, fmt.label_field):
+            if name not in event:
+                raise InvalidRecord("schema", f"field {name!r} is missing")
+        row = self.validator.features(event[fmt.features_field])
+        key = self._key(event.get(fmt.key_field) if fmt.key_field else None, message_key)
+        return Parsed(key, row, self.validator.label(event[fmt.label_field]))
+
+    def _key(self, payload_key: Any, message_key: bytes | None) -> str:
+        """The event's identity (see the module docstring); raises ``InvalidRecord``."""
+        if self.format.key_field is not None:
+            if payload_key is None:
+                raise InvalidRecord("missing_key", f"no {self.format.key_field!r} field in the "
+                                                   "payload (the configured identity)")
+            if isinstance(payload_key, bool) or not isinstance(payload_key, str | int):
+                raise InvalidRecord("schema", f"the key must be a string or an integer, got "
+                                              f"{type(payload_key).__name__}")
+            return normalise_key(payload_key)
+        if not message_key:
+            raise InvalidRecord("missing_key", "the message has no key (the identity)")
+        return normalise_key(message_key)
 
     # ------------------------------------------------------------------ a poll batch
     def parse_batch(
@@ -260,12 +262,30 @@ class EventParser:
         path)."""
         results = [self.parse(v, k) for v, k in zip(values, message_keys, strict=True)]
         valid = [(i, p) for i, p in enumerate(results) if isinstance(p, Parsed)]
+        rows = (np.vstack([p.row for _, p in valid]) if valid
+                else np.empty((0, self.schema.n_features)))
         return ParsedBatch(
-            index=[i for i, _ in valid], keys=[p.key for _, p in valid],
-            rows=self.schema.encode_validated([p.features for _, p in valid]),
+            index=[i for i, _ in valid], keys=[p.key for _, p in valid], rows=rows,
             labels=[p.label for _, p in valid],
             rejected=[(i, p) for i, p in enumerate(results) if isinstance(p, Rejected)],
         )
+
+    def _batch_keys(self, events: list[dict], message_keys: list[bytes | None],
+                    index: list[int]) -> list[str | None]:
+        """Every event's normalised key, or ``None`` where :meth:`_key` would refuse it."""
+        field = self.format.key_field
+        raw = ([event.get(field) for event in events] if field is not None
+               else [message_keys[i] for i in index])
+        if all(type(key) is (str if field else bytes) and 0 < len(key) <= MAX_KEY_CHARS
+               and key.isascii() for key in raw):  # the common case: already normal
+            return raw if field else [key.decode() for key in raw]  # type: ignore[union-attr]
+        keys: list[str | None] = []
+        for key in raw:
+            try:
+                keys.append(self._key(key, None) if field else self._key(None, key))
+            except InvalidRecord:
+                keys.append(None)
+        return keys
 
     def _parse_columns(
         self, values: list[bytes | None], message_keys: list[bytes | None]
@@ -283,17 +303,15 @@ class EventParser:
             events = [event for event, good in zip(events, ok, strict=True) if good]
             index = self._reject(values, message_keys, index, rejected, ok)
 
-        keys = list(map(dict.get, events, repeat(fmt.key_field)))
-        if set(map(type, keys)) - {str}:  # integer keys, or the message key, or none
-            keys = [self._key(key, message_keys[i]) for key, i in zip(keys, index, strict=True)]
-            if None in keys:
-                ok = [key is not None for key in keys]
-                events = [event for event, good in zip(events, ok, strict=True) if good]
-                keys = [key for key in keys if key is not None]
-                index = self._reject(values, message_keys, index, rejected, ok)
+        keys = self._batch_keys(events, message_keys, index)
+        if None in keys:
+            ok = [key is not None for key in keys]
+            events = [event for event, good in zip(events, ok, strict=True) if good]
+            keys = [key for key in keys if key is not None]
+            index = self._reject(values, message_keys, index, rejected, ok)
 
         labels = np.array(list(map(itemgetter(fmt.label_field), events)), dtype=float)
-        ok = self.labels_ok(labels)
+        ok = self.validator.labels_ok(labels)
         if not ok.all():  # some label is outside the public domain
             events, keys = ([a for a, good in zip(column, ok, strict=True) if good]
                             for column in (events, keys))
@@ -301,7 +319,7 @@ class EventParser:
             index = self._reject(values, message_keys, index, rejected, ok.tolist())
 
         rows = self.schema.encode_validated(list(map(itemgetter(fmt.features_field), events)))
-        return ParsedBatch(index=index, keys=keys, rows=rows, labels=labels.tolist(),
+        return ParsedBatch(index=index, keys=keys, rows=rows, labels=labels.tolist(),  # type: ignore[arg-type]
                            rejected=sorted(rejected.items()))
 
     def _reject(
@@ -318,12 +336,15 @@ class EventParser:
                 rejected[i] = why
         return [i for i, good in zip(index, ok, strict=True) if good]
 
-    def _each_label_ok(self, labels: np.ndarray) -> np.ndarray:
-        """``labels_ok`` from ``label_check`` alone, one label at a time."""
-        def passes(y: float) -> bool:
-            try:
-                self.label_check(y)
-            except ValueError:
-                return False
-            return True
-        return np.fromiter(map(passes, labels.tolist()), dtype=bool, count=labels.size)
+
+def event_json(key: str | None, x: Mapping[str, Any], y: float | bool,
+               event_format: EventFormat | None = None) -> bytes:
+    """Serialise one event in the default (or given) format; the key goes into the payload
+    only when the format reads it from there (else it is the message key)."""
+    import json
+
+    fmt = event_format or EventFormat()
+    event: dict[str, Any] = {fmt.features_field: dict(x), fmt.label_field: y}
+    if fmt.key_field is not None:
+        event[fmt.key_field] = key
+    return json.dumps(event).encode()

@@ -1,30 +1,47 @@
-"""Kafka: train continuously from a topic, publish model updates, dead-letter bad events.
+"""Kafka: train continuously from a topic, publish model releases, dead-letter bad events.
 
-* :class:`KafkaTrainer` consumes event topics in a consumer group and feeds the engine. The
-  source offsets live in the **state store** and are committed in the same SQLite
-  transaction as the round that consumed them (the Kafka Streams / Flink pattern); on
-  (re)assignment the consumer seeks to them, and Kafka's own group commits are only
-  informational. After a crash at any moment no event is trained twice or skipped.
-* Every committed round is published to the model topic (keyed by the model name) as a
-  :class:`ModelUpdate` carrying the new trees, the privacy report and a version (the number
-  of rounds). Publishing happens after the commit, so no published tree was ever unpaid for;
-  a crash between the two re-publishes on restart, and followers ignore versions they have.
+* :class:`KafkaTrainer` owns **all** partitions of its event topics (``assign``, no consumer
+  group rebalancing) and feeds the engine. The source offsets live in the **state store**
+  and are committed in the same SQLite transaction as the round that consumed them (the
+  Kafka Streams / Flink pattern); the consumer starts from them, and the group's own offset
+  commits are informational. After a crash at any moment no event is trained twice or
+  skipped.
+* **One key, one ledger** (DEVELOPERS invariant 5). A trainer refuses to start (with a
+  :class:`~renyiboost.exceptions.LedgerConflict` that says why) when its store is not
+  durable; when the partitions of its topics changed since the store first recorded them;
+  when its consumer group has active members or committed offsets beyond the store's (another
+  trainer, or a newer copy of this store, consumed those events with its own ledger); and
+  when the model topic holds releases of this model from another store, or versions newer
+  than its own store has committed (published trees beyond the ledger are under-charged
+  keys). Training more than one trainer per topic is the scale-out issue's, not this one's.
+* Every committed output is published to the model topic (keyed by the model name) as one
+  :class:`~renyiboost.release.ModelRelease` — the public release type, nothing else — after
+  the commit, never before. One message per output, so the topic's message count and shapes
+  are a function of public stream positions only. A crash between commit and publish
+  re-publishes on restart; followers skip versions they have.
 * :class:`ModelFollower` rebuilds the model from the model topic and serves predictions
   without access to the state store or the raw events.
-* Events that fail to parse or validate go to ``<topic>.dlq`` with the reason and the source
-  topic/partition/offset in headers, and are counted per reason; the stream never stops.
-  A batch's dead letters are delivered before any offset past them commits.
-* A poll batch is validated in one pydantic call and reaches the engine as columns (one
-  ``add`` per batch); see :meth:`EventParser.parse_batch`.
+* Events that fail to parse or validate go to ``<topic>.dlq`` with the reason, the source
+  topic/partition/offset and an idempotency id (``renyiboost.dlq.id``) in headers; they count
+  as stream positions like any event (they are empty events of the public schedule). A
+  batch's dead letters are delivered, and the offsets they reach recorded in the store,
+  before any offset past them commits; a restart does not dead-letter them again (a crash in
+  the moment between delivery and that record can repeat a batch's dead letters: the id
+  header lets a consumer drop the repeats). The dead-letter topic holds raw events: give it
+  the ACLs of the input topic.
+* Client logs go through :mod:`logging` (logger ``renyiboost.kafka``); a cluster that does not
+  answer within ``connect_timeout`` seconds, at start or while running, ends the trainer with
+  a :class:`~renyiboost.exceptions.BrokerUnavailable` error.
 
-Nothing here is broker-specific: it uses plain consumer groups, keyed produce and headers
-(Kafka ≥ 2.8), never transactions.
+Nothing here is broker-specific: plain Kafka ≥ 2.8 features (assign, keyed produce, headers,
+offset commits, metadata), never transactions.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,11 +51,12 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy.special import expit
 
 from renyiboost.connectors.events import (
@@ -46,14 +64,19 @@ from renyiboost.connectors.events import (
     EventParser,
     Rejected,
     cycle_collector_paused,
+    event_json,
 )
+from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, RenyiboostError
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
+from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.store import InitEvent, RoundEvent
 
-UPDATE_FORMAT = "renyiboost.update/1"
+__all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "event_json", "last_release"]
+
+log = logging.getLogger("renyiboost.kafka")
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
@@ -70,106 +93,244 @@ class KafkaSettings(BaseModel):
     model_name: str = "model"
     batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
     poll_timeout: float = Field(0.5, gt=0)
-    session_timeout_ms: int = Field(6000, ge=1000)
+    connect_timeout: float = Field(
+        30.0, gt=0, description="seconds the cluster may stay unreachable (at start or while "
+        "running) before the trainer stops with an error")
     dlq_timeout: float = Field(
         30.0, gt=0, description="seconds to wait for a batch's dead letters to be delivered")
     extra: dict[str, str] = Field(default_factory=dict)
 
     def client(self, **more: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, **self.extra, **more}
+        return {"bootstrap.servers": self.bootstrap_servers, "logger": log, **self.extra,
+                **more}
 
 
-class TreeUpdate(BaseModel):
-    round: int
-    features: list[int]
-    thresholds: list[float]
-    leaves: list[float]
+def _unreachable(settings: KafkaSettings, error: BaseException) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"no Kafka broker at {settings.bootstrap_servers} answered within "
+        f"{settings.connect_timeout:g} s ({error}); check the address and the cluster")
 
 
-class ModelUpdate(BaseModel):
-    """One published model version: the trees added since the previous version."""
+def _scan(consumer: Consumer, assignment: list[TopicPartition], timeout: float,
+          keep: Callable[[Message], None]) -> None:
+    """Read ``assignment`` to the end of every partition, handing each message to ``keep``."""
+    consumer.assign(assignment)
+    open_partitions = {(tp.topic, tp.partition) for tp in assignment}
+    deadline = time.monotonic() + timeout
+    while open_partitions:
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"reading {sorted(open_partitions)} to its end took longer "
+                                    f"than {timeout:g} s")
+        for message in consumer.consume(500, 0.5):
+            error = message.error()
+            if error is None:
+                keep(message)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                open_partitions.discard((message.topic(), message.partition()))
+            else:
+                raise RenyiboostError(f"reading the model topic failed: {error}")
 
-    format: str = UPDATE_FORMAT
-    model: str
-    version: int  # rounds done; a follower applies versions in order and skips old ones
-    task: str
-    depth: int
-    public_schema: dict[str, Any]
-    init_score: float
-    max_trees: int | None
-    trees: list[TreeUpdate]
-    privacy: dict[str, Any]
+
+def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
+                 ) -> tuple[ModelRelease | None, int]:
+    """The newest release of ``settings.model_name`` on the model topic, and how many were
+    read. ``start`` maps partitions to the offset to read from (others from the beginning)."""
+    consumer = Consumer(settings.client(**{
+        "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "enable.partition.eof": True}))
+    try:
+        topic = settings.model_topic
+        meta = consumer.list_topics(topic, timeout=settings.connect_timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None, 0
+        name = settings.model_name.encode()
+        found: list[ModelRelease] = []
+
+        def keep(message: Message) -> None:
+            if message.key() == name:
+                try:
+                    found.append(ModelRelease.model_validate_json(message.value()))
+                except ValidationError:
+                    log.warning("model topic %s:%d@%d holds a message for %r that is not a "
+                                "release", topic, message.partition(), message.offset(),
+                                settings.model_name)
+
+        _scan(consumer, [TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING))
+                         for p in meta.partitions], settings.connect_timeout, keep)
+        newest = max(found, key=lambda r: r.version, default=None)
+        return newest, len(found)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    finally:
+        consumer.close()
 
 
 class KafkaTrainer:
-    """Consume events, train the engine, publish updates, dead-letter bad events.
+    """Consume events, train the engine, publish releases, dead-letter bad events.
 
     Parameters
     ----------
     engine
-        The engine (with a durable store for exactly-once: the offsets live there).
+        The engine, with a durable store (the ledger and the offsets live there).
     settings
         Connection, topics and model topic.
     event_format
-        Field names and the size limit of events.
+        Field names, the key's source and the size limit of events.
     """
 
     def __init__(
         self, engine: StreamEngine, settings: KafkaSettings,
         event_format: EventFormat | None = None,
     ) -> None:
+        if not engine.store.durable:
+            raise LedgerConflict(
+                "the Kafka trainer needs a durable state store: with a memory store a restart "
+                "re-reads the topic and hands every key a fresh budget")
         self.engine = engine
         self.settings = settings
-        self.parser = EventParser(engine.schema, engine.check_label, event_format,
-                                  labels_ok=engine.label_ok)
+        self.parser = EventParser(engine.validator, event_format)
         self.dead_letters: Counter[str] = Counter()
+        self.dead_letters_repeated = 0
         self.consumed = 0
         self.stopping = False
+        self._down_since: float | None = None
+        self._fatal: KafkaError | None = None
         self.consumer = Consumer(settings.client(**{
             "group.id": settings.group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": settings.session_timeout_ms,
+            "error_cb": self._on_client_error,
         }))
-        self.producer = Producer(settings.client(**{"enable.idempotence": True, "linger.ms": 5}))
-        self.consumer.subscribe(settings.topics, on_assign=self._on_assign)
-        engine.listeners.append(self._on_output)
-        self._published = int(engine.store.get_meta("published_version") or 0)
-        self._unpublished = engine.booster.rounds_done > self._published
-        self.assigned = False
-        self._partition_names: dict[tuple[str, int], str] = {}
+        self.producer = Producer(settings.client(**{
+            "enable.idempotence": True, "linger.ms": 5, "error_cb": self._on_client_error}))
+        store = engine.store
+        self._published = int(store.get_meta("published_version") or 0)
+        self._published_at: dict[str, int] | None = store.get_meta("published_at")
+        self._dead_lettered: dict[str, int] = dict(store.get_meta("dead_lettered") or {})
         self._undelivered: list[str] = []
+        try:
+            self._partitions = self._claim_partitions()
+        except BaseException:
+            self.consumer.close()
+            raise
+        engine.listeners.append(self._on_output)
+        self._unpublished = engine.release_version > self._published
 
-    # ------------------------------------------------------------------ offsets
-    def _on_assign(self, consumer: Consumer, partitions: list) -> None:
-        """Seek every assigned partition to the offset committed with the last round."""
-        offsets = self.engine.offsets
-        for tp in partitions:
+    # ------------------------------------------------------------------ ownership
+    def _claim_partitions(self) -> list[TopicPartition]:
+        """Check that this store may own every partition of the topics, then assign them
+        at the store's offsets (see the module docstring)."""
+        settings, engine = self.settings, self.engine
+        try:
+            metadata = self.consumer.list_topics(timeout=settings.connect_timeout)
+        except KafkaException as error:
+            raise _unreachable(settings, error) from None
+        counts: dict[str, int] = {}
+        for topic in settings.topics:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise RenyiboostError(
+                    f"topic {topic!r} does not exist at {settings.bootstrap_servers}; create it "
+                    "(with its final number of partitions) before training")
+            counts[topic] = len(meta.partitions)
+        recorded = engine.store.get_meta("partitions")
+        if recorded is not None and recorded != counts:
+            raise LedgerConflict(
+                f"the partitions of the event topics changed since this store first read them "
+                f"({recorded} → {counts}); a trainer owns all partitions of its topics, and "
+                "keys move between partitions when their number changes. Repartitioning needs "
+                "a planned migration, not a restart.")
+        owned = [TopicPartition(topic, p) for topic, n in counts.items() for p in range(n)]
+        self._check_group(owned)
+        self._check_model_topic()
+        if recorded is None:
+            engine.store.set_meta("partitions", counts)
+        offsets = engine.offsets
+        for tp in owned:
             stored = offsets.get(f"{tp.topic}:{tp.partition}")
             tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING
-        consumer.assign(partitions)
-        self.assigned = True
+        self.consumer.assign(owned)
+        return owned
+
+    def _check_group(self, owned: list[TopicPartition]) -> None:
+        settings, offsets = self.settings, self.engine.offsets
+        try:
+            committed = self.consumer.committed(owned, timeout=settings.connect_timeout)
+        except KafkaException as error:
+            raise _unreachable(settings, error) from None
+        for tp in committed:
+            ours = int(offsets.get(f"{tp.topic}:{tp.partition}", 0))
+            if tp.offset >= 0 and tp.offset > ours:
+                raise LedgerConflict(
+                    f"consumer group {settings.group_id!r} has consumed {tp.topic}:{tp.partition} "
+                    f"up to offset {tp.offset}, but this state store only to {ours}: another "
+                    "trainer (or a newer copy of this store) trained on those events with its "
+                    "own ledger, and a second ledger would give their keys a second budget. "
+                    "Resume from that store.")
+        try:
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient(settings.client())
+            group = admin.describe_consumer_groups([settings.group_id])[settings.group_id]
+            members = group.result(timeout=settings.connect_timeout).members
+        except Exception as error:  # noqa: BLE001 - best effort: not every broker answers
+            log.warning("could not describe consumer group %r (%s); relying on its committed "
+                        "offsets", settings.group_id, error)
+            return
+        if members:
+            raise LedgerConflict(
+                f"consumer group {settings.group_id!r} has active members "
+                f"({', '.join(m.client_id for m in members)}): another process consumes these "
+                "partitions; one store owns all of them")
+
+    def _check_model_topic(self) -> None:
+        engine, settings = self.engine, self.settings
+        identity = engine.store.identity
+        at = self._published_at
+        newest, _ = last_release(settings, None if at is None else {at["partition"]: at["offset"]})
+        if newest is None:
+            return
+        if newest.store_id != identity.store_id:
+            raise LedgerConflict(
+                f"the model topic {settings.model_topic!r} holds releases of model "
+                f"{settings.model_name!r} from state store {newest.store_id}, not from this "
+                f"store ({identity.store_id}); their keys were charged in that store's ledger. "
+                "Resume from that store, or publish a new model under a new name (which "
+                "spends a new budget on the same people).")
+        if newest.version > engine.release_version:
+            raise LedgerConflict(
+                f"the model topic holds version {newest.version} of {settings.model_name!r} but "
+                f"this store has committed only {engine.release_version}: the store lost "
+                "commits (an old backup, a lost write-ahead log), so published trees were "
+                "paid from budgets it no longer records. Refusing to charge those keys again.")
+        if newest.epoch is not None and newest.epoch >= identity.epoch:
+            raise LedgerConflict(
+                f"the model topic holds a release of epoch {newest.epoch} of this store, and "
+                f"this process opened epoch {identity.epoch}: another copy of the store is "
+                "running (or ran later)")
 
     # ------------------------------------------------------------------ the loop
     def poll_once(self) -> int:
         """Consume one bounded batch and feed it to the engine; returns the messages read."""
+        self._check_client()
         messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
         with cycle_collector_paused(), self.engine.group_commit():
             self._process(messages)
         self.consumed += len(messages)
+        if messages:
+            self._down_since = None
         self.publish()
         if messages and self.engine.offsets:
             self._commit_informational()
         return len(messages)
 
     def _process(self, messages: list[Message]) -> None:
-        """Validate a batch, dead-letter the bad events and feed the good ones in order.
+        """Validate a batch, dead-letter the bad events and feed all of them, in order.
 
-        The valid events go to the engine in one call, each with its own source position
-        (a trigger inside commits exactly the records merged). A dead-lettered event is
-        covered by the position of the next valid event of its partition, or, at the end
-        of its partition's run in the batch, skipped past explicitly; its dead letter is
-        delivered before anything of the batch can commit.
+        The valid events go to the engine in one call, each with its own source position;
+        the rejected ones are empty events at their positions (the public schedule counts
+        them). Their dead letters are delivered, and recorded in the store, before anything
+        of the batch can commit.
         """
         if any(map(Message.error, messages)):
             messages = self._without_errors(messages)
@@ -178,37 +339,42 @@ class KafkaTrainer:
         batch = self.parser.parse_batch(list(map(Message.value, messages)),
                                         list(map(Message.key, messages)))
         positions = self._positions(messages)
-        for i, rejected in batch.rejected:
-            self._dead_letter(messages[i], rejected)
         if batch.rejected:
-            self._deliver_dead_letters()
-        if batch.index:
-            self.engine.add(batch.rows, batch.labels, batch.keys,
-                            [positions[i] for i in batch.index], labels_checked=True)  # the parser ran engine.label_ok
-        if batch.rejected:
-            last = dict(positions)  # every partition's position after this batch
-            for name in {positions[i][0] for i, _ in batch.rejected}:
-                self.engine.skip((name, last[name]))
+            self._dead_letter_batch(messages, batch.rejected, positions)
+        index = np.asarray(batch.index, dtype=np.int64)
+        self.engine.add(batch.rows, batch.labels, batch.keys, positions, event_index=index,
+                        n_events=len(messages), labels_checked=True)  # the parser checked them
 
-    @staticmethod
-    def _without_errors(messages: list[Message]) -> list[Message]:
+    def _without_errors(self, messages: list[Message]) -> list[Message]:
         for message in messages:
             error = message.error()
             if error is not None and error.code() not in _TRANSIENT:
-                raise RuntimeError(f"Kafka error: {error}")
+                raise RenyiboostError(f"Kafka error: {error}")
         return [m for m in messages if m.error() is None]
 
     def _positions(self, messages: list[Message]) -> list[tuple[str, int]]:
         """``(partition name, next offset)`` of every message."""
-        where = list(zip(map(Message.topic, messages), map(Message.partition, messages)))
-        names = self._partition_names
-        for topic, partition in set(where) - names.keys():
-            names[topic, partition] = f"{topic}:{partition}"
-        return [(names[tp], offset + 1)
-                for tp, offset in zip(where, map(Message.offset, messages), strict=True)]
+        return [(f"{m.topic()}:{m.partition()}", m.offset() + 1) for m in messages]
+
+    def _dead_letter_batch(self, messages: list[Message], rejected: list[tuple[int, Rejected]],
+                           positions: list[tuple[str, int]]) -> None:
+        done = self._dead_lettered
+        reached = dict(done)
+        for i, why in rejected:
+            name, after = positions[i]
+            if after <= done.get(name, 0):
+                self.dead_letters_repeated += 1  # delivered before a restart
+                continue
+            self._dead_letter(messages[i], why)
+            reached[name] = max(reached.get(name, 0), after)
+        if reached != done:
+            self._deliver_dead_letters()
+            self.engine.store.set_meta("dead_lettered", reached)
+            self._dead_lettered = reached
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1
+        where = f"{message.topic()}:{message.partition()}:{message.offset()}"
         self.producer.produce(
             f"{message.topic()}.dlq", value=message.value(), key=message.key(),
             headers=[
@@ -216,6 +382,7 @@ class KafkaTrainer:
                 ("source.topic", message.topic().encode()),
                 ("source.partition", str(message.partition()).encode()),
                 ("source.offset", str(message.offset()).encode()),
+                ("renyiboost.dlq.id", where.encode()),
             ],
             on_delivery=self._on_dead_letter_delivery,
         )
@@ -232,17 +399,39 @@ class KafkaTrainer:
         remaining = self.producer.flush(self.settings.dlq_timeout)
         if remaining or self._undelivered:
             errors, self._undelivered = self._undelivered, []
-            raise RuntimeError(f"dead letters not delivered ({remaining} still queued, "
-                               f"errors: {errors[:3]}); nothing of this batch is committed")
+            raise RenyiboostError(f"dead letters not delivered ({remaining} still queued, "
+                                  f"errors: {errors[:3]}); nothing of this batch is committed")
 
     def _commit_informational(self) -> None:
-        """Tell the group where the durable state is (monitoring only; never read back)."""
-        offsets = [TopicPartition(tp.split(":")[0], int(tp.split(":")[1]), int(offset))
+        """Tell the group where the durable state is (monitoring, and the check that no
+        other store trains on these partitions; never read back as a position)."""
+        offsets = [TopicPartition(tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1]), int(offset))
                    for tp, offset in self.engine.offsets.items()]
         try:
             self.consumer.commit(offsets=offsets, asynchronous=True)
-        except Exception:  # noqa: BLE001, S110 - informational only, never read back
-            pass
+        except KafkaException as error:
+            log.info("informational offset commit failed: %s", error)
+
+    # ------------------------------------------------------------------ client health
+    def _on_client_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
+            self._down_since = time.monotonic()
+        log.warning("Kafka client: %s", error)
+
+    def _check_client(self) -> None:
+        """Stop with an error on a fatal client error or a cluster down for too long."""
+        if self._fatal is not None:
+            raise RenyiboostError(f"fatal Kafka client error: {self._fatal}")
+        if self._down_since is None:
+            return
+        try:
+            self.consumer.list_topics(timeout=min(5.0, self.settings.connect_timeout))
+            self._down_since = None
+        except KafkaException as error:
+            if time.monotonic() - self._down_since > self.settings.connect_timeout:
+                raise _unreachable(self.settings, error) from None
 
     def run(
         self,
@@ -250,73 +439,73 @@ class KafkaTrainer:
         on_poll: Callable[[KafkaTrainer], None] | None = None,
     ) -> None:
         """Poll until :meth:`stop` (e.g. from a signal handler) or ``max_idle`` seconds idle."""
-        idle_since, was_assigned = time.monotonic(), self.assigned
-        while not self.stopping:
-            if self.poll_once() or self.assigned != was_assigned:
-                idle_since, was_assigned = time.monotonic(), self.assigned
-            elif max_idle is not None and self.assigned and time.monotonic() - idle_since > max_idle:
-                break
-            if on_poll:
-                on_poll(self)
-        self.close()
+        idle_since = time.monotonic()
+        try:
+            while not self.stopping:
+                if self.poll_once():
+                    idle_since = time.monotonic()
+                elif max_idle is not None and time.monotonic() - idle_since > max_idle:
+                    break
+                if on_poll:
+                    on_poll(self)
+        finally:
+            self.close()
 
     def stop(self) -> None:
         """Finish the current batch (and the rounds it triggers), then close."""
         self.stopping = True
 
     def close(self) -> None:
-        self.publish()
-        self.producer.flush(10)
-        self.consumer.close()
+        try:
+            self.publish()
+        finally:
+            self.producer.flush(10)
+            self.consumer.close()
 
     # ------------------------------------------------------------------ publishing
     def _on_output(self, event: InitEvent | RoundEvent) -> None:
         self._unpublished = True
 
     def publish(self) -> None:
-        """Publish the committed rounds not yet published (after the commit, never before)."""
+        """Publish the committed outputs not yet published (after the commit, never
+        before): one :class:`ModelRelease` message per version."""
         if not self._unpublished:
             return
-        engine = self.engine
-        version = engine.booster.rounds_done
-        update = model_update(engine, self.settings.model_name, since=self._published)
-        self.producer.produce(self.settings.model_topic, key=self.settings.model_name.encode(),
-                              value=update.model_dump_json().encode())
-        if self.producer.flush(10) == 0:
-            self._published = version
-            self._unpublished = False
-            engine.store.set_meta("published_version", version)
+        engine, settings = self.engine, self.settings
+        current = engine.release_version
+        delivered: list[tuple[int, int]] = []
 
-    def status(self) -> dict[str, Any]:
-        report = self.engine.privacy_report()
-        return {"consumed": self.consumed, "dead_letters": dict(self.dead_letters),
-                "published_version": self._published, "offsets": self.engine.offsets,
-                "privacy": report.model_dump()}
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                delivered.append((message.partition(), message.offset()))
 
+        for version in range(self._published + 1, current + 1):
+            release = engine.release(settings.model_name, after=version - 1, upto=version)
+            self.producer.produce(settings.model_topic, key=settings.model_name.encode(),
+                                  value=release.model_dump_json().encode(),
+                                  on_delivery=on_delivery)
+        if self.producer.flush(self.settings.connect_timeout) == 0 and delivered:
+            partition, offset = delivered[-1]
+            self._published, self._unpublished = current, False
+            self._published_at = {"partition": partition, "offset": offset}
+            engine.store.set_meta("published_at", self._published_at)
+            engine.store.set_meta("published_version", current)
 
-def model_update(engine: StreamEngine, name: str, since: int) -> ModelUpdate:
-    """The update from version ``since`` to the engine's committed model."""
-    ens = engine.ensemble
-    first_round = engine.booster.rounds_done - ens.n_trees
-    trees = [
-        TreeUpdate(round=first_round + i, features=ens.features[i].tolist(),
-                   thresholds=ens.thresholds[i].tolist(), leaves=ens.leaves[i].tolist())
-        for i in range(ens.n_trees) if first_round + i >= since
-    ]
-    config = engine.config
-    return ModelUpdate(
-        model=name, version=engine.booster.rounds_done, task=config.params.task,
-        depth=config.params.depth, public_schema=engine.schema.model_dump(mode="json"),
-        init_score=ens.init_score, max_trees=config.max_trees, trees=trees,
-        privacy=engine.privacy_report().model_dump(),
-    )
+    def telemetry(self) -> dict[str, Any]:
+        """Operator telemetry of the trainer and its engine (never publish this)."""
+        return {"channel": "operator-telemetry", "consumed": self.consumed,
+                "dead_letters": dict(self.dead_letters),
+                "dead_letters_repeated": self.dead_letters_repeated,
+                "published_version": self._published,
+                "engine": self.engine.operator_telemetry().model_dump()}
 
 
 class ModelFollower:
-    """Serves predictions from the model topic's latest version (no state store needed).
+    """Serves predictions from the model topic's releases (no state store needed).
 
-    Reads the topic from the beginning and applies updates in version order; a repeated or
-    older version (a re-publish after a crash) is ignored.
+    Reads the topic from the beginning and applies releases in version order; a repeated or
+    older version (a re-publish after a crash) is ignored, and so is a release from another
+    store than the first one applied (a second ledger's trees are not this model's).
     """
 
     def __init__(
@@ -326,29 +515,34 @@ class ModelFollower:
         self.model_name = model_name
         self.model_topic = model_topic
         self.consumer = Consumer({
-            "bootstrap.servers": bootstrap_servers, **(extra or {}),
-            "group.id": f"renyiboost-follower-{time.time_ns()}",
+            "bootstrap.servers": bootstrap_servers, "logger": log, **(extra or {}),
+            "group.id": f"renyiboost-follower-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
         })
         self.consumer.subscribe([model_topic])
         self.version = 0
+        self.store_id: str | None = None
         self.ensemble: Ensemble | None = None
         self.schema: PublicSchema | None = None
         self.task = "regression"
-        self.privacy: dict[str, Any] = {}
+        self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
-        """Apply the updates available now; returns how many were applied."""
+        """Apply the releases available now; returns how many were applied."""
         applied = 0
         for message in self.consumer.consume(max_messages, timeout):
             if message.error() or message.key() != self.model_name.encode():
                 continue
-            update = ModelUpdate.model_validate_json(message.value())
-            if update.version <= self.version:
+            release = ModelRelease.model_validate_json(message.value())
+            if self.store_id is not None and release.store_id != self.store_id:
+                log.error("ignoring a release of %r from store %s (following store %s)",
+                          self.model_name, release.store_id, self.store_id)
                 continue
-            self._apply(update)
+            if release.version <= self.version:
+                continue
+            self._apply(release)
             applied += 1
         return applied
 
@@ -360,23 +554,24 @@ class ModelFollower:
                 raise TimeoutError(f"model version {version} not seen (have {self.version})")
             self.poll(0.5)
 
-    def _apply(self, update: ModelUpdate) -> None:
+    def _apply(self, release: ModelRelease) -> None:
         if self.ensemble is None:
-            self.schema = PublicSchema(**update.public_schema)
-            self.task = update.task
-            self.ensemble = Ensemble(depth=update.depth, is_categorical=self.schema.is_categorical)
+            self.schema = PublicSchema(**release.public_schema)
+            self.task = release.task
+            self.store_id = release.store_id
+            self.ensemble = Ensemble(depth=release.depth, is_categorical=self.schema.is_categorical)
         ens = self.ensemble
-        ens.init_score = update.init_score
-        for tree in update.trees:
+        ens.init_score = release.init_score
+        for tree in release.trees:
             if tree.round >= self._next_round:
                 ens.append(np.asarray(tree.features, dtype=np.int64),
                            np.asarray(tree.thresholds, dtype=float),
                            np.asarray(tree.leaves, dtype=float))
                 self._next_round = tree.round + 1
-        if update.max_trees is not None:
-            ens.keep_last(update.max_trees)
-        self.version = update.version
-        self.privacy = update.privacy
+        if release.max_trees is not None:
+            ens.keep_last(release.max_trees)
+        self.version = release.version
+        self.guarantee = release.guarantee
 
     def predict_margin(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
         if self.ensemble is None or self.schema is None:
@@ -395,11 +590,3 @@ class ModelFollower:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def event_json(key: str, x: Mapping[str, Any], y: float | bool,
-               event_format: EventFormat | None = None) -> bytes:
-    """Serialise one event in the default (or given) format."""
-    fmt = event_format or EventFormat()
-    event = {fmt.key_field: key, fmt.features_field: dict(x), fmt.label_field: y}
-    return json.dumps(event).encode()

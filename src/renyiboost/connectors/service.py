@@ -8,7 +8,7 @@ A TOML config (validated by pydantic; an unknown key is an error that names it):
     model_topic = "renyiboost.models"
     model_name = "abalone"
 
-    [kafka]                 # optional: group_id, batch_size, session_timeout_ms, extra
+    [kafka]                 # optional: group_id, batch_size, connect_timeout, extra
     group_id = "renyiboost"
 
     [model]                 # the estimator's keywords
@@ -22,14 +22,14 @@ A TOML config (validated by pydantic; an unknown key is an error that names it):
     length = [0, 1]
     sex = ["M", "F", "I"]
 
-Command-line flags override the file's top-level keys.
+Command-line flags override the file's top-level keys. The state file must exist: create
+it once with ``renyiboost state init --config FILE`` (or ``train --new-state``).
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -39,9 +39,11 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from renyiboost.connectors.events import EventFormat
+from renyiboost.exceptions import BrokerUnavailable
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.store import SQLiteStore, StoreIdentity
 
 
 class ModelConfig(SGBDTParams):
@@ -70,7 +72,7 @@ class KafkaTable(BaseModel):
 
     group_id: str = "renyiboost"
     batch_size: int = Field(1000, ge=1)
-    session_timeout_ms: int = Field(6000, ge=1000)
+    connect_timeout: float = Field(30.0, gt=0)
     extra: dict[str, str] = Field(default_factory=dict)
 
 
@@ -108,38 +110,55 @@ def parse_kafka_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
-def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: bool = False) -> int:
-    """Train from the configured source until stopped (SIGINT/SIGTERM) or idle."""
+def init_state(config: ServiceConfig) -> StoreIdentity:
+    """Create the config's state store (refused if the file exists) and pin its
+    configuration and calibration: ``renyiboost state init``."""
+    engine = StreamEngine(config.model.engine_config(),
+                          store=SQLiteStore(config.state, create=True), seed=config.model.seed)
+    identity = engine.store.identity
+    engine.close()
+    return identity
+
+
+def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: bool = False,
+              new_state: bool = False) -> int:
+    """Train from the configured source until stopped (SIGINT/SIGTERM) or idle.
+
+    The state store must exist unless ``new_state`` (then it must not): see
+    :class:`~renyiboost.stream.store.SQLiteStore`.
+    """
     from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
 
-    engine = StreamEngine(config.model.engine_config(), store=config.state,
-                          seed=config.model.seed)
-    if config.source.startswith("memory:"):
-        return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)
-    bootstrap, topic = parse_kafka_url(config.source)
-    settings = KafkaSettings(
-        bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
-        model_topic=config.model_topic, model_name=config.model_name,
-        batch_size=config.kafka.batch_size, session_timeout_ms=config.kafka.session_timeout_ms,
-        extra=config.kafka.extra,
-    )
-    trainer = KafkaTrainer(engine, settings, config.events)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: trainer.stop())
-    last = [0.0]
+    store = SQLiteStore(config.state, create=new_state)
+    engine = StreamEngine(config.model.engine_config(), store=store, seed=config.model.seed)
+    try:
+        if config.source.startswith("memory:"):
+            return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)
+        bootstrap, topic = parse_kafka_url(config.source)
+        settings = KafkaSettings(
+            bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
+            model_topic=config.model_topic, model_name=config.model_name,
+            batch_size=config.kafka.batch_size, connect_timeout=config.kafka.connect_timeout,
+            extra=config.kafka.extra,
+        )
+        trainer = KafkaTrainer(engine, settings, config.events)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: trainer.stop())
+        last = [0.0]
 
-    def show(t: KafkaTrainer) -> None:
-        now = time.monotonic()
-        if now - last[0] < 2.0:
-            return
-        last[0] = now
-        _print_status(t.status(), as_json)
+        def show(t: KafkaTrainer) -> None:
+            now = time.monotonic()
+            if now - last[0] < 2.0:
+                return
+            last[0] = now
+            _print_telemetry(t.telemetry(), as_json)
 
-    trainer.run(max_idle=max_idle, on_poll=show)
-    engine.flush()  # the records read but not yet in a round: commit them with their offsets
-    _print_status(trainer.status(), as_json)
-    engine.close()
-    return 0
+        trainer.run(max_idle=max_idle, on_poll=show)
+        engine.flush()  # the records read but not yet in a round: commit them with their offsets
+        _print_telemetry(trainer.telemetry(), as_json)
+        return 0
+    finally:
+        engine.close()
 
 
 def _train_from_memory(engine: StreamEngine, dataset: str, as_json: bool) -> int:
@@ -149,35 +168,43 @@ def _train_from_memory(engine: StreamEngine, dataset: str, as_json: bool) -> int
     for batch in source:
         engine.add(batch.X, batch.y, batch.keys, batch.positions)
     engine.flush()
-    _print_status({"consumed": len(source), "privacy": engine.privacy_report().model_dump()},
-                  as_json)
-    engine.close()
+    _print_telemetry({"channel": "operator-telemetry", "consumed": len(source),
+                      "engine": engine.operator_telemetry().model_dump()}, as_json)
     return 0
 
 
-def _print_status(status: dict[str, Any], as_json: bool) -> None:
+def _print_telemetry(status: dict[str, Any], as_json: bool) -> None:
+    """Operator telemetry to standard output (exact counts: keep this channel private)."""
     if as_json:
         print(json.dumps(status), flush=True)
         return
-    privacy = status["privacy"]
-    print(f"consumed {status['consumed']:>9,}  trees {privacy['n_trees']:>5}  "
-          f"active {privacy['n_active']:>8,}  retired {privacy['n_retired']:>8,}  "
-          f"dropped {privacy['n_dropped']:>6,}  dead letters {status.get('dead_letters', {})}  "
-          f"epsilon {privacy['epsilon']:.3g}", flush=True)
+    engine = status["engine"]
+    print(f"[operator telemetry] consumed {status['consumed']:>9,}  "
+          f"version {engine['release_version']:>5}  active {engine['n_active']:>8,}  "
+          f"retired {engine['n_retired']:>8,}  dropped {engine['n_dropped']:>6,}  "
+          f"dead letters {status.get('dead_letters', {})}", flush=True)
 
 
 def run_replay(dataset: str, scenario: str, to: str, rate: float, limit: int | None,
-               seed: int = 0) -> int:
-    """Produce a bundled data set under a drift scenario into a topic, at ``rate`` events/s."""
-    from confluent_kafka import Producer
+               seed: int = 0, connect_timeout: float = 30.0) -> int:
+    """Produce a bundled data set under a drift scenario into a topic, at ``rate`` events/s.
 
-    from renyiboost.connectors.kafka import event_json
+    Each record's key is the Kafka message key (the default identity of ``train``).
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    from renyiboost.connectors.kafka import event_json, log
     from renyiboost.stream.sources import InMemorySource
 
     bootstrap, topic = parse_kafka_url(to)
     source = InMemorySource(dataset, scenario=scenario, batch_size=500, limit=limit, seed=seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": log,
                          "enable.idempotence": True})
+    try:
+        producer.list_topics(timeout=connect_timeout)
+    except KafkaException as error:
+        raise BrokerUnavailable(f"no Kafka broker at {bootstrap} answered within "
+                                f"{connect_timeout:g} s ({error})") from None
     start, sent = time.monotonic(), 0
     classification = source.data.task == "classification"
     for batch in source:
@@ -191,9 +218,10 @@ def run_replay(dataset: str, scenario: str, to: str, rate: float, limit: int | N
                 if delay > 0:
                     time.sleep(delay)
             producer.poll(0)
-    if producer.flush(60) != 0:
-        print("not every event was delivered", file=sys.stderr)
-        return 1
+    remaining = producer.flush(connect_timeout)
+    if remaining:
+        raise BrokerUnavailable(f"{remaining} of {sent} events were not delivered to {bootstrap} "
+                                f"within {connect_timeout:g} s")
     print(f"produced {sent} events of {dataset} ({scenario}) to {topic} "
           f"in {time.monotonic() - start:.1f} s")
     return 0

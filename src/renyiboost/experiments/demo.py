@@ -1,10 +1,13 @@
 """The main job: replay a bundled data set under drift through the engine, prequentially.
 
 ``renyiboost demo`` (``make demo``) streams the data set in batches through a
-:class:`~renyiboost.stream.engine.StreamEngine` backed by the SQLite store. Every batch is
-first predicted by the committed model, then learned (test-then-train). It prints the
-metrics per batch and the final privacy report, and writes a PNG with the metric over the
-stream, the histogram of spent/budget and the retired count over the stream.
+:class:`~renyiboost.stream.engine.StreamEngine` backed by a new SQLite store (the demo
+creates it explicitly, every run, in ``out/demo/``). Every batch is first predicted by the
+committed model, then learned (test-then-train). It prints the metrics per batch, the public
+privacy guarantee and, marked as such, the operator telemetry (exact pool counts: for the
+person running the demo, never for a report), and writes a PNG of public quantities only:
+the prequential metric over the stream and the trees released against stream positions (the
+public schedule). The metric is computed on the demo's public data set.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from renyiboost.stream.sources import (
     STREAM_DATASETS,
     InMemorySource,
 )
+from renyiboost.stream.store import SQLiteStore
 
 #: Learner settings of the demo per task (public, chosen for a short stream at ε = 1).
 DEMO_PARAMS: dict[str, dict[str, Any]] = {
@@ -62,7 +66,8 @@ def replay(
     source: InMemorySource,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Test-then-train over the source's batches; one record of metrics per batch."""
+    """Test-then-train over the source's batches; one record per batch: the public metric
+    and release version, and (under ``operator``) the exact pool counts."""
     task = engine.config.params.task
     history = []
     seen = 0
@@ -76,17 +81,19 @@ def replay(
             row |= {f"late_{k}": v for k, v in late.items()}
         engine.add(batch.X, batch.y, batch.keys, batch.positions)
         seen += batch.y.size
-        report = engine.privacy_report()
-        row |= {"n_trees": report.n_trees, "n_active": report.n_active,
-                "n_retired": report.n_retired, "rounds_done": report.rounds_done}
+        telemetry = engine.operator_telemetry()
+        row |= {"n_trees": telemetry.n_trees, "version": telemetry.release_version,
+                "operator": {"n_active": telemetry.n_active, "n_retired": telemetry.n_retired}}
         history.append(row)
         if on_batch:
             on_batch(row)
     return history
 
 
-def plot(history: list[dict[str, Any]], engine: StreamEngine, path: Path, title: str) -> None:
-    """Metric over the stream, spent/budget histogram, retired count over the stream."""
+def plot(history: list[dict[str, Any]], path: Path, title: str,
+         late_name: str | None = None) -> None:
+    """Public quantities only: the prequential metric per batch (with the late
+    sub-population's, when the scenario has one) and the trees released over the stream."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,21 +101,16 @@ def plot(history: list[dict[str, Any]], engine: StreamEngine, path: Path, title:
 
     seen = [h["seen"] for h in history]
     metric = "mae" if "mae" in history[0] else "error"
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     axes[0].plot(seen, [h[metric] for h in history], label="all records")
     late = [(h["seen"], h[f"late_{metric}"]) for h in history if f"late_{metric}" in h]
-    if late:
-        axes[0].plot(*zip(*late, strict=True), "o-", label="late sub-population")
+    if late and late_name:
+        axes[0].plot(*zip(*late, strict=True), "o-", label=f"late: {late_name}")
     axes[0].set(xlabel="records seen", ylabel=f"prequential {metric}", title="metric per batch")
     axes[0].legend()
-    cal = engine.booster.calibration
-    if cal is not None:
-        axes[1].hist(engine.spent_rdp() / cal.budget_rdp, bins=40, range=(0, 1))
-    axes[1].set(xlabel="spent / budget", ylabel="keys", title="individual budgets")
-    axes[2].plot(seen, [h["n_retired"] for h in history], label="retired")
-    axes[2].plot(seen, [h["n_active"] for h in history], label="active")
-    axes[2].set(xlabel="records seen", ylabel="keys", title="active pool and retirement")
-    axes[2].legend()
+    axes[1].step(seen, [h["n_trees"] for h in history], where="post")
+    axes[1].set(xlabel="stream position", ylabel="trees in the model",
+                title="released trees (the public schedule)")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -151,18 +153,19 @@ def main(argv: list[str] | None = None) -> int:
                           train_every=args.train_every, trees_per_trigger=args.trees_per_trigger,
                           warmup=args.train_every)
     state = Path(args.state)
-    state.parent.mkdir(parents=True, exist_ok=True)
-    if not args.resume:
+    if not args.resume:  # the demo starts a new model, so it creates a new store on purpose
         for suffix in ("", "-wal", "-shm"):
             Path(str(state) + suffix).unlink(missing_ok=True)
-    engine = StreamEngine(config, store=str(state), seed=args.seed)
-    late_name = LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
+    store = str(state) if args.resume else SQLiteStore(state, create=True)
+    engine = StreamEngine(config, store=store, seed=args.seed)
+    late_name = (LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
+                 if args.scenario == "late" else None)
     print(f"renyiboost demo: {source.data.name} ({len(source)} records), scenario "
-          f"'{args.scenario}' (late: {late_name}), epsilon={args.epsilon}, delta={args.delta}, "
-          f"state {state}")
+          f"'{args.scenario}'{f' (late: {late_name})' if late_name else ''}, "
+          f"epsilon={args.epsilon}, delta={args.delta}, state {state}")
     metric = "mae" if task == "regression" else "error"
-    print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6} "
-          f"{'active':>7} {'retired':>8}")
+    print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6}   "
+          f"[operator: {'active':>7} {'retired':>8}]")
     n_batches = -(-len(source) // args.batch_size)
     tick = progress_bar("batches")
     start = time.perf_counter()
@@ -171,27 +174,32 @@ def main(argv: list[str] | None = None) -> int:
         tick(row["batch"] + 1, n_batches)
         late = row.get(f"late_{metric}")
         sys.stderr.write("\r" + " " * 60 + "\r")
+        operator = row["operator"]
         print(f"{row['batch']:>5} {row['seen']:>6} {row[metric]:>8.3f} "
-              f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6} "
-              f"{row['n_active']:>7} {row['n_retired']:>8}", flush=True)
+              f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6}   "
+              f"[operator: {operator['n_active']:>7} {operator['n_retired']:>8}]", flush=True)
         tick(row["batch"] + 1, n_batches)
 
     history = replay(engine, source, on_batch=show)
     sys.stderr.write("\n")
     elapsed = time.perf_counter() - start
-    report = engine.privacy_report()
+    guarantee = engine.privacy_guarantee()
     print(f"\nreplayed {len(source)} records in {elapsed:.1f} s")
-    print("privacy report:")
-    for name, value in report.model_dump().items():
+    print("privacy guarantee (public):")
+    for name, value in guarantee.model_dump().items():
+        print(f"  {name:28s} {value}")
+    print("operator telemetry (exact counts: not for release):")
+    for name, value in engine.operator_telemetry().model_dump(exclude={"channel"}).items():
         print(f"  {name:28s} {value}")
     plot_path = Path(args.plot)
     plot_path.parent.mkdir(parents=True, exist_ok=True)
-    plot(history, engine, plot_path,
-         f"{source.data.name}, scenario '{args.scenario}', ε = {report.epsilon:.3g}")
-    print(f"plot written to {plot_path}")
+    plot(history, plot_path,
+         f"{source.data.name}, scenario '{args.scenario}', ε = {guarantee.epsilon_or_inf:.3g}",
+         late_name)
+    print(f"plot written to {plot_path} (public quantities only)")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
-            {"history": history, "report": report.model_dump()}, indent=1))
+            {"history": history, "guarantee": guarantee.model_dump()}, indent=1))
     engine.close()
     return 0
 

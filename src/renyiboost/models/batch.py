@@ -6,7 +6,6 @@ class is the plain array interface used by the reproduction experiments.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -15,9 +14,8 @@ from scipy.special import expit
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
+from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
-
-MODEL_FORMAT = "renyiboost.sgbdt/1"
 
 
 class SGBDT:
@@ -42,7 +40,7 @@ class SGBDT:
     >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 1)}, target_bounds=(0, 3))
     >>> model = SGBDT(schema, epsilon=1.0, rounds=30, depth=3, learning_rate=0.3,
     ...               sampling_rate=0.5, seed=1).fit(X, y)   # doctest: +SKIP
-    >>> model.privacy_report()["epsilon"] <= 1.0   # doctest: +SKIP
+    >>> model.privacy_guarantee().epsilon <= 1.0   # doctest: +SKIP
     True
     """
 
@@ -52,7 +50,9 @@ class SGBDT:
         self.params = SGBDTParams(**params)
         self.booster: SGBDTBooster | None = None
         self.ensemble: Ensemble | None = None
-        self.history: list[dict[str, int]] = []
+        #: Per round: records admitted, sampled and retired. Operator telemetry (exact
+        #: counts of the training rows): never part of an export.
+        self.operator_history_: list[dict[str, int]] = []
 
     # ------------------------------------------------------------------ training
     def _validate_target(self, y: np.ndarray) -> np.ndarray:
@@ -64,7 +64,12 @@ class SGBDT:
         return y
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> SGBDT:
-        """Train on all rows: DP initial score, then rounds until the budget is used up."""
+        """Train on all rows: DP initial score, then ``total_rounds`` rounds.
+
+        The number of rounds is fixed by the parameters (DEVELOPERS invariant 3): a round in
+        which the filter admits nobody still releases its tree (noise-only leaves), because
+        stopping early would tell whether some row still had budget.
+        """
         X = self.schema.clip_encoded(X)
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
@@ -74,18 +79,15 @@ class SGBDT:
         score, pool.spent = booster.initial_score(pool)
         booster.ensemble.init_score = score
         pool.margin[:] = score
-        self.history = []
+        self.operator_history_ = []
         while booster.rounds_done < self.params.total_rounds:
             outcome = booster.plan_round(pool)
-            if outcome.n_eligible == 0:
-                break
             booster.apply_round(pool, outcome)
-            self.history.append(
+            self.operator_history_.append(
                 {"eligible": outcome.n_eligible, "sampled": outcome.n_sampled,
                  "retired": int(pool.retired.sum())}
             )
         self.booster, self.ensemble = booster, booster.ensemble
-        self.max_spent_rdp_ = float(pool.spent.max()) if len(pool) else 0.0
         return self
 
     # ------------------------------------------------------------------ prediction
@@ -110,40 +112,43 @@ class SGBDT:
         p = expit(self.decision_function(X))
         return np.column_stack([1.0 - p, p])
 
-    # ------------------------------------------------------------------ reporting and I/O
-    def privacy_report(self) -> dict[str, Any]:
+    # ------------------------------------------------------------------ public release
+    def privacy_guarantee(self) -> PrivacyGuarantee:
+        """ε, δ, α̂, σ and B per row (public: functions of the parameters only)."""
         booster = self.booster
         cal = booster.calibration if booster is not None else None
-        return {
-            "private": self.params.private,
-            "epsilon": cal.epsilon if cal else float("inf"),
-            "delta": cal.delta if cal else None,
-            "order": cal.order if cal else None,
-            "sigma": cal.sigma if cal else None,
-            "budget_rdp": cal.budget_rdp if cal else None,
-            "max_spent_rdp": getattr(self, "max_spent_rdp_", 0.0),
-            "n_trees": self.ensemble.n_trees if self.ensemble else 0,
-            "seeded_for_testing": self.seed is not None,
-        }
+        if cal is None and self.params.private:
+            raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")
+        return PrivacyGuarantee.of(cal, "row", self.seed is not None)
+
+    def release(self, model: str = "sgbdt") -> ModelRelease:
+        """The fitted model as a public release (trees, schema, parameters, guarantee)."""
+        ens = self._ensemble()
+        return ModelRelease(
+            model=model, store_id=None, epoch=None, version=ens.n_trees + 1,
+            task=self.params.task, depth=self.params.depth,
+            public_schema=self.schema.model_dump(mode="json"),
+            params=self.params.model_dump(mode="json"), init_score=ens.init_score,
+            max_trees=None,
+            trees=released_trees(ens.features, ens.thresholds, ens.leaves, 0),
+            guarantee=self.privacy_guarantee(),
+        )
 
     def to_json(self) -> str:
-        """The released model as JSON (public: schema, parameters, trees, privacy report)."""
-        return json.dumps(
-            {
-                "format": MODEL_FORMAT,
-                "schema": self.schema.model_dump(mode="json"),
-                "params": self.params.model_dump(mode="json"),
-                "ensemble": self._ensemble().to_dict(),
-                "privacy": self.privacy_report(),
-            }
-        )
+        """The released model as JSON: :meth:`release` and nothing else (no counts)."""
+        return self.release().model_dump_json()
 
     @classmethod
     def from_json(cls, text: str) -> SGBDT:
-        data = json.loads(text)
-        if data.get("format") != MODEL_FORMAT:
-            raise ValueError(f"not a {MODEL_FORMAT} model: format={data.get('format')!r}")
-        model = cls(PublicSchema(**data["schema"]), **data["params"])
-        model.ensemble = Ensemble.from_dict(data["ensemble"])
-        model.imported_privacy_report = data["privacy"]
+        release = ModelRelease.model_validate_json(text)
+        model = cls(PublicSchema(**release.public_schema), **release.params)
+        schema = model.schema
+        depth = release.depth
+        model.ensemble = Ensemble(depth=depth, is_categorical=schema.is_categorical,
+                                  init_score=release.init_score)
+        for tree in release.trees:
+            model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
+                                  np.asarray(tree.thresholds, dtype=float),
+                                  np.asarray(tree.leaves, dtype=float))
+        model.imported_guarantee = release.guarantee
         return model

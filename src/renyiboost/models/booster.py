@@ -78,6 +78,13 @@ class SGBDTParams(BaseModel):
         "'zero_leaf' releases 0 (Alg. 4); 'clamp' takes the count as 0, so the noisy gradient "
         "sum still counts: -lr * noisy sum / lambda (post-processing either way)",
     )
+    min_sensitivity2: float = Field(
+        1 / 64, gt=0, le=1,
+        description="charge floor: an admitted record pays at least the charge of s^2 = this "
+        "(count leaves pay at least s^2 = count_share anyway), so every key retires after a "
+        "bounded number of rounds, about rounds / floor, and memory stays bounded (Newton "
+        "leaves would otherwise charge a well-fitted record almost nothing, forever)",
+    )
     max_order: int = Field(4096, ge=2)
 
     @model_validator(mode="after")
@@ -140,6 +147,10 @@ class RoundOutcome:
     n_eligible: int
     n_sampled: int
     codes: np.ndarray | None = None  # uint16 charge code of every pool record (private only)
+    #: The two Gaussian releases of every leaf (dynamic leaves): the noisy clipped-gradient
+    #: sum and the noisy count (or hessian sum). The leaf values are post-processing of them.
+    noisy_grad_sum: np.ndarray | None = None
+    noisy_count: np.ndarray | None = None
 
 
 class SGBDTBooster:
@@ -192,8 +203,10 @@ class SGBDTBooster:
             self.release = LeafRelease(self.calibration.sigma, params.count_share,
                                        static=params.leaf_noise == "static")
             table = ChargeTable(self.calibration.sigma, params.sampling_rate, self.calibration.order)
-            min_s2 = params.count_share if params.hess_clip is None else 0.0
-            self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table, min_s2)
+            # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
+            natural_min = params.count_share if params.hess_clip is None else 0.0
+            self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table,
+                                                max(natural_min, params.min_sensitivity2))
         self.rounds_done = 0
 
     # ------------------------------------------------------------------ initial score
@@ -251,7 +264,8 @@ class SGBDTBooster:
         sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
-        leaves = self._leaf_values(leaf_of_active[sampled], stats, sampled)
+        leaves, noisy_grad_sum, noisy_count = self._leaf_values(leaf_of_active[sampled], stats,
+                                                                sampled)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
         return RoundOutcome(
@@ -264,6 +278,8 @@ class SGBDTBooster:
             n_eligible=int(eligible.sum()),
             n_sampled=int(sampled.sum()),
             codes=codes,
+            noisy_grad_sum=noisy_grad_sum,
+            noisy_count=noisy_count,
         )
 
     def replay_outcome(
@@ -293,8 +309,9 @@ class SGBDTBooster:
 
     def _leaf_values(
         self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray
-    ) -> np.ndarray:
-        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ).
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ), with the two noisy sums
+        (``None`` for static leaves, which release the value itself).
 
         A leaf whose noisy count (or hessian sum) is ≤ 0 is 0 (``negative_count='zero_leaf'``,
         the foundation issue's rule and the official code's ``cut_off_leaf_denom``), or the
@@ -315,6 +332,7 @@ class SGBDTBooster:
         n_leaves = 2**params.depth
         grad_sum = np.bincount(leaf_index, stats.grad[sampled], n_leaves).astype(float)
         den_sum = np.bincount(leaf_index, stats.denominator[sampled], n_leaves).astype(float)
+        noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         if params.leaf_noise == "static":
             # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise
             values = np.divide(grad_sum, den_sum + params.reg_lambda, out=np.zeros(n_leaves),
@@ -330,6 +348,7 @@ class SGBDTBooster:
                 den_sum += self.noise.normal(
                     n_leaves, self.release.count_noise_std(self.count_sensitivity)
                 )
+            noisy_sums = (grad_sum.copy(), den_sum.copy())
             if params.negative_count == "clamp":
                 den_sum = np.maximum(den_sum, 0.0)
                 keep = den_sum + params.reg_lambda > 0
@@ -339,7 +358,7 @@ class SGBDTBooster:
                                out=np.zeros(n_leaves), where=keep)
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
-        return values
+        return values, *noisy_sums
 
     def advance(self, pool: RecordPool, outcome: RoundOutcome) -> RecordPool:
         """The pool after ``outcome``, as new arrays; ``pool`` itself is left unchanged.

@@ -14,10 +14,13 @@ import numpy as np
 from river import base
 from scipy.special import expit
 
+from renyiboost.exceptions import InvalidRecord
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig, KeyBudget, PrivacyReport, StreamEngine
+from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
 from renyiboost.stream.store import StateStore
+from renyiboost.validation import normalise_key
 
 
 class _SGBDTEstimator:
@@ -106,46 +109,103 @@ class _SGBDTEstimator:
     def _encode_one(self, x: Mapping[str, Any]) -> np.ndarray:
         return self._engine.schema.encode_dict(x)[None, :]
 
-    def _encode_many(self, X: Any) -> tuple[np.ndarray, int]:
+    @staticmethod
+    def _columns(X: Any) -> tuple[dict[str, Any], int]:
         columns = {str(c): X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
-        schema = self._engine.schema
-        unknown = sum(1 for c in columns if c not in schema.features)
-        n = len(next(iter(columns.values()))) if columns else 0
-        return schema.encode_columns(columns), unknown * n
+        n = len(next(iter(columns.values()))) if columns else len(X)
+        return columns, n
+
+    def _encode_many(self, X: Any) -> np.ndarray:
+        """Encoded rows for prediction (a column the schema lacks is an error here too)."""
+        columns, n = self._columns(X)
+        rows, bad = self._engine.validator.columns(columns, n)
+        if bad:
+            first = min(bad)
+            raise InvalidRecord(bad[first].reason, f"row {first}: {bad[first].detail}")
+        return rows
 
     # ------------------------------------------------------------------ learning
     def learn_one(self, x: dict, y: Any, *, key: Any = None, **kwargs: Any) -> None:
         """Buffer a copy of ``x`` under ``key`` (a new sequence id if None); may run rounds.
 
-        Raises ``ValueError`` for NaN or non-numeric values of numeric features and for
-        labels outside the public domain; the pool is then left untouched.
+        Raises :class:`~renyiboost.exceptions.InvalidRecord` (a ``ValueError``) for a
+        feature the schema does not know, a non-finite or non-numeric value of a numeric
+        feature, a label outside the public domain or a bad key; the record is then not
+        learned, but its call still counts as one stream position (the public schedule must
+        not depend on whether a record was valid).
         """
-        schema = self._engine.schema
-        self._engine.add_one(schema.encode_dict(x), y, key,
-                             unknown_features=schema.unknown_features(x))
+        engine = self._engine
+        try:
+            row = engine.validator.features(x)
+            label = engine.validator.label(y)
+            name = None if key is None else normalise_key(key)
+        except InvalidRecord:
+            engine.empty_event()
+            raise
+        engine.add_one(row, label, name)
 
     def learn_many(self, X: Any, y: Any, keys: list[Any] | None = None) -> None:
-        """``learn_one`` over the rows of a DataFrame (or a column mapping), in order."""
-        rows, unknown = self._encode_many(X)
-        targets = y.to_numpy() if hasattr(y, "to_numpy") else y
-        self._engine.add(rows, targets, keys, unknown_features=unknown)
+        """``learn_one`` over the rows of a DataFrame (or a column mapping), in order.
+
+        Each row is judged on its own: the valid rows are learned, every row counts as one
+        stream position, and if some rows were invalid an ``InvalidRecord`` naming the first
+        of them is raised after the valid ones were learned.
+        """
+        engine = self._engine
+        columns, n = self._columns(X)
+        rows, bad = engine.validator.columns(columns, n)
+        targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        if targets.shape != (n,):
+            raise ValueError(f"y has shape {targets.shape}, expected ({n},)")
+        for i, why in engine.validator.bad_labels(targets):
+            bad.setdefault(i, why)
+        names: list[str | None] | None = None
+        if keys is not None:
+            if len(keys) != n:
+                raise ValueError(f"got {len(keys)} keys for {n} rows")
+            names = []
+            for i, key in enumerate(keys):
+                try:
+                    names.append(normalise_key(key))
+                except InvalidRecord as why:
+                    bad.setdefault(i, why)
+                    names.append(None)
+        good = np.ones(n, dtype=bool)
+        good[list(bad)] = False
+        index = np.flatnonzero(good)
+        engine.add(rows[index], targets[index].astype(float),
+                   None if names is None else [names[i] for i in index.tolist()],
+                   event_index=index, n_events=n)
+        if bad:
+            first = min(bad)
+            raise InvalidRecord(bad[first].reason,
+                                f"{len(bad)} of {n} rows were not learned; row {first}: "
+                                f"{bad[first].detail}")
 
     def train(self, rounds: int = 1) -> int:
         """Signal a batch boundary: merge buffered records and run ``rounds`` rounds now."""
         return self._engine.train(rounds)
 
-    # ------------------------------------------------------------------ reporting
-    def privacy_report(self) -> PrivacyReport:
-        """ε, δ, the order, σ, the budget, spent quantiles and pool counts."""
-        return self._engine.privacy_report()
+    # ------------------------------------------------------------------ public release
+    def privacy_guarantee(self) -> PrivacyGuarantee:
+        """ε, δ, the order α̂, σ and the per-key budget B (public)."""
+        return self._engine.privacy_guarantee()
 
-    def budget_of(self, key: Any) -> KeyBudget:
-        """Spent RDP and status of one key."""
-        return self._engine.budget_of(key)
+    def release(self, model: str = "model") -> ModelRelease:
+        """The committed model as a public release (an export: trees, schema, guarantee)."""
+        return self._engine.release(model)
+
+    # ------------------------------------------------------------------ operator telemetry
+    def operator_telemetry(self) -> OperatorTelemetry:
+        """Exact pool counts, spent quantiles, offsets. Operator telemetry: not public."""
+        return self._engine.operator_telemetry()
+
+    def operator_budget_of(self, key: Any) -> KeyBudget:
+        """Spent RDP and status of one key. Operator telemetry (a membership oracle)."""
+        return self._engine.operator_budget_of(key)
 
     def _margins(self, X: Any) -> np.ndarray:
-        rows, _ = self._encode_many(X)
-        return self._engine.predict_margin(rows)
+        return self._engine.predict_margin(self._encode_many(X))
 
     def _series(self, values: np.ndarray, X: Any) -> Any:
         import pandas as pd
@@ -176,8 +236,10 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     train_every, trees_per_trigger, warmup, max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`).
     store
-        ``None`` keeps state in memory; a path or ``sqlite:///`` URL makes it durable, and
-        constructing the estimator again with the same arguments resumes from it.
+        ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
+        in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it
+        with the same arguments. A path is never created implicitly: a lost state file
+        would otherwise hand every key a fresh budget.
     seed
         ``None`` (default): CSPRNG noise. An integer makes runs reproducible and the model
         is then for testing only (``TestingOnlyWarning``).
@@ -192,7 +254,7 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     ...     target_bounds=(30, 55), epsilon=1.0, rounds=10, depth=2, sampling_rate=0.5,
     ...     learning_rate=0.5, grad_clip=1.0, train_every=50, warmup=50)
     >>> metric = evaluate.progressive_val_score(datasets.TrumpApproval(), model, metrics.MAE())
-    >>> model.privacy_report().epsilon <= 1.0
+    >>> model.privacy_guarantee().epsilon <= 1.0
     True
     """
 

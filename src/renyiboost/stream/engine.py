@@ -1,4 +1,4 @@
-"""The streaming engine: an active pool of keyed records, triggers, retirement, durable rounds.
+"""The streaming engine: an active pool of keyed records, a public schedule, durable rounds.
 
 The engine owns the public schema, the calibration, the model (initial score and trees) and
 the *active pool*: the records that still have budget, stored columnar in numpy (features,
@@ -6,38 +6,53 @@ target, cached margin, spent RDP). Data flows one way::
 
     add() → pending buffer → merge into the pool → initial score / round → commit → visible
 
-**Privacy unit = key.** Every record has a key (given, or a generated sequence id). A key
+**Privacy unit = key.** Every record has a key (given, or a generated sequence id, with a
+:class:`~renyiboost.exceptions.PrivacyLeakWarning`: then one record is the unit). A key
 has one lifetime budget B (S-GBDT Alg. 8 with Feldman & Zrnic's individual filter). A new
 record with a known active key replaces that key's features and label and keeps its spent
 budget (an upsert, like a compacted topic). Once a key is retired its later records are
-dropped and counted, never trained on. Keys are compared as strings (``1`` and ``"1"`` are
-one key, which can only merge budgets, never split one).
+dropped, never trained on. Keys are normalised by :func:`renyiboost.validation.normalise_key`.
 
-**Rounds.** A stream has no nominal end: rounds go on while any key has budget left, unless
-``params.max_rounds`` caps them (what global, non-individual accounting would have to do).
+**The stream model and the public schedule** (DEVELOPERS invariant 3). A stream is a
+sequence of *positions* — ``learn_one`` calls, rows of ``learn_many``, Kafka offsets — and
+the positions are public time steps. Neighbouring streams differ in one key: all of that
+key's events are replaced by empty events *at the same positions*. Every position counts,
+whatever it held: a valid record, an invalid one, a record of a retired key, a dead-lettered
+message (:meth:`StreamEngine.empty_event`). ``train_every`` positions fire a trigger that runs
+``trees_per_trigger`` rounds; the initial score is released by the first trigger after
+``warmup`` positions; ``max_rounds`` and ``max_trees`` are counts of rounds. So whether and
+when anything is released depends on positions only — never on validity, key status,
+eligibility or the number of distinct keys — and every scheduled round releases a tree, with
+noise-only leaves when nobody is eligible. :meth:`StreamEngine.train` runs rounds on request
+(a batch boundary chosen by the caller, as public as the positions).
 
-**Triggers.** ``train_every`` new records since the last trigger run ``trees_per_trigger``
-rounds; :meth:`StreamEngine.train` runs rounds explicitly (a batch boundary). Before the
-first round the DP initial score is released over the pool (at least ``warmup`` records).
+**Durability** (invariant 4). Every released output is committed to the store (charges,
+retirements, the tree, the source offsets and positions it covers) before it becomes visible
+to :meth:`predict_margin` or a listener. Restarting from the same store restores the exact
+ledger, model, pool and position count; records that arrived after the last commit are
+re-read from the source offsets. A failed commit stops the engine (every later call raises)
+so nothing is ever built on state the store does not have.
 
-**Durability.** Every released output is committed to the store (charges, retirements, the
-tree, the source offsets it covers) before it becomes visible to :meth:`predict_margin`
-(DEVELOPERS invariant 2). Restarting from the same store restores the exact ledger, model
-and pool; records that arrived after the last commit are re-read from the source offsets.
+**Public vs operator.** :meth:`StreamEngine.release` and :meth:`StreamEngine.privacy_guarantee`
+are public (see :mod:`renyiboost.release`); :meth:`StreamEngine.operator_telemetry` and
+:meth:`StreamEngine.operator_budget_of` are exact, data-dependent operator telemetry.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
+import json
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from renyiboost.exceptions import PrivacyLeakWarning, StateStoreError
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
 from renyiboost.models.trees import Ensemble
+from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.store import (
     Commit,
@@ -47,8 +62,10 @@ from renyiboost.stream.store import (
     RoundEvent,
     Snapshot,
     StateStore,
+    grid_digest,
     open_store,
 )
+from renyiboost.validation import RecordValidator, normalise_key
 
 SEEN, ACTIVE, RETIRED = 0, 1, 2
 KEY_STATUS = {SEEN: "pending", ACTIVE: "active", RETIRED: "retired"}
@@ -61,35 +78,40 @@ class EngineConfig(BaseModel):
 
     public_schema: PublicSchema
     params: SGBDTParams
-    train_every: int = Field(100, ge=1, description="new records per trigger")
+    train_every: int = Field(100, ge=1, description="stream positions per trigger")
     trees_per_trigger: int = Field(1, ge=1, description="rounds run by one trigger")
-    warmup: int = Field(100, ge=1, description="records needed before the initial score")
+    warmup: int = Field(100, ge=1, description="stream positions before the initial score")
     max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")
 
 
-class PrivacyReport(BaseModel):
-    """What the engine has released and spent; every number comes from the accounting."""
+class OperatorTelemetry(BaseModel):
+    """Exact, data-dependent numbers for the people who run the engine. **Not public.**
 
-    private: bool
-    epsilon: float
-    delta: float | None
-    order: int | None
-    sigma: float | None
-    budget_rdp: float | None
-    max_spent_rdp: float
-    spent_fraction_quantiles: dict[str, float]
-    n_trees: int
+    Every count here moves when one key joins the data (``n_active + n_retired`` by one in
+    every run), so none of it may go into a release, an export, a served answer or a plot
+    for the world. ``channel`` says so in every serialised copy.
+    """
+
+    channel: Literal["operator-telemetry"] = "operator-telemetry"
+    store_id: str
+    epoch: int
+    release_version: int
     rounds_done: int
+    n_trees: int
+    positions: int
     n_active: int
     n_retired: int
     n_dropped: int
     n_pending: int
-    n_unknown_features: int
-    seeded_for_testing: bool
+    n_superseded: int
+    n_upserts: int
+    max_spent_rdp: float
+    spent_fraction_quantiles: dict[str, float]
+    offsets: dict[str, int]
 
 
 class KeyBudget(BaseModel):
-    """One key's standing in the ledger."""
+    """One key's standing in the ledger (operator telemetry: a membership oracle)."""
 
     key: str
     status: str  # "unknown", "pending", "active" or "retired"
@@ -105,8 +127,9 @@ class StreamEngine:
     config
         The public schema, learner parameters and triggers (:class:`EngineConfig`).
     store
-        ``None`` (memory), a path / ``sqlite:///`` URL (SQLite) or a :class:`StateStore`.
-        An existing store with the same config is resumed.
+        ``None`` (memory), the path / ``sqlite:///`` URL of an existing SQLite store, or a
+        :class:`StateStore` (e.g. ``SQLiteStore(path, create=True)`` for a new one). A store
+        is resumed; it refuses a different configuration or calibration.
     seed
         ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
     """
@@ -117,8 +140,7 @@ class StreamEngine:
         self.config = config
         self.schema = config.public_schema
         self.booster = SGBDTBooster(config.params, self.schema, seed)
-        self.store = open_store(store)
-        self._config_json = config.model_dump_json()
+        self.validator = RecordValidator(self.schema, config.params.task)
         k = self.schema.n_features
         self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0))
         self.pool_uids = np.zeros(0, dtype=np.int64)
@@ -128,26 +150,38 @@ class StreamEngine:
         self._ledger_spent = np.zeros(0, dtype=float)  # by uid: final spent of retired keys
         self._next_uid = 0
         self._initialized = False
-        self.counters: dict[str, int] = {
-            "dropped": 0, "unknown_features": 0, "superseded": 0, "upserts": 0}
-        self.offsets: dict[str, Any] = {}  # source position covered by the last commit
+        self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
+        self.offsets: dict[str, Any] = {}  # source offsets covered by the last commit
+        self._positions = 0  # stream positions counted (public time)
+        self._merged_positions = 0  # positions covered by the last merge
+        self._committed_positions = 0  # positions covered by the last commit
         self._pending_uids: list[int] = []
         self._pending_rows: list[np.ndarray] = []
         self._pending_targets: list[float] = []
-        self._pending_position: dict[str, int] = {}
-        self._since_trigger = 0
+        self._pending_offsets: dict[str, int] = {}
+        self._merged_offsets: dict[str, int] = {}
         self._uncommitted_keys: list[tuple[int, str]] = []
         self._pending_events: list[MergeEvent] = []
         #: Called with each output once it is committed and visible (e.g. to publish it).
         self.listeners: list[Callable[[InitEvent | RoundEvent], None]] = []
         self._deferred: list[Commit] | None = None
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
-        self._merged_position: dict[str, int] = {}
-        snapshot = self.store.load(self._config_json)
+        self._broken: BaseException | None = None
+        self._warned_keyless = False
+        self.store = open_store(store)
+        snapshot = self.store.load(self._fingerprint())
         if snapshot is not None:
             self._restore(snapshot)
-        if self.booster.filter is not None:
-            self.store.save_charge_grid(self.booster.filter.table.grid_charges)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What fixes the meaning of a spent budget: the store pins it (see there)."""
+        cal, budget_filter = self.booster.calibration, self.booster.filter
+        return {
+            "config": json.loads(self.config.model_dump_json()),
+            "calibration": None if cal is None else cal.model_dump(mode="json"),
+            "charge_grid_sha256": grid_digest(
+                None if budget_filter is None else budget_filter.table.grid_charges),
+        }
 
     # ------------------------------------------------------------------ properties
     @property
@@ -158,52 +192,66 @@ class StreamEngine:
     def n_pending(self) -> int:
         return len(self._pending_uids)
 
+    @property
+    def positions(self) -> int:
+        """Stream positions counted so far (the engine's public clock)."""
+        return self._positions
+
+    @property
+    def release_version(self) -> int:
+        """Outputs released and committed so far: the initial score, then one per round."""
+        return int(self._initialized) + self.booster.rounds_done
+
     # ------------------------------------------------------------------ input
     def check_label(self, y: Any) -> float:
-        """Validate one label at the boundary; returns it as a float.
-
-        Regression labels must be finite and inside the public ``target_bounds``;
-        classification labels must be 0/1 (or bools). Raises ``ValueError`` naming the value.
-        """
-        value = float(y)
-        if not math.isfinite(value):
-            raise ValueError(f"labels must be finite numbers, got {y!r}")
-        if self.config.params.task == "classification":
-            if value != 0.0 and value != 1.0:
-                raise ValueError(f"binary labels must be 0/1 or False/True, got {y!r}")
-        else:
-            lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            if not lo <= value <= hi:
-                raise ValueError(f"label {y!r} is outside the public target_bounds ({lo}, {hi})")
-        return value
+        """Validate one label (see :meth:`RecordValidator.label`)."""
+        return self.validator.label(y)
 
     def label_ok(self, values: np.ndarray) -> np.ndarray:
         """:meth:`check_label`'s rule on an array of float labels, as a boolean mask."""
-        if self.config.params.task == "classification":
-            return (values == 0.0) | (values == 1.0)
-        lo, hi = self.schema.target_bounds  # type: ignore[misc]
-        return (values >= lo) & (values <= hi)  # NaN fails both, ±inf one
+        return self.validator.labels_ok(values)
 
-    def check_labels(self, y: Any) -> np.ndarray:
-        """:meth:`check_label` for a whole array at once (the first bad label is reported
-        by :meth:`check_label` itself, so the reasons are the same)."""
-        values = np.asarray(y, dtype=float).reshape(-1)
-        ok = self.label_ok(values)
-        if not ok.all():
-            self.check_label(values[~ok][0])
-        return values
+    def _usable(self) -> None:
+        if self._broken is not None:
+            raise StateStoreError(
+                f"the engine stopped after a failed commit ({self._broken}); what it holds "
+                "beyond the store's last commit is not durable. Restart it from the store."
+            ) from self._broken
+
+    def _warn_keyless(self) -> None:
+        if not self._warned_keyless and self.booster.calibration is not None:
+            self._warned_keyless = True
+            warnings.warn(
+                "records without a key: each gets a fresh sequence id, so the privacy unit is "
+                "one record, not one person. Pass key=... (a person or account id) to protect "
+                "everything a person contributes.", PrivacyLeakWarning, stacklevel=5)
 
     def _uid_for(self, key: Any | None) -> int:
         if key is None:
-            uid = self._new_uid()
+            self._warn_keyless()
+            return self._new_uid()
+        uid = self._keys.get(key) if type(key) is str else None
+        if uid is not None:
             return uid
-        name = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+        name = normalise_key(key)
         uid = self._keys.get(name)
         if uid is None:
             uid = self._new_uid()
             self._keys[name] = uid
             self._uncommitted_keys.append((uid, name))
         return uid
+
+    def _uids(self, keys: Sequence[Any] | None, n: int) -> np.ndarray:
+        if keys is None:
+            if n:
+                self._warn_keyless()
+            return self._new_uids(n)
+        get = self._keys.get
+        found = [get(key) if type(key) is str else None for key in keys]
+        if None in found:  # new or non-string keys: the slow path, in order
+            found = [self._uid_for(key) if uid is None else uid
+                     for key, uid in zip(keys, found, strict=True)]
+        return np.array(found, dtype=np.int64)
 
     def _new_uid(self) -> int:
         uid = self._next_uid
@@ -227,88 +275,96 @@ class StreamEngine:
         self,
         rows: np.ndarray,
         targets: Any,
-        keys: list[Any] | None = None,
-        positions: list[tuple[str, int]] | None = None,
-        unknown_features: int = 0,
+        keys: Sequence[Any] | None = None,
+        positions: Sequence[tuple[str, int]] | None = None,
         *,
+        event_index: Sequence[int] | np.ndarray | None = None,
+        n_events: int | None = None,
         labels_checked: bool = False,
     ) -> None:
-        """Buffer encoded rows (validated by the caller) and fire triggers.
+        """Buffer encoded, validated rows over ``n_events`` stream positions; fire triggers.
 
-        ``targets`` are raw labels, all checked by :meth:`check_labels` before any row is
-        buffered (``labels_checked=True``: the caller already did).
-        ``positions`` gives, per record, ``(source partition, next offset)``; the
-        position reached by the records merged into a round is committed with it. Rows are
-        copied. Triggers fire at the same record counts whatever the batching, so
-        ``learn_many`` equals a ``learn_one`` loop.
+        By default every row is one position. A caller whose stream also held events without
+        a usable record (invalid, dead-lettered) passes ``n_events`` and, per row, its
+        position among them (``event_index``, increasing): the empty positions count
+        exactly like the others, so triggers fire at the same positions whatever the events
+        held (see the module docstring). ``positions`` gives, per *event*, ``(source
+        partition, next offset)``; the offsets reached by the records merged into a round
+        are committed with it. ``targets`` are raw labels, checked here unless
+        ``labels_checked``. Rows are copied; ``learn_many`` equals a ``learn_one`` loop.
         """
+        self._usable()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
         labels = (np.asarray(targets, dtype=float).reshape(-1) if labels_checked
-                  else self.check_labels(targets))
-        if rows.shape != (len(labels), self.schema.n_features):
-            raise ValueError(
-                f"rows must have shape ({len(labels)}, {self.schema.n_features}), got {rows.shape}"
-            )
-        for name, given in (("keys", keys), ("positions", positions)):
-            if given is not None and len(given) != len(labels):
-                raise ValueError(f"got {len(given)} {name} for {len(labels)} rows")
-        self.counters["unknown_features"] += int(unknown_features)
+                  else self.validator.labels(targets))
         n = len(labels)
-        if keys is None:
-            uids = self._new_uids(n)
-        else:
-            get = self._keys.get
-            found = [get(key) if type(key) is str else None for key in keys]
-            if None in found:  # new or non-string keys: the slow path, in order
-                found = [self._uid_for(key) if uid is None else uid
-                         for key, uid in zip(keys, found, strict=True)]
-            uids = np.array(found, dtype=np.int64)
-        every, start = self.config.train_every, 0
-        while start < n:
+        if rows.shape != (n, self.schema.n_features):
+            raise ValueError(
+                f"rows must have shape ({n}, {self.schema.n_features}), got {rows.shape}")
+        n_events = n if n_events is None else int(n_events)
+        at = (np.arange(n) if event_index is None
+              else np.asarray(event_index, dtype=np.int64).reshape(-1))
+        if at.shape != (n,) or (n and (at[-1] >= n_events or np.any(np.diff(at) <= 0)
+                                       or at[0] < 0)):
+            raise ValueError(f"event_index must give {n} increasing positions < n_events")
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"got {len(keys)} keys for {n} rows")
+        if positions is not None and len(positions) != n_events:
+            raise ValueError(f"got {len(positions)} positions for {n_events} events")
+        uids = self._uids(keys, n)
+        every, start, row = self.config.train_every, 0, 0
+        while start < n_events:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.
-            stop = min(start + every - self._since_trigger, n)
-            live = self._status[uids[start:stop]] != RETIRED
-            self.counters["dropped"] += int(stop - start - live.sum())
-            take = np.flatnonzero(live) + start
-            self._pending_uids.extend(uids[take].tolist())
-            self._pending_rows.append(rows[take])
-            self._pending_targets.extend(labels[take].tolist())
+            stop = min(start + every - self._positions % every, n_events)
+            row_stop = int(np.searchsorted(at, stop))
+            if row_stop > row:
+                live = self._status[uids[row:row_stop]] != RETIRED
+                self.counters["dropped"] += int(row_stop - row - live.sum())
+                take = np.flatnonzero(live) + row
+                self._pending_uids.extend(uids[take].tolist())
+                self._pending_rows.append(rows[take])
+                self._pending_targets.extend(labels[take].tolist())
             if positions is not None:
-                self._pending_position.update(positions[start:stop])
-            self._count_arrivals(stop - start)
-            start = stop
+                self._pending_offsets.update(positions[start:stop])
+            self._count_positions(stop - start)
+            start, row = stop, row_stop
 
-    def _count_arrivals(self, n: int) -> None:
-        """Count ``n`` arrived records (buffered or dropped) and fire the trigger they reach
-        (callers never pass a trigger boundary inside ``n``)."""
-        self._since_trigger += n
-        if self._since_trigger >= self.config.train_every:
-            self._since_trigger = 0
+    def _count_positions(self, n: int) -> None:
+        """Count ``n`` stream positions and fire the trigger they reach (callers never pass
+        a trigger boundary inside ``n``)."""
+        self._positions += n
+        if self._positions % self.config.train_every == 0:
             self.train(self.config.trees_per_trigger)
 
     def add_one(
         self,
         row: np.ndarray,
-        target: Any,
+        label: float,
         key: Any = None,
         position: tuple[str, int] | None = None,
-        unknown_features: int = 0,
     ) -> None:
-        """:meth:`add` for one encoded row (the ``learn_one`` path, no batch overhead)."""
-        label = self.check_label(target)
+        """One encoded row with its validated label at the next position (``learn_one``)."""
+        self._usable()
         if len(row) != self.schema.n_features:
             raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
-        self.counters["unknown_features"] += unknown_features
         uid = self._uid_for(key)
         if position is not None:
-            self._pending_position[position[0]] = position[1]
+            self._pending_offsets[position[0]] = position[1]
         if self._status[uid] == RETIRED:
             self.counters["dropped"] += 1
         else:
             self._pending_uids.append(uid)
             self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
-            self._pending_targets.append(label)
-        self._count_arrivals(1)
+            self._pending_targets.append(float(label))
+        self._count_positions(1)
+
+    def empty_event(self, position: tuple[str, int] | None = None) -> None:
+        """A stream position that carried no usable record (an invalid record, a
+        dead-lettered message): it counts like any other position (module docstring)."""
+        self._usable()
+        if position is not None:
+            self._pending_offsets[position[0]] = position[1]
+        self._count_positions(1)
 
     def _merge_pending(self) -> None:
         """Move pending records into the pool (upserts replace rows, keep spent).
@@ -316,8 +372,9 @@ class StreamEngine:
         The merge is applied at once and committed with the next output; until then nothing
         visible depends on it, and after a crash the source re-reads these records.
         """
-        self._merged_position.update(self._pending_position)
-        self._pending_position = {}
+        self._merged_offsets.update(self._pending_offsets)
+        self._pending_offsets = {}
+        self._merged_positions = self._positions
         if not self._pending_uids:
             return
         uids = np.asarray(self._pending_uids, dtype=np.int64)
@@ -361,28 +418,34 @@ class StreamEngine:
 
     # ------------------------------------------------------------------ training
     def train(self, rounds: int = 1) -> int:
-        """Merge pending records and run up to ``rounds`` rounds; returns the trees added.
+        """Merge pending records and run ``rounds`` rounds; returns the trees added.
 
-        The initial score is released first if it has not been (and enough records are
-        present). A round in which no record is eligible releases nothing.
+        The initial score is released first if it has not been and ``warmup`` positions
+        have passed (else nothing is released). Every round releases a tree, whoever is
+        eligible; only ``max_rounds`` (a public count) stops them.
         """
+        self._usable()
         self._merge_pending()
         if not self._initialized:
-            if len(self.pool) < self.config.warmup:
+            if self._positions < self.config.warmup:
                 return 0
             self._release_initial_score()
+        cap = self.config.params.max_rounds
         added = 0
         for _ in range(rounds):
-            if len(self.pool) == 0 or not self._round():
+            if cap is not None and self.booster.rounds_done >= cap:
                 break
+            self._round()
             added += 1
         return added
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing
         nothing (a clean shutdown: a restart then re-reads no event)."""
+        self._usable()
         self._merge_pending()
-        if self._pending_events or self._merged_position != self.offsets:
+        if (self._pending_events or self._merged_offsets != self.offsets
+                or self._uncommitted_keys or self._merged_positions != self._committed_positions):
             self._commit(None, self.pool)
 
     def _release_initial_score(self) -> None:
@@ -400,14 +463,9 @@ class StreamEngine:
         return RecordPool(pool.X, pool.target, pool.margin + event.score,
                           pool.spent + event.charge, pool.retired)
 
-    def _round(self) -> bool:
+    def _round(self) -> None:
         booster = self.booster
-        cap = self.config.params.max_rounds
-        if cap is not None and booster.rounds_done >= cap:
-            return False
         outcome = booster.plan_round(self.pool)
-        if outcome.n_eligible == 0:
-            return False
         max_trees = self.config.max_trees
         dropped = 0 if max_trees is None else max(0, self.ensemble.n_trees + 1 - max_trees)
         event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
@@ -416,7 +474,6 @@ class StreamEngine:
         self._commit(event, after)
         self._install(event, after)
         self._notify(event)
-        return True
 
     def _notify(self, event: InitEvent | RoundEvent) -> None:
         if self._deferred is not None:
@@ -424,10 +481,6 @@ class StreamEngine:
             return
         for listener in self.listeners:
             listener(event)
-
-    def skip(self, position: tuple[str, int]) -> None:
-        """Advance the source position past a record that was not buffered (dead-lettered)."""
-        self._pending_position[position[0]] = position[1]
 
     def _round_state(self, event: RoundEvent, outcome: RoundOutcome) -> RecordPool:
         """The pool after a round (pure); dropped trees leave the cached margins."""
@@ -457,8 +510,18 @@ class StreamEngine:
         if self._deferred is not None:
             self._deferred.append(change)
             return
-        self.store.commit(change)
-        self.offsets = dict(self._merged_position)
+        self._store_commit(change)
+
+    def _store_commit(self, change: Commit | list[Commit]) -> None:
+        """The one place the engine writes; a failure stops the engine for good."""
+        try:
+            self.store.commit(change)
+        except BaseException as error:
+            self._broken = error
+            raise
+        last = (change[-1] if isinstance(change, list) else change).meta["state"]
+        self.offsets = dict(last["offsets"])
+        self._committed_positions = int(last["positions"])
 
     @contextmanager
     def group_commit(self) -> Iterator[None]:
@@ -466,7 +529,7 @@ class StreamEngine:
 
         Rounds inside still run one after the other on the in-memory state, but nothing is
         published and :meth:`predict_margin` refuses to answer until the group is durable,
-        so invariant 2 holds with one disk sync per block instead of one per round. A crash
+        so invariant 4 holds with one disk sync per block instead of one per round. A crash
         inside the block loses the whole group, and the source re-reads its records.
         """
         if self._deferred is not None:
@@ -476,8 +539,7 @@ class StreamEngine:
         try:
             yield
             if self._deferred:
-                self.store.commit(self._deferred)
-                self.offsets = dict(self._merged_position)
+                self._store_commit(self._deferred)
         finally:
             outputs, self._deferred = self._deferred_outputs, None
             self._deferred_outputs = []
@@ -516,7 +578,8 @@ class StreamEngine:
             "rounds_done": rounds_done,
             "next_uid": self._next_uid,
             "counters": dict(self.counters),
-            "offsets": self._merged_position,
+            "offsets": dict(self._merged_offsets),
+            "positions": self._merged_positions,
             "init_score": event.score if init else self.ensemble.init_score,
             "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
@@ -525,8 +588,6 @@ class StreamEngine:
     def _restore(self, snap: Snapshot) -> None:
         """Load the last snapshot and replay the committed events after it."""
         meta = snap.meta
-        if snap.charge_grid is not None and self.booster.filter is not None:
-            self.booster.filter.use_grid(snap.charge_grid)
         self.counters.update(meta["counters"])
         self.booster.noise.set_state(meta["rng"])
         self._keys = dict(snap.keys)
@@ -558,7 +619,9 @@ class StreamEngine:
                                                       event.thresholds, event.leaves, event.codes)
                 self._install(event, self._round_state(event, outcome))
         self.offsets = dict(meta["offsets"] or {})
-        self._merged_position = dict(self.offsets)
+        self._merged_offsets = dict(self.offsets)
+        self._positions = self._merged_positions = int(meta["positions"])
+        self._committed_positions = self._positions
 
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
@@ -570,10 +633,42 @@ class StreamEngine:
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.ensemble.predict_margin(X)
 
-    # ------------------------------------------------------------------ reporting
-    def budget_of(self, key: Any) -> KeyBudget:
-        """Spent RDP and status of a user-given key."""
-        name = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+    # ------------------------------------------------------------------ the public release
+    def privacy_guarantee(self) -> PrivacyGuarantee:
+        """ε, δ, α̂, σ and B per key: functions of the configuration only (public)."""
+        return PrivacyGuarantee.of(self.booster.calibration, "key", self.booster.noise.seeded)
+
+    def release(self, model: str = "model", after: int = 0,
+                upto: int | None = None) -> ModelRelease:
+        """The committed model as a public release: versions ``after + 1`` … ``upto`` (now).
+
+        ``after=0`` gives the whole model (an export); ``after=v - 1, upto=v`` the single
+        output of version ``v`` (a model-topic message). Version 1 is the initial score,
+        version ``r + 2`` the tree of round ``r``; trees already dropped by ``max_trees`` are
+        not in it.
+        """
+        if self._deferred:
+            raise RuntimeError("the release waits until the group commit is durable")
+        ens, params = self.ensemble, self.config.params
+        first_round = self.booster.rounds_done - ens.n_trees
+        version = self.release_version if upto is None else min(upto, self.release_version)
+        identity = self.store.identity
+        return ModelRelease(
+            model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
+            task=params.task, depth=params.depth,
+            public_schema=self.schema.model_dump(mode="json"),
+            params=params.model_dump(mode="json"), init_score=ens.init_score,
+            max_trees=self.config.max_trees,
+            trees=released_trees(ens.features, ens.thresholds, ens.leaves, first_round,
+                                 range(after - 1, version - 1)),
+            guarantee=self.privacy_guarantee(),
+        )
+
+    # ------------------------------------------------------------------ operator telemetry
+    def operator_budget_of(self, key: Any) -> KeyBudget:
+        """Spent RDP and status of a key. Operator telemetry: it answers "is this key in
+        the data?", so it must never be served to the public."""
+        name = normalise_key(key)
         cal = self.booster.calibration
         budget = cal.budget_rdp if cal else None
         uid = self._keys.get(name)
@@ -589,11 +684,13 @@ class StreamEngine:
         return KeyBudget(key=name, status=KEY_STATUS[status], spent_rdp=spent, budget_rdp=budget)
 
     def spent_rdp(self) -> np.ndarray:
-        """Spent RDP of every key that ever trained: the active pool, then the retired."""
+        """Spent RDP of every key that ever trained: the active pool, then the retired
+        (operator telemetry)."""
         retired = self._status[: self._next_uid] == RETIRED
         return np.concatenate([self.pool.spent, self._ledger_spent[: self._next_uid][retired]])
 
-    def privacy_report(self) -> PrivacyReport:
+    def operator_telemetry(self) -> OperatorTelemetry:
+        """Exact counts, spent quantiles and offsets (see :class:`OperatorTelemetry`)."""
         cal = self.booster.calibration
         spent = self.spent_rdp()
         quantiles: dict[str, float] = {}
@@ -601,23 +698,16 @@ class StreamEngine:
             levels = (0.5, 0.9, 0.99, 1.0)
             values = np.quantile(spent, levels) / cal.budget_rdp  # one partition for all four
             quantiles = {f"q{int(q * 100)}": float(v) for q, v in zip(levels, values, strict=True)}
-        return PrivacyReport(
-            private=cal is not None,
-            epsilon=cal.epsilon if cal else math.inf,
-            delta=cal.delta if cal else None,
-            order=cal.order if cal else None,
-            sigma=cal.sigma if cal else None,
-            budget_rdp=cal.budget_rdp if cal else None,
+        identity = self.store.identity
+        return OperatorTelemetry(
+            store_id=identity.store_id, epoch=identity.epoch,
+            release_version=self.release_version, rounds_done=self.booster.rounds_done,
+            n_trees=self.ensemble.n_trees, positions=self._positions,
+            n_active=len(self.pool), n_retired=int(spent.size - len(self.pool)),
+            n_dropped=self.counters["dropped"], n_pending=self.n_pending,
+            n_superseded=self.counters["superseded"], n_upserts=self.counters["upserts"],
             max_spent_rdp=float(spent.max()) if spent.size else 0.0,
-            spent_fraction_quantiles=quantiles,
-            n_trees=self.ensemble.n_trees,
-            rounds_done=self.booster.rounds_done,
-            n_active=len(self.pool),
-            n_retired=int(spent.size - len(self.pool)),
-            n_dropped=self.counters["dropped"],
-            n_pending=self.n_pending,
-            n_unknown_features=self.counters["unknown_features"],
-            seeded_for_testing=self.booster.noise.seeded,
+            spent_fraction_quantiles=quantiles, offsets=dict(self.offsets),
         )
 
     def close(self) -> None:

@@ -3,17 +3,35 @@
 One small interface, two implementations:
 
 * :class:`MemoryStore` keeps nothing (the engine's own arrays are the state): the default
-  for River use in a notebook.
+  for River use in a notebook. Its ledger dies with the process, so nothing that outlives
+  the process (the Kafka trainer, a published model) may use it.
 * :class:`SQLiteStore` (stdlib ``sqlite3``, WAL mode, ``synchronous=FULL`` by default) is
   the durable default for the CLI and the Kafka service. Everything a restart needs is in
   one file.
+
+**One key, one ledger, forever** (DEVELOPERS invariant 5). A durable store is never created
+implicitly: opening a path that does not exist, is empty (0 bytes) or holds no store
+identity is an error (:class:`~renyiboost.exceptions.StoreNotFound`), because treating a lost
+file as a new store would hand every key a fresh budget. Creating one is an explicit act
+(``SQLiteStore(path, create=True)``, ``renyiboost state init``, ``train --new-state``), and
+refuses a path that already exists. A store has an **identity**: a random ``store_id`` fixed
+at creation and an ``epoch`` that grows by one every time a process opens it; every public
+release carries both, so a trainer can tell its own releases from another store's. One
+process at a time holds a store (an exclusive ``flock`` on ``<file>.lock``; the error names
+the holder). The configuration, the calibration (σ, α̂, B, the initial score's noise) and a
+SHA-256 of the filter's charge grid are stored at the first load, and a later load that
+would change any of them is refused (:class:`~renyiboost.exceptions.LedgerConflict`): a
+budget spent at one σ cannot be re-based to another. Every blob carries a CRC-32 that is
+checked when it is read back.
 
 The engine hands the store one :class:`Commit` per released output (the initial score or a
 round) and makes the output visible only after :meth:`StateStore.commit` returned. The
 commit is one SQLite transaction holding the output's *events* — records merged into the
 pool, the initial score, the round's tree and every record's charge code — the keys first
-seen, the retirements and the source offsets (DEVELOPERS invariant 2). A crash before the
-commit loses the round, never its charges; a crash after it loses nothing.
+seen, the retirements and the source offsets (DEVELOPERS invariant 4). A crash before the
+commit loses the round, never its charges; a crash after it loses nothing. A commit that
+fails (e.g. ``database or disk is full``) is rolled back as a whole and reported as a
+:class:`~renyiboost.exceptions.StateStoreError` naming the file and the cause.
 
 The store is event-sourced so that a round writes little: the charge codes (2 bytes per
 active record) instead of the spent budgets and margins (16 bytes). Restoring replays the
@@ -30,13 +48,26 @@ targets; the newest row of a uid wins), ``trees``, ``events`` and ``snapshot``.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
+import socket
 import sqlite3
+import sys
+import time
+import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
+
+#: Version of the SQLite layout; a store of another version is refused, never migrated silently.
+STORE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -106,24 +137,41 @@ class Snapshot:
     keys: dict[str, int]
     retired_uids: np.ndarray
     retired_spent: np.ndarray
-    charge_grid: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class StoreIdentity:
+    """Who a store is: ``store_id`` (fixed at creation) and ``epoch`` (opens so far)."""
+
+    store_id: str
+    epoch: int
+
+
+def grid_digest(grid: np.ndarray | None) -> str | None:
+    """SHA-256 of a charge grid's float64 bytes (what a store pins at its first load)."""
+    if grid is None:
+        return None
+    return hashlib.sha256(np.ascontiguousarray(grid, dtype="<f8").tobytes()).hexdigest()
 
 
 class StateStore:
     """Interface of a state store (see the module docstring)."""
 
     durable: bool = False
+    identity: StoreIdentity
 
-    def load(self, config: str) -> Snapshot | None:
-        """The committed state, or None for a new store; refuses a different ``config``."""
+    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+        """The committed state, or None for a store that has committed nothing yet.
+
+        ``fingerprint`` holds what fixes the meaning of a budget (``config``,
+        ``calibration``, ``charge_grid_sha256``); the first load records it and every later
+        load must bring the same, or :class:`LedgerConflict` is raised.
+        """
         raise NotImplementedError
 
     def commit(self, change: Commit | list[Commit]) -> None:
         """Make ``change`` (or several, in order) durable atomically; return once it is."""
         raise NotImplementedError
-
-    def save_charge_grid(self, grid: np.ndarray) -> None:
-        """Keep the filter's charge table, so a restore replays the very same charges."""
 
     def get_meta(self, name: str) -> Any:
         """A small value kept beside the state (e.g. the last published model version)."""
@@ -134,17 +182,21 @@ class StateStore:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release the store's resources."""
+        """Release the store's resources (and its lock)."""
 
 
 class MemoryStore(StateStore):
     """Keeps no copy: the engine's arrays are the only state (lost with the process)."""
 
-    def load(self, config: str) -> Snapshot | None:
-        return None
-
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
+        self.identity = StoreIdentity(f"memory-{uuid.uuid4()}", 1)
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
+
+    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+        return None
 
     def commit(self, change: Commit | list[Commit]) -> None:
         return None
@@ -159,18 +211,21 @@ class MemoryStore(StateStore):
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS keys(batch INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
-                                names TEXT NOT NULL);
+                                names TEXT NOT NULL, crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS retirements(batch INTEGER PRIMARY KEY AUTOINCREMENT,
-                                       uids BLOB NOT NULL, spent BLOB NOT NULL);
+                                       uids BLOB NOT NULL, spent BLOB NOT NULL,
+                                       crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
-                                    X BLOB NOT NULL, target BLOB NOT NULL);
+                                    X BLOB NOT NULL, target BLOB NOT NULL, crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS trees(round INTEGER PRIMARY KEY, features BLOB NOT NULL,
-                                 thresholds BLOB NOT NULL, leaves BLOB NOT NULL);
+                                 thresholds BLOB NOT NULL, leaves BLOB NOT NULL,
+                                 crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL,
-                                  info TEXT NOT NULL, data BLOB);
+                                  info TEXT NOT NULL, data BLOB, crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS snapshot(id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL,
                                     last_seg INTEGER NOT NULL, uids BLOB NOT NULL,
-                                    margin BLOB NOT NULL, spent BLOB NOT NULL);
+                                    margin BLOB NOT NULL, spent BLOB NOT NULL,
+                                    crc INTEGER NOT NULL);
 """
 
 
@@ -182,6 +237,47 @@ def _array(blob: bytes, dtype: str) -> np.ndarray:
     return np.frombuffer(blob, dtype=dtype).copy()
 
 
+def _crc(*parts: bytes | str | None) -> int:
+    """CRC-32 over the parts of one row (corruption detection, not authentication)."""
+    value = 0
+    for part in parts:
+        if part is not None:
+            value = zlib.crc32(part.encode() if isinstance(part, str) else part, value)
+    return value
+
+
+class _FileLock:
+    """An exclusive ``flock`` on ``<store>.lock`` that records who holds it.
+
+    The kernel drops the lock when its holder dies (``kill -9`` included), so a crashed
+    trainer never blocks its successor. ``flock`` is not reliable on every network file
+    system: keep state files on a local disk (or use one store per host).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "a+")  # noqa: SIM115 - held for the store's lifetime
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "an unknown process"
+            self._file.close()
+            raise StoreLocked(
+                f"the state store {str(path).removesuffix('.lock')} is in use by {holder}; "
+                "one process at a time may hold a store (stop that one first)") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
+                         f"({' '.join(sys.argv[:2]) or 'python'})")
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing drops the flock
+
+
 class SQLiteStore(StateStore):
     """The durable store in one SQLite file (see the module docstring).
 
@@ -189,6 +285,9 @@ class SQLiteStore(StateStore):
     ----------
     path
         File path, or a ``sqlite:///path`` URL.
+    create
+        ``False`` (default): open an existing store and refuse anything else. ``True``:
+        create a new store there and refuse if the file already exists.
     synchronous
         ``"FULL"`` (default) syncs every commit to disk: a power loss cannot undo a commit
         whose tree was already published. ``"NORMAL"`` survives process crashes only.
@@ -202,19 +301,29 @@ class SQLiteStore(StateStore):
     def __init__(
         self,
         path: str | Path,
+        *,
+        create: bool = False,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         snapshot_ratio: float = 4.0,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         self.path = Path(str(path).removeprefix("sqlite:///"))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.snapshot_ratio = snapshot_ratio
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(_SCHEMA)
-        self._n_features: int | None = None
+        if create:
+            self._check_absent()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            self._check_present()
+        self._lock = _FileLock(Path(f"{self.path}.lock"))
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self.identity = self._open(create)
+        except BaseException:
+            self._lock.release()
+            raise
         self._event_bytes = int(self._db.execute(
             "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM events").fetchone()[0])
         self._segment_rows = int(self._db.execute(
@@ -223,61 +332,131 @@ class SQLiteStore(StateStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
+    # ------------------------------------------------------------------ identity
+    def _check_absent(self) -> None:
+        for suffix in ("", "-wal"):
+            if Path(f"{self.path}{suffix}").exists():
+                raise LedgerConflict(
+                    f"{self.path}{suffix} already exists; a new state store is never created "
+                    "over an old one (its keys' budgets would restart). Open it instead, or "
+                    "choose a new path.")
+
+    def _check_present(self) -> None:
+        hint = ("A store is never created implicitly: if the file was lost, so were its keys' "
+                "budgets, and a new one would hand them fresh ones. Create a store with "
+                "`renyiboost state init` (or SQLiteStore(path, create=True)) only for a model "
+                "that was never published.")
+        if not self.path.exists():
+            raise StoreNotFound(f"no state store at {self.path}. {hint}")
+        if self.path.stat().st_size == 0:
+            raise StoreNotFound(f"the state store {self.path} is empty (0 bytes). {hint}")
+
+    def _open(self, create: bool) -> StoreIdentity:
+        """Create or check the identity, then move to the next epoch (one transaction)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if create:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                self._write_meta({"identity": {"store_id": str(uuid.uuid4()),
+                                               "format": STORE_FORMAT,
+                                               "created": time.time()}, "epoch": 0})
+            identity = self._meta_or_none("identity")
+            if identity is None:
+                raise StoreNotFound(
+                    f"{self.path} is not an initialised renyiboost state store (no identity; "
+                    "an empty database, or its write-ahead log was lost). Refusing to start a "
+                    "new ledger in its place.")
+            if identity.get("format") != STORE_FORMAT:
+                raise StateStoreError(
+                    f"{self.path} has store format {identity.get('format')}, this renyiboost "
+                    f"reads format {STORE_FORMAT}")
+            epoch = int(self._meta("epoch")) + 1
+            self._write_meta({"epoch": epoch})
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return StoreIdentity(str(identity["store_id"]), epoch)
+
     # ------------------------------------------------------------------ reading
+    def _meta_or_none(self, name: str) -> Any:
+        try:
+            return self._meta(name)
+        except sqlite3.OperationalError:  # no meta table: not a store
+            return None
+
     def _meta(self, name: str) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
         return None if row is None else json.loads(row[0])
 
-    def load(self, config: str) -> Snapshot | None:
-        stored = self._meta("config")
-        if stored is None:
-            self._write_meta({"config": json.loads(config)})
+    def _checked(self, table: str, row: tuple, *parts: bytes | str | None) -> None:
+        if _crc(*parts) != row[-1]:
+            raise StateStoreError(
+                f"the state store {self.path} is corrupt: a row of table {table!r} fails its "
+                "checksum. Restore the file from a backup taken after its last commit.")
+
+    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+        stored = {name: self._meta(name) for name in fingerprint}
+        if all(value is None for value in stored.values()):
+            self._write_meta(json.loads(json.dumps(fingerprint)))
             return None
-        if stored != json.loads(config):
-            raise ValueError(
-                f"the store {self.path} was created with a different configuration; a key's "
-                "budget cannot be re-based. Use the same arguments or a new store.\n"
-                f"stored: {json.dumps(stored, sort_keys=True)}\n"
-                f"given:  {json.dumps(json.loads(config), sort_keys=True)}"
-            )
+        for name, given in json.loads(json.dumps(fingerprint)).items():
+            if stored[name] != given:
+                raise LedgerConflict(
+                    f"the store {self.path} was created with a different {name}; a key's "
+                    "budget cannot be re-based. Use the same arguments (and renyiboost "
+                    "version) or a new store for a new model.\n"
+                    f"stored: {json.dumps(stored[name], sort_keys=True)}\n"
+                    f"given:  {json.dumps(given, sort_keys=True)}")
         meta = self._meta("state")
         if meta is None:
             return None
-        k = self._n_features = int(meta["n_features"])
+        k = int(meta["n_features"])
         depth = int(meta["depth"])
-        trees = {
-            int(r): (_array(f, "<i8"), _array(t, "<f8"), _array(v, "<f8"))
-            for r, f, t, v in self._db.execute(
-                "SELECT round, features, thresholds, leaves FROM trees ORDER BY round")
-        }
+        trees = {}
+        for row in self._db.execute(
+                "SELECT round, features, thresholds, leaves, crc FROM trees ORDER BY round"):
+            self._checked("trees", row, *row[1:4])
+            trees[int(row[0])] = (_array(row[1], "<i8"), _array(row[2], "<f8"),
+                                  _array(row[3], "<f8"))
         snap = self._db.execute(
-            "SELECT seq, last_seg, uids, margin, spent FROM snapshot WHERE id = 0").fetchone()
+            "SELECT seq, last_seg, uids, margin, spent, crc FROM snapshot WHERE id = 0").fetchone()
+        if snap:
+            self._checked("snapshot", snap, *snap[2:5])
         seq, last_seg = (snap[0], snap[1]) if snap else (0, 0)
         uids = _array(snap[2], "<i8") if snap else np.zeros(0, np.int64)
         X, target = self._rows(uids, k, max_seg=last_seg)
         pool = PoolState(uids, X, target,
                          _array(snap[3], "<f8") if snap else np.zeros(0),
                          _array(snap[4], "<f8") if snap else np.zeros(0))
-        events = [self._event(kind, json.loads(info), data, k, 2**depth - 1)
-                  for kind, info, data in self._db.execute(
-                      "SELECT kind, info, data FROM events WHERE seq > ? ORDER BY seq", (seq,))]
+        events = []
+        for row in self._db.execute(
+                "SELECT kind, info, data, crc FROM events WHERE seq > ? ORDER BY seq", (seq,)):
+            self._checked("events", row, row[0], row[1], row[2])
+            events.append(self._event(row[0], json.loads(row[1]), row[2], k, 2**depth - 1))
         keys: dict[str, int] = {}
-        for uids_blob, names in self._db.execute("SELECT uids, names FROM keys ORDER BY batch"):
-            keys.update(zip(json.loads(names), _array(uids_blob, "<i8").tolist(), strict=True))
-        batches = self._db.execute("SELECT uids, spent FROM retirements ORDER BY batch").fetchall()
-        grid = self._meta("charge_grid")
+        for row in self._db.execute("SELECT uids, names, crc FROM keys ORDER BY batch"):
+            self._checked("keys", row, row[0], row[1])
+            keys.update(zip(json.loads(row[1]), _array(row[0], "<i8").tolist(), strict=True))
+        batches = self._db.execute(
+            "SELECT uids, spent, crc FROM retirements ORDER BY batch").fetchall()
+        for row in batches:
+            self._checked("retirements", row, row[0], row[1])
         return Snapshot(
             meta=meta, trees=trees, pool=pool, events=events, keys=keys,
             retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
                                         or [np.zeros(0, np.int64)]),
             retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
-            charge_grid=None if grid is None else np.asarray(grid, dtype=float),
         )
 
     def _event(self, kind: str, info: dict, data: bytes | None, k: int, n_internal: int) -> Event:
         if kind == "merge":
-            seg = self._db.execute("SELECT uids, X, target FROM segments WHERE seg = ?",
+            seg = self._db.execute("SELECT uids, X, target, crc FROM segments WHERE seg = ?",
                                    (info["seg"],)).fetchone()
+            self._checked("segments", seg, *seg[:3])
             return MergeEvent(_array(seg[0], "<i8"), _array(seg[1], "<f8").reshape(-1, k),
                               _array(seg[2], "<f8"), _array(data, "<f8"))
         if kind == "init":
@@ -293,8 +472,10 @@ class SQLiteStore(StateStore):
         if uids.size == 0:
             return np.zeros((0, k)), np.zeros(0)
         segs = self._db.execute(
-            "SELECT uids, X, target FROM segments WHERE seg <= ? ORDER BY seg", (max_seg,)
+            "SELECT uids, X, target, crc FROM segments WHERE seg <= ? ORDER BY seg", (max_seg,)
         ).fetchall()
+        for seg in segs:
+            self._checked("segments", seg, *seg[:3])
         all_uids = np.concatenate([_array(s[0], "<i8") for s in segs])
         all_X = np.concatenate([_array(s[1], "<f8").reshape(-1, k) for s in segs])
         all_target = np.concatenate([_array(s[2], "<f8") for s in segs])
@@ -302,7 +483,8 @@ class SQLiteStore(StateStore):
         last = all_uids.size - 1 - first_in_reversed
         where = np.minimum(np.searchsorted(unique, uids), unique.size - 1)
         if np.any(unique[where] != uids):
-            raise RuntimeError(f"the store {self.path} is inconsistent: pool rows without data")
+            raise StateStoreError(f"the state store {self.path} is inconsistent: pool rows "
+                                  "without data")
         return all_X[last[where]], all_target[last[where]]
 
     # ------------------------------------------------------------------ writing
@@ -310,11 +492,7 @@ class SQLiteStore(StateStore):
         return self._meta(f"side:{name}")
 
     def set_meta(self, name: str, value: Any) -> None:
-        self._write_meta({f"side:{name}": value})
-
-    def save_charge_grid(self, grid: np.ndarray) -> None:
-        if self._meta("charge_grid") is None:
-            self._write_meta({"charge_grid": np.asarray(grid, dtype=float).tolist()})
+        self._transaction(lambda: self._write_meta({f"side:{name}": value}))
 
     def _write_meta(self, values: dict[str, Any]) -> None:
         self._db.executemany(
@@ -322,61 +500,84 @@ class SQLiteStore(StateStore):
             [(name, json.dumps(value)) for name, value in values.items()],
         )
 
-    def commit(self, change: Commit | list[Commit]) -> None:
+    def _transaction(self, write: Any) -> None:
+        """Run ``write()`` in one transaction; a failure rolls all of it back and is
+        reported with its cause (SQLite may already have rolled back, e.g. when full)."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
-            changes = change if isinstance(change, list) else [change]
+            db.execute("BEGIN IMMEDIATE")
+            write()
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise StateStoreError(
+                f"could not commit to the state store {self.path}: {error}. Nothing of this "
+                "commit was written; fix the cause and restart from the store.") from error
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def commit(self, change: Commit | list[Commit]) -> None:
+        changes = change if isinstance(change, list) else [change]
+        event_bytes = self._event_bytes
+
+        def write() -> None:
             for one in changes:
                 self._apply(one)
             self._write_meta(changes[-1].meta)  # each change's meta replaces the one before
-            db.execute("COMMIT")
+
+        try:
+            self._transaction(write)
         except BaseException:
-            db.execute("ROLLBACK")
+            self._event_bytes = event_bytes
             raise
 
     def _apply(self, change: Commit) -> None:
         db = self._db
         if change.new_keys:
             uids, names = zip(*change.new_keys, strict=True)
-            db.execute("INSERT INTO keys(uids, names) VALUES (?, ?)",
-                       (_blob(np.asarray(uids), "<i8"), json.dumps(names)))
+            blob, text = _blob(np.asarray(uids), "<i8"), json.dumps(names)
+            db.execute("INSERT INTO keys(uids, names, crc) VALUES (?, ?, ?)",
+                       (blob, text, _crc(blob, text)))
         for event in change.events:
             self._append(event)
         if change.retired is not None and change.retired[0].size:
-            db.execute("INSERT INTO retirements(uids, spent) VALUES (?, ?)",
-                       (_blob(change.retired[0], "<i8"), _blob(change.retired[1], "<f8")))
+            uids_blob = _blob(change.retired[0], "<i8")
+            spent_blob = _blob(change.retired[1], "<f8")
+            db.execute("INSERT INTO retirements(uids, spent, crc) VALUES (?, ?, ?)",
+                       (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
         after = change.after
         if self._event_bytes > self.snapshot_ratio * 24 * max(after.uids.size, 1_000):
             self._snapshot(after, change.first_kept_round)
 
-    def _append(self, event: Event) -> None:
-        db = self._db
-        if isinstance(event, MergeEvent):
-            seg = self._insert_segment(event.uids, event.X, event.target)
-            data = _blob(event.margin, "<f8")
-            db.execute("INSERT INTO events(kind, info, data) VALUES ('merge', ?, ?)",
-                       (json.dumps({"seg": seg}), data))
-        elif isinstance(event, InitEvent):
-            data = None
-            db.execute("INSERT INTO events(kind, info, data) VALUES ('init', ?, NULL)",
-                       (json.dumps({"score": event.score, "charge": event.charge}),))
-        else:
-            db.execute(
-                "INSERT INTO trees(round, features, thresholds, leaves) VALUES (?, ?, ?, ?)",
-                (event.round, _blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
-                 _blob(event.leaves, "<f8")),
-            )
-            data = None if event.codes is None else _blob(event.codes, "<u2")
-            db.execute("INSERT INTO events(kind, info, data) VALUES ('round', ?, ?)",
-                       (json.dumps({"round": event.round, "dropped": event.dropped}), data))
+    def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None) -> None:
+        text = json.dumps(info)
+        self._db.execute("INSERT INTO events(kind, info, data, crc) VALUES (?, ?, ?, ?)",
+                         (kind, text, data, _crc(kind, text, data)))
         self._event_bytes += 0 if data is None else len(data)
 
+    def _append(self, event: Event) -> None:
+        if isinstance(event, MergeEvent):
+            seg = self._insert_segment(event.uids, event.X, event.target)
+            self._insert_event("merge", {"seg": seg}, _blob(event.margin, "<f8"))
+        elif isinstance(event, InitEvent):
+            self._insert_event("init", {"score": event.score, "charge": event.charge}, None)
+        else:
+            blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
+                     _blob(event.leaves, "<f8"))
+            self._db.execute(
+                "INSERT INTO trees(round, features, thresholds, leaves, crc) "
+                "VALUES (?, ?, ?, ?, ?)", (event.round, *blobs, _crc(*blobs)))
+            self._insert_event("round", {"round": event.round, "dropped": event.dropped},
+                               None if event.codes is None else _blob(event.codes, "<u2"))
+
     def _insert_segment(self, uids: np.ndarray, X: np.ndarray, target: np.ndarray) -> int:
+        blobs = (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8"))
         cursor = self._db.execute(
-            "INSERT INTO segments(uids, X, target) VALUES (?, ?, ?)",
-            (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8")),
-        )
+            "INSERT INTO segments(uids, X, target, crc) VALUES (?, ?, ?, ?)",
+            (*blobs, _crc(*blobs)))
         self._segment_rows += int(uids.size)
         return int(cursor.lastrowid)
 
@@ -390,22 +591,22 @@ class SQLiteStore(StateStore):
             self._insert_segment(after.uids, after.X, after.target)
         last_seg = int(db.execute("SELECT COALESCE(MAX(seg), 0) FROM segments").fetchone()[0])
         seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        blobs = (_blob(after.uids, "<i8"), _blob(after.margin, "<f8"), _blob(after.spent, "<f8"))
         db.execute(
-            "INSERT OR REPLACE INTO snapshot(id, seq, last_seg, uids, margin, spent) "
-            "VALUES (0, ?, ?, ?, ?, ?)",
-            (seq, last_seg, _blob(after.uids, "<i8"), _blob(after.margin, "<f8"),
-             _blob(after.spent, "<f8")),
-        )
+            "INSERT OR REPLACE INTO snapshot(id, seq, last_seg, uids, margin, spent, crc) "
+            "VALUES (0, ?, ?, ?, ?, ?, ?)", (seq, last_seg, *blobs, _crc(*blobs)))
         db.execute("DELETE FROM events WHERE seq <= ?", (seq,))
         db.execute("DELETE FROM trees WHERE round < ?", (first_kept_round,))
         self._event_bytes = 0
 
     def close(self) -> None:
         self._db.close()
+        self._lock.release()
 
 
 def open_store(store: StateStore | str | Path | None) -> StateStore:
-    """``None`` → memory; a path or ``sqlite:///…`` URL → SQLite; a store → itself."""
+    """``None`` → memory; a path or ``sqlite:///…`` URL → the SQLite store there, which must
+    exist (see :class:`SQLiteStore` for creating one); a store → itself."""
     if store is None:
         return MemoryStore()
     if isinstance(store, StateStore):

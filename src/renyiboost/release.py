@@ -1,0 +1,120 @@
+"""The public release: the only thing renyiboost lets out to the world.
+
+DEVELOPERS invariant 2. What leaves for the world — the model topic, model exports, a served
+model — is a :class:`ModelRelease`: trees, the initial score, the public schema, the task and
+hyper-parameters, the privacy parameters (:class:`PrivacyGuarantee`: ε, δ, α̂, σ, B) and a
+version, plus the identity of the store whose ledger paid for it. Every field is either a DP
+output (leaves, initial score), drawn from public randomness (splits), or a public input.
+
+Nothing here counts anything. Counts of keys, spent budgets, quantiles, offsets and dead
+letters are a deterministic function of who is in the data (adding one key moves
+``n_active + n_retired`` by one in every run): they are **operator telemetry**
+(:class:`renyiboost.stream.engine.OperatorTelemetry`), for the people who run the service,
+on its own channel, never inside a release.
+
+A release's shape depends only on public inputs: one release per scheduled output (the
+initial score is version 1, the tree of round ``r`` version ``r + 2``), each carrying the
+trees it adds, so two neighbouring streams publish the same number of messages of the same
+shape (``tests/test_privacy.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from renyiboost.accounting import Calibration
+
+RELEASE_FORMAT = "renyiboost.release/1"
+
+
+class PrivacyGuarantee(BaseModel):
+    """The privacy parameters of a model: functions of its configuration only.
+
+    ``epsilon`` is the (ε, δ) that the per-unit Rényi budget ``budget_rdp`` at order
+    ``order`` converts to; ``sigma`` is the noise scale of the tree leaves. ``unit`` is what
+    one budget protects: a key on a stream, a row in a batch fit. ``epsilon`` is ``None``
+    for a model trained without privacy.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    private: bool
+    unit: Literal["key", "row"]
+    epsilon: float | None
+    delta: float | None
+    order: int | None
+    sigma: float | None
+    budget_rdp: float | None
+    seeded_for_testing: bool
+
+    @classmethod
+    def of(cls, calibration: Calibration | None, unit: Literal["key", "row"],
+           seeded: bool) -> PrivacyGuarantee:
+        cal = calibration
+        return cls(
+            private=cal is not None, unit=unit,
+            epsilon=cal.epsilon if cal else None, delta=cal.delta if cal else None,
+            order=cal.order if cal else None, sigma=cal.sigma if cal else None,
+            budget_rdp=cal.budget_rdp if cal else None, seeded_for_testing=seeded,
+        )
+
+    @property
+    def epsilon_or_inf(self) -> float:
+        return math.inf if self.epsilon is None else self.epsilon
+
+
+class ReleasedTree(BaseModel):
+    """One random tree with its DP leaves (heap order, see :mod:`renyiboost.models.trees`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    round: int
+    features: list[int]
+    thresholds: list[float]
+    leaves: list[float]
+
+
+class ModelRelease(BaseModel):
+    """A public model version, or the part of it added since an earlier version.
+
+    ``version`` counts the outputs released so far (initial score = 1, each round + 1);
+    ``trees`` holds the trees of the rounds covered by this release (all of them in a full
+    export). ``store_id`` and ``epoch`` name the ledger that paid for it (``None`` for a
+    batch fit, which keeps no ledger).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["renyiboost.release/1"] = RELEASE_FORMAT
+    model: str
+    store_id: str | None
+    epoch: int | None
+    version: int
+    task: Literal["regression", "classification"]
+    depth: int
+    public_schema: dict[str, Any]
+    params: dict[str, Any]
+    init_score: float
+    max_trees: int | None
+    trees: list[ReleasedTree]
+    guarantee: PrivacyGuarantee
+
+
+def released_trees(
+    features: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray, first_round: int,
+    rounds: range | None = None,
+) -> list[ReleasedTree]:
+    """The trees of an ensemble's arrays (tree ``i`` is round ``first_round + i``), keeping
+    those whose round is in ``rounds`` (all if ``None``)."""
+    out = []
+    for i in range(features.shape[0]):
+        round_ = first_round + i
+        if rounds is None or round_ in rounds:
+            out.append(ReleasedTree(round=round_, features=features[i].tolist(),
+                                    thresholds=thresholds[i].tolist(),
+                                    leaves=leaves[i].tolist()))
+    return out

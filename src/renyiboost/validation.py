@@ -1,0 +1,256 @@
+"""One validator for every way a record comes in: ``learn_one``, ``learn_many``, Kafka events.
+
+DEVELOPERS invariant 7: bad input gets a clear error (or a dead letter) with its reason,
+never a silent fix. :class:`RecordValidator` holds the rules once; the River estimators call
+it per record, and the Kafka parser (:mod:`renyiboost.connectors.events`) calls it per
+message and checks (in tests) that its fast batch path accepts and rejects exactly the same.
+A rejection is an :class:`~renyiboost.exceptions.InvalidRecord` (a ``ValueError``) whose
+``reason`` is the dead-letter reason:
+
+* ``schema`` — ``x`` is not a mapping, names a feature the public schema does not have (it
+  would otherwise be ignored without a word), or holds a value of the wrong kind: a numeric
+  feature takes a finite real number (not a bool, not a string; NaN and ±inf are refused,
+  leave a feature out to mark it missing), a categorical one a string, integer or bool.
+  Numbers outside the public bounds are clipped and categories outside the public domain take
+  the "other" branch: that is the schema's meaning of a bound, not an error.
+* ``label`` — a regression label must be a finite real number inside the public
+  ``target_bounds`` (no bools, no strings: ``"5"`` is refused everywhere); a classification
+  label is a bool or the number 0 or 1.
+* ``key`` / ``missing_key`` — see :func:`normalise_key`.
+
+**Keys.** The unit of privacy is a key, so a key must mean one thing everywhere. Keys are
+strings in Unicode NFC: a ``str`` is normalised to NFC, an integer becomes its decimal string
+(so ``7`` and ``"7"`` are one key — merging can only make two records share one budget, never
+split one budget in two), ``bytes`` (a Kafka message key) are decoded as UTF-8 (invalid UTF-8
+is refused, never replaced). Empty keys and keys longer than :data:`MAX_KEY_CHARS`
+characters are refused with reason ``key``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from renyiboost.exceptions import InvalidRecord
+from renyiboost.schema import PublicSchema
+
+#: Longest key accepted, in characters after NFC normalisation.
+MAX_KEY_CHARS = 256
+
+
+def normalise_key(key: Any) -> str:
+    """The canonical string of a key (see the module docstring); raises ``InvalidRecord``.
+
+    Examples
+    --------
+    >>> normalise_key("Zoe\\u0308"), normalise_key(7), normalise_key(b"u1")
+    ('Zoë', '7', 'u1')
+    """
+    if isinstance(key, str):
+        name = key
+    elif isinstance(key, bytes):
+        try:
+            name = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecord("key", f"key {key[:40]!r} is not valid UTF-8") from None
+    elif isinstance(key, numbers.Integral) and not isinstance(key, bool | np.bool_):
+        name = str(int(key))
+    else:
+        raise InvalidRecord("key", f"keys must be str, int or bytes, got "
+                                   f"{type(key).__name__} {key!r:.40}")
+    if not name.isascii():
+        name = unicodedata.normalize("NFC", name)
+    if not name:
+        raise InvalidRecord("key", "keys must not be empty")
+    if len(name) > MAX_KEY_CHARS:
+        raise InvalidRecord("key", f"key of {len(name)} characters is longer than "
+                                   f"{MAX_KEY_CHARS}")
+    return name
+
+
+def _is_real(value: Any) -> bool:
+    """A real number that is not a bool (numpy scalars included)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+
+
+class RecordValidator:
+    """The public schema's rules for one record (see the module docstring).
+
+    Parameters
+    ----------
+    schema
+        Public feature bounds and domains (and ``target_bounds`` for regression).
+    task
+        ``"regression"`` or ``"classification"``.
+
+    Examples
+    --------
+    >>> schema = PublicSchema(features={"age": (0, 100), "sex": ["F", "M"]},
+    ...                       target_bounds=(0, 10))
+    >>> check = RecordValidator(schema, "regression")
+    >>> check.features({"age": 130, "sex": "X"})
+    array([100.,   2.])
+    >>> check.label("5")
+    Traceback (most recent call last):
+    ...
+    renyiboost.exceptions.InvalidRecord: a regression label must be a number, got str '5'
+    """
+
+    def __init__(self, schema: PublicSchema, task: str) -> None:
+        if task == "regression" and schema.target_bounds is None:
+            raise ValueError("regression needs public target_bounds=(lo, hi)")
+        self.schema = schema
+        self.task = task
+        self._columns = {name: j for j, name in enumerate(schema.names)}
+
+    # ------------------------------------------------------------------ features
+    def features(self, x: Any) -> np.ndarray:
+        """The encoded row of ``x``; raises ``InvalidRecord('schema', …)``."""
+        if not isinstance(x, Mapping):
+            raise InvalidRecord("schema", f"x must be a mapping from feature name to value, "
+                                          f"got {type(x).__name__}")
+        schema = self.schema
+        unknown = [name for name in x if name not in self._columns]
+        if unknown:
+            known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8
+                                                                else "")
+            raise InvalidRecord("schema", f"unknown feature {unknown[0]!r} (not in the public "
+                                          f"schema: {known})")
+        for name, value in x.items():
+            if value is not None:
+                self._check_value(name, value)
+        return schema.encode_dict(x)
+
+    def columns(
+        self, columns: Mapping[str, Any], n_rows: int
+    ) -> tuple[np.ndarray, dict[int, InvalidRecord]]:
+        """Encoded rows of a column mapping (a DataFrame's columns) and why each bad row is
+        refused. Rows are judged one by one, exactly as :meth:`features` would judge the
+        row's dict without its missing values; bad rows come back as all-NaN rows. A
+        DataFrame marks a missing category with ``None`` or NaN (pandas turns one into the
+        other), so both are missing in a categorical column; a NaN in a numeric column is
+        refused, as in :meth:`features`."""
+        bad: dict[int, InvalidRecord] = {}
+        unknown = [name for name in columns if name not in self._columns]
+        if unknown:
+            try:
+                self.features({unknown[0]: None})
+            except InvalidRecord as why:
+                bad = dict.fromkeys(range(n_rows), why)
+            return np.full((n_rows, self.schema.n_features), np.nan), bad
+        arrays = {}
+        for name, column in columns.items():
+            values = np.asarray(column)
+            if values.shape != (n_rows,):
+                raise ValueError(f"column {name!r} has shape {values.shape}, expected ({n_rows},)")
+            categorical = isinstance(self.schema.features[name], list)
+            if values.dtype.kind in ("iub" if categorical else "iuf"):
+                suspects = (np.zeros(n_rows, bool) if categorical
+                            else ~np.isfinite(values.astype(float)))
+            else:
+                suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
+            copied = False
+            for i in np.flatnonzero(suspects).tolist():
+                value = values[i].item() if isinstance(values[i], np.generic) else values[i]
+                if categorical and isinstance(value, float) and math.isnan(value):
+                    if not copied:
+                        values, copied = values.copy(), True  # never write into the caller's
+                    value = values[i] = None
+                if i not in bad and value is not None:
+                    try:
+                        self._check_value(name, value)
+                    except InvalidRecord as why:
+                        bad[i] = why
+            arrays[name] = values
+        good = np.ones(n_rows, dtype=bool)
+        good[list(bad)] = False
+        rows = np.full((n_rows, self.schema.n_features), np.nan)
+        rows[good] = self.schema.encode_columns({name: values[good]
+                                                 for name, values in arrays.items()})
+        return rows, bad
+
+    def _check_value(self, name: str, value: Any) -> None:
+        if isinstance(self.schema.features[name], list):
+            if not isinstance(value, str | numbers.Integral):
+                raise InvalidRecord("schema", f"feature {name!r} is categorical: expected a "
+                                              f"string, integer or bool, got "
+                                              f"{type(value).__name__} {value!r:.40}")
+            return
+        if not _is_real(value):
+            raise InvalidRecord("schema", f"feature {name!r} is numeric, got "
+                                          f"{type(value).__name__} {value!r:.40}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise InvalidRecord("schema", f"feature {name!r} is {value!r:.40}: numeric features "
+                                          "must be finite (leave a feature out to mark it "
+                                          "missing)")
+
+    # ------------------------------------------------------------------ labels
+    def label(self, y: Any) -> float:
+        """The label as a float; raises ``InvalidRecord('label', …)``."""
+        if self.task == "classification":
+            if isinstance(y, bool | np.bool_):
+                return float(y)
+            if _is_real(y) and float(y) in (0.0, 1.0):
+                return float(y)
+            raise InvalidRecord("label", f"binary labels must be 0/1 or False/True, got {y!r:.40}")
+        if not _is_real(y):
+            raise InvalidRecord("label", f"a regression label must be a number, got "
+                                         f"{type(y).__name__} {y!r:.40}")
+        try:
+            value = float(y)
+        except OverflowError:
+            value = math.inf
+        lo, hi = self.schema.target_bounds  # type: ignore[misc]
+        if not math.isfinite(value):
+            raise InvalidRecord("label", f"labels must be finite numbers, got {y!r:.40}")
+        if not lo <= value <= hi:
+            raise InvalidRecord("label", f"label {y!r:.40} is outside the public target_bounds "
+                                         f"({lo}, {hi})")
+        return value
+
+    def labels_ok(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`label`'s rule on an array of float labels, as a boolean mask (the caller has
+        already refused non-numbers)."""
+        if self.task == "classification":
+            return (values == 0.0) | (values == 1.0)
+        lo, hi = self.schema.target_bounds  # type: ignore[misc]
+        return (values >= lo) & (values <= hi)  # NaN fails both, ±inf one
+
+    def labels(self, y: Any) -> np.ndarray:
+        """:meth:`label` for a whole array at once; the first bad label is reported by
+        :meth:`label` itself, so the reasons are the same."""
+        raw = np.asarray(y)
+        if raw.dtype.kind not in "biuf":
+            for value in raw.reshape(-1).tolist():
+                self.label(value)
+        values = raw.astype(float).reshape(-1)
+        ok = self.labels_ok(values)
+        if not ok.all():
+            self.label(raw.reshape(-1)[~ok][0])
+        return values
+
+    def bad_labels(self, y: Any) -> list[tuple[int, InvalidRecord]]:
+        """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""
+        raw = np.asarray(y)
+        if raw.dtype.kind in "biuf":
+            values = raw.astype(float).reshape(-1)
+            suspects = np.flatnonzero(~self.labels_ok(values)).tolist()
+        else:
+            suspects = range(raw.size)
+        out = []
+        flat = raw.reshape(-1)
+        for i in suspects:
+            try:
+                self.label(flat[i].item() if hasattr(flat[i], "item") else flat[i])
+            except InvalidRecord as why:
+                out.append((int(i), why))
+        return out

@@ -1,0 +1,269 @@
+"""One key, one ledger, forever: stores that are never created implicitly, locked, pinned to
+their calibration, checksummed, and that fail loudly (and whole) when the disk is full."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from renyiboost import SGBDTRegressor
+from renyiboost.cli import main as cli
+from renyiboost.connectors.events import EventFormat, EventParser
+from renyiboost.exceptions import (
+    InvalidRecord,
+    LedgerConflict,
+    StateStoreError,
+    StoreLocked,
+    StoreNotFound,
+    TestingOnlyWarning,
+)
+from renyiboost.stream.store import SQLiteStore
+from renyiboost.validation import MAX_KEY_CHARS, normalise_key
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+FEATURES = {"a": (0.0, 1.0), "b": (-5.0, 5.0), "c": ["x", "y", "z"]}
+
+
+def _model(store, **kw) -> SGBDTRegressor:
+    params = {"features": FEATURES, "target_bounds": (0.0, 3.0), "epsilon": 1.0, "rounds": 6,
+              "depth": 2, "sampling_rate": 0.5, "train_every": 25, "warmup": 25, "seed": 7}
+    return SGBDTRegressor(**(params | kw), store=store)
+
+
+def _feed(model, n: int, start: int = 0) -> None:
+    rng = np.random.default_rng(start)
+    for i in range(start, start + n):
+        x = {"a": float(rng.uniform()), "b": float(rng.uniform(-5, 5)), "c": "xyz"[i % 3]}
+        model.learn_one(x, float(np.clip(2 * x["a"], 0, 3)), key=f"k{i % 80}")
+
+
+# --------------------------------------------------------------------- never implicit
+
+
+def test_a_missing_empty_or_identityless_file_is_never_a_new_store(tmp_path) -> None:
+    with pytest.raises(StoreNotFound, match="never created implicitly"):
+        _model(str(tmp_path / "missing.db"))
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(StoreNotFound, match="0 bytes"):
+        _model(str(empty))
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.commit()
+    with pytest.raises(StoreNotFound, match="no identity"):
+        _model(str(other))
+
+
+def test_a_state_file_without_its_write_ahead_log_is_refused(tmp_path) -> None:
+    """The main file copied without its -wal (commits not yet checkpointed) holds no store."""
+    path = tmp_path / "s.db"
+    model = _model(SQLiteStore(path, create=True))
+    _feed(model, 200)
+    copy = tmp_path / "copy.db"
+    shutil.copy(path, copy)  # the WAL (and the identity in it) stays behind
+    model.engine.close()
+    with pytest.raises(StoreNotFound):
+        _model(str(copy))
+
+
+def test_creating_a_store_over_an_existing_file_is_refused(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    _model(SQLiteStore(path, create=True)).engine.close()
+    with pytest.raises(LedgerConflict, match="already exists"):
+        SQLiteStore(path, create=True)
+
+
+# --------------------------------------------------------------------- one holder
+
+
+def test_a_second_holder_is_refused_with_the_holders_name(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    first = _model(SQLiteStore(path, create=True))
+    with pytest.raises(StoreLocked, match=r"in use by pid \d+"):
+        _model(str(path))
+    first.engine.close()
+    _model(str(path)).engine.close()  # released on close
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    SQLiteStore(path, create=True).close()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from renyiboost.stream.store import SQLiteStore
+        store = SQLiteStore({str(path)!r}); print("held", flush=True); time.sleep(60)""")],
+        stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    with pytest.raises(StoreLocked, match=f"pid {holder.pid}"):
+        SQLiteStore(path)
+    holder.kill()
+    holder.wait(10)
+    SQLiteStore(path).close()
+
+
+# --------------------------------------------------------------------- pinned meaning
+
+
+def test_a_changed_calibration_or_charge_grid_is_refused(tmp_path) -> None:
+    """Same arguments, different numbers (e.g. another version of the accounting): refused."""
+    path = tmp_path / "s.db"
+    model = _model(SQLiteStore(path, create=True))
+    _feed(model, 60)
+    model.engine.close()
+    for name, change in (("calibration", lambda c: c | {"sigma": c["sigma"] * 0.9}),
+                         ("charge_grid_sha256", lambda c: "0" * 64)):
+        db = sqlite3.connect(path)
+        (stored,) = db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        db.execute("UPDATE meta SET value = ? WHERE name = ?",
+                   (json.dumps(change(json.loads(stored))), name))
+        db.commit()
+        with pytest.raises(LedgerConflict, match=f"different {name}"):
+            _model(str(path))
+        db.execute("UPDATE meta SET value = ? WHERE name = ?", (stored, name))
+        db.commit()
+        db.close()
+    _model(str(path)).engine.close()
+
+
+def test_a_corrupt_blob_is_detected(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    model = _model(SQLiteStore(path, create=True, snapshot_ratio=1e9))
+    _feed(model, 200)
+    model.engine.close()
+    db = sqlite3.connect(path)
+    (data,) = db.execute("SELECT data FROM events WHERE kind = 'round' LIMIT 1").fetchone()
+    flipped = bytes([data[0] ^ 1]) + data[1:]
+    db.execute("UPDATE events SET data = ? WHERE kind = 'round' AND data = ?", (flipped, data))
+    db.commit()
+    db.close()
+    with pytest.raises(StateStoreError, match="corrupt"):
+        _model(str(path))
+
+
+# --------------------------------------------------------------------- failures
+
+
+def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    model = _model(SQLiteStore(path, create=True))
+    _feed(model, 100)
+    engine = model.engine
+    committed = engine.release_version
+    db = engine.store._db
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    db.execute(f"PRAGMA max_page_count = {pages + 1}")  # the "disk" is full from here on
+    with pytest.raises(StateStoreError, match="database or disk is full") as caught:
+        _feed(model, 400, start=100)
+    assert "cannot rollback" not in str(caught.value)
+    with pytest.raises(StateStoreError, match="failed commit"):
+        _feed(model, 1, start=600)  # the engine stopped for good
+    engine.close()
+    again = _model(str(path))
+    assert again.engine.release_version == committed  # nothing half-committed
+    again.engine.close()
+
+
+def test_the_command_line_reports_errors_as_one_line_and_exit_code_1(tmp_path, capsys) -> None:
+    from renyiboost.stream.sources import InMemorySource
+
+    features = "\n".join(f"{name} = {json.dumps(list(spec))}"
+                         for name, spec in InMemorySource("abalone").schema.features.items())
+    config = tmp_path / "c.toml"
+    config.write_text(f"""
+source = "memory:abalone"
+state = "{tmp_path / 'missing.db'}"
+[model]
+task = "regression"
+target_bounds = [0, 30]
+[model.features]
+{features}
+""")
+    assert cli(["train", "--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("renyiboost: error: no state store at")
+    assert cli(["state", "init", "--config", str(config)]) == 0
+    assert cli(["state", "init", "--config", str(config)]) == 1  # never over an old one
+    assert "already exists" in capsys.readouterr().err
+    assert cli(["train", "--config", str(config)]) == 0  # memory:abalone into the new store
+    capsys.readouterr()
+    assert cli(["state", "info", "--config", str(config)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["channel"] == "operator-telemetry" and info["positions"] == 4177
+
+
+# --------------------------------------------------------------------- keys
+
+
+def test_keys_are_normalised_one_way() -> None:
+    assert normalise_key("Zoe\u0308") == normalise_key("Zo\u00eb") == "Zo\u00eb"  # NFC
+    assert normalise_key(7) == normalise_key("7") == normalise_key(np.int64(7)) == "7"
+    assert normalise_key("caf\u00e9".encode()) == "caf\u00e9"
+    for bad, reason in (("", "empty"), ("k" * (MAX_KEY_CHARS + 1), "longer"),
+                        (b"\xff", "UTF-8"), (True, "str, int or bytes"),
+                        (1.5, "str, int or bytes")):
+        with pytest.raises(InvalidRecord, match=reason) as caught:
+            normalise_key(bad)
+        assert caught.value.reason == "key"
+
+
+def test_one_person_under_two_spellings_has_one_budget() -> None:
+    model = _model(None, rounds=2, sampling_rate=1.0, train_every=10, warmup=10)
+    for i in range(60):
+        model.learn_one({"a": 0.5}, 1.0, key="Zoe\u0308" if i % 2 else "Zo\u00eb")
+    assert model.operator_budget_of("Zoe\u0308") == model.operator_budget_of("Zo\u00eb")
+    assert model.operator_budget_of("Zo\u00eb").status == "retired"
+
+
+# --------------------------------------------------------------------- one validator
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10, 10), st.integers(10**300, 10**310),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(x=st.dictionaries(st.sampled_from(["a", "b", "c", "zzz"]), _VALUES, max_size=4),
+       y=_VALUES)
+def test_learn_one_and_the_kafka_parser_judge_every_record_alike(x, y) -> None:
+    """The same record (as JSON would carry it) is accepted by both paths with the same
+    row and label, or refused by both with the same reason."""
+    model = _model(None, seed=1)
+    parser = EventParser(model.engine.validator, EventFormat())
+    try:
+        value = json.dumps({"x": x, "y": y}).encode()
+    except (ValueError, OverflowError):
+        return
+    parsed = parser.parse(value, b"k1")
+    decoded = json.loads(value)
+    try:
+        model.learn_one(decoded["x"], decoded["y"], key="k1")
+    except InvalidRecord as why:
+        assert getattr(parsed, "reason", None) == why.reason, (why, parsed)
+        return
+    assert not hasattr(parsed, "reason"), parsed
+    engine = model.engine
+    np.testing.assert_array_equal(engine._pending_rows[-1].ravel(), parsed.row)
+    assert engine._pending_targets[-1] == parsed.label
+
+
+def test_learn_many_learns_the_valid_rows_and_names_the_first_bad_one() -> None:
+    import pandas as pd
+
+    model = _model(None, train_every=1000, warmup=1000)
+    frame = pd.DataFrame({"a": [0.1, np.nan, 0.3, 0.4], "b": [1.0, 2.0, np.inf, 0.0],
+                          "c": ["x", "y", "z", None]})
+    with pytest.raises(InvalidRecord, match="2 of 4 rows were not learned; row 1"):
+        model.learn_many(frame, pd.Series([1.0, 1.0, 1.0, 2.0]), keys=["p", "q", "r", "s"])
+    assert model.engine.n_pending == 2 and model.engine.positions == 4

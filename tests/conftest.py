@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer
+from hypothesis import Phase, settings
+
+#: ``make mutants`` only needs to know that a test fails, not the smallest failing example.
+settings.register_profile("mutants", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 from renyiboost.connectors.local_broker import LocalBroker
 
@@ -22,3 +29,16 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(str(error))
     yield bootstrap
     broker.stop()
+
+
+def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
+    """Read a topic from the beginning until ``expected`` messages or the timeout."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(500, 1.0) if not m.error()]
+    consumer.close()
+    return got

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Message, Producer
+from conftest import read_topic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,19 +53,6 @@ def _produce(
     for key, value in values:
         producer.produce(topic, key=key, value=value, **where)
     assert producer.flush(30) == 0
-
-
-def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
-    """Read a topic from the beginning until ``expected`` messages or the timeout."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-    consumer.subscribe([topic])
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < expected and time.monotonic() < deadline:
-        got += [m for m in consumer.consume(500, 1.0) if not m.error()]
-    consumer.close()
-    return got
 
 
 def _abalone_events(limit: int | None = None) -> list[tuple[bytes, bytes]]:
@@ -115,7 +103,7 @@ def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_
     assert follower.store_id == engine.store.identity.store_id
     follower.close()
     # one message per released output, each the public release type and nothing else
-    got = _read(kafka_bootstrap, f"{topic}.models", engine.release_version)
+    got = read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)
     assert [json.loads(m.value())["version"] for m in got] == list(
         range(1, engine.release_version + 1))
     assert {frozenset(json.loads(m.value())) for m in got} == {frozenset(ModelRelease.model_fields)}
@@ -144,7 +132,7 @@ def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tm
     assert engine.operator_telemetry().n_active == 300  # every valid event trained
     assert engine.positions == 307  # and every event, dead-lettered or not, is a position
 
-    got = _read(kafka_bootstrap, f"{topic}.dlq", len(bad))
+    got = read_topic(kafka_bootstrap, f"{topic}.dlq", len(bad))
     assert len(got) == len(bad)
     headers = sorted((dict(m.headers()) for m in got), key=lambda h: int(h["source.offset"]))
     assert [h["reason"].decode() for h in headers] == [
@@ -276,7 +264,7 @@ def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
     topic = _topic("replay")
     assert cli(["replay", "abalone", "--scenario", "late", "--to",
                 f"kafka://{kafka_bootstrap}/{topic}", "--limit", "400", "--rate", "4000"]) == 0
-    got = _read(kafka_bootstrap, topic, 400)
+    got = read_topic(kafka_bootstrap, topic, 400)
     assert len(got) == 400
     events = [json.loads(m.value()) for m in got]
     assert len({m.key() for m in got}) == 400  # the identity is the message key
@@ -434,7 +422,7 @@ def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstra
     np.testing.assert_array_equal(engine.ensemble.leaves, reference.ensemble.leaves)
     assert engine.booster.rounds_done == reference.booster.rounds_done > 0
 
-    got = _read(kafka_bootstrap, f"{topic}.dlq", len(expected_dlq))
+    got = read_topic(kafka_bootstrap, f"{topic}.dlq", len(expected_dlq))
     dlq = sorted((int(h["source.partition"]), int(h["source.offset"]), h["reason"].decode(),
                   h["detail"].decode()) for h in (dict(m.headers()) for m in got))
     assert dlq == sorted(expected_dlq)

@@ -85,8 +85,11 @@ def _replay(argv: list[str]) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="events per second (0: max)")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed of the scenario")
+    parser.add_argument("--connect-timeout", type=float, default=30.0,
+                        help="seconds to wait for the cluster before giving up (default 30)")
     args = parser.parse_args(argv)
-    return run_replay(args.dataset, args.scenario, args.to, args.rate, args.limit, args.seed)
+    return run_replay(args.dataset, args.scenario, args.to, args.rate, args.limit, args.seed,
+                      args.connect_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,143 @@
+"""``make mutants``: hand-written privacy mutations that the test suite must catch.
+
+Each mutation is a small, plausible bug that breaks the guarantee: less noise, a record
+charged too little or not at all, a count in the public release, a schedule that reads the
+pool, a second ledger. For each, the source tree is copied to a temporary directory, the
+mutation applied there (never in the working tree), and the named tests run against the
+copy; the mutation must make them fail. Exit code 1 if any mutation survives.
+
+Run: ``python tests/mutants.py`` (``make mutants``; also part of ``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRIVACY = ["tests/test_privacy.py"]
+LEDGER = ["tests/test_ledger.py"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+    #: Further ``(path, old, new)`` edits of the same bug (e.g. both of two guards).
+    also: tuple[tuple[str, str, str], ...] = ()
+
+
+MUTATIONS = [
+    Mutation("gradient-sum noise x 0.1", "src/renyiboost/models/booster.py",
+             "self.release.sum_noise_std(params.grad_clip)",
+             "0.1 * self.release.sum_noise_std(params.grad_clip)", PRIVACY),
+    Mutation("count noise x 0.1", "src/renyiboost/models/booster.py",
+             "self.release.count_noise_std(self.count_sensitivity)",
+             "0.1 * self.release.count_noise_std(self.count_sensitivity)", PRIVACY),
+    Mutation("initial score without its sum noise", "src/renyiboost/models/booster.py",
+             "total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])",
+             "total += 0.0", PRIVACY),
+    Mutation("initial score charges nobody (batch)", "src/renyiboost/models/booster.py",
+             "spent[active] += cal.init_charge", "pass", PRIVACY),
+    Mutation("initial score charges nobody (stream)", "src/renyiboost/stream/engine.py",
+             "pool.spent + event.charge, pool.retired)", "pool.spent, pool.retired)", PRIVACY),
+    Mutation("only Poisson-sampled records are charged", "src/renyiboost/models/booster.py",
+             "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)",
+             "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)"
+             "\n        spent[active] = np.where(sampled, spent[active], pool.spent[active])",
+             PRIVACY),
+    Mutation("charge table rounds s^2 down", "src/renyiboost/accounting/filter.py",
+             "np.ceil(s2 * self.resolution)", "np.floor(s2 * self.resolution)", PRIVACY),
+    Mutation("eligibility lets a record overspend", "src/renyiboost/accounting/filter.py",
+             "eligible = spent + charges <= self.budget_rdp",
+             "eligible = spent + charges <= 2 * self.budget_rdp",
+             ["tests/test_accounting.py", *PRIVACY]),
+    Mutation("no charge floor (Newton leaves never retire)", "src/renyiboost/models/booster.py",
+             "max(natural_min, params.min_sensitivity2)", "max(natural_min, 1e-12)", PRIVACY),
+    Mutation("a count in the public release", "src/renyiboost/stream/engine.py",
+             "max_trees=self.config.max_trees,",
+             "max_trees=self.config.max_trees if self.config.max_trees else len(self._keys),",
+             PRIVACY),
+    Mutation("a round is skipped when nobody is eligible", "src/renyiboost/stream/engine.py",
+             "        outcome = booster.plan_round(self.pool)\n",
+             "        outcome = booster.plan_round(self.pool)\n"
+             "        if outcome.n_eligible == 0:\n            return\n", PRIVACY),
+    Mutation("the warm-up counts pooled records", "src/renyiboost/stream/engine.py",
+             "if self._positions < self.config.warmup:",
+             "if len(self.pool) < self.config.warmup:", PRIVACY),
+    Mutation("invalid records are not stream positions", "src/renyiboost/models/estimators.py",
+             "            engine.empty_event()\n            raise", "            raise", PRIVACY),
+    Mutation("a batch fit stops when nobody is eligible", "src/renyiboost/models/batch.py",
+             "            booster.apply_round(pool, outcome)",
+             "            if outcome.n_eligible == 0:\n                break\n"
+             "            booster.apply_round(pool, outcome)", PRIVACY),
+    Mutation("a retired key is re-admitted", "src/renyiboost/stream/engine.py",
+             "        live = self._status[uids] != RETIRED\n",
+             "        live = np.ones(uids.size, dtype=bool)\n", ["tests/test_stream.py"],
+             also=(("src/renyiboost/stream/engine.py", "if self._status[uid] == RETIRED:",
+                    "if False:"),)),
+    Mutation("a missing state file becomes a new store", "src/renyiboost/stream/store.py",
+             "        return SQLiteStore(store)\n",
+             "        return SQLiteStore(store, create=not Path(str(store)).exists())\n", LEDGER),
+    Mutation("no lock on the state file", "src/renyiboost/stream/store.py",
+             "fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)", "pass", LEDGER),
+    Mutation("a changed calibration is accepted", "src/renyiboost/stream/store.py",
+             "if stored[name] != given:", "if False:", LEDGER),
+    Mutation("keys are not NFC-normalised", "src/renyiboost/validation.py",
+             'name = unicodedata.normalize("NFC", name)', "pass", LEDGER),
+]
+
+
+def run(mutation: Mutation, python: str) -> tuple[bool, float, str]:
+    """Apply ``mutation`` in a copy of the tree and run its tests; True if they failed."""
+    with tempfile.TemporaryDirectory(prefix="renyiboost-mutant-") as tmp:
+        copy = Path(tmp)
+        for part in ("src", "tests"):
+            shutil.copytree(ROOT / part, copy / part,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+        for path, old, new in ((mutation.path, mutation.old, mutation.new), *mutation.also):
+            target = copy / path
+            text = target.read_text()
+            if text.count(old) != 1:
+                raise SystemExit(f"mutation {mutation.name!r}: the text to replace occurs "
+                                 f"{text.count(old)} times in {path}")
+            target.write_text(text.replace(old, new))
+        env = {**os.environ, "PYTHONPATH": str(copy / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+        start = time.monotonic()
+        result = subprocess.run(
+            [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W",
+             "ignore::Warning", "--hypothesis-profile=mutants", *mutation.tests],
+            check=False, cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+        failed = result.returncode != 0
+        lines = (result.stdout.strip().splitlines() or [""])
+        return failed, time.monotonic() - start, lines[-1]
+
+
+def main() -> int:
+    survivors = []
+    print(f"{len(MUTATIONS)} mutations; each must make its tests fail")
+    for mutation in MUTATIONS:
+        killed, seconds, summary = run(mutation, sys.executable)
+        print(f"  {'killed  ' if killed else 'SURVIVED'} {mutation.name:48s} {seconds:5.1f} s  "
+              f"{summary}", flush=True)
+        if not killed:
+            survivors.append(mutation.name)
+    if survivors:
+        print(f"{len(survivors)} mutation(s) survived: {survivors}")
+        return 1
+    print("every mutation was caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

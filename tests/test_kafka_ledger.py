@@ -1,0 +1,205 @@
+"""One key, one ledger on Kafka (real broker): a trainer that would start a second ledger
+refuses, a dead cluster is an error, dead letters are not repeated after a crash, and two
+neighbouring topics publish the same messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+import uuid
+import warnings
+
+import numpy as np
+import pytest
+from confluent_kafka import Producer
+from conftest import read_topic
+
+from renyiboost.cli import main as cli
+from renyiboost.connectors.events import EventFormat, event_json
+from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
+from renyiboost.connectors.local_broker import free_port
+from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, TestingOnlyWarning
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sources import InMemorySource
+from renyiboost.stream.store import SQLiteStore
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+SOURCE = InMemorySource("abalone", scenario="iid", batch_size=500, limit=600)
+
+
+def _events(drop: str | None = None) -> list[tuple[bytes, bytes | None]]:
+    """Abalone events keyed by person; ``drop``'s events become tombstones (empty events)."""
+    out = []
+    for batch in SOURCE:
+        for i, (row, y) in enumerate(zip(batch.X, batch.y, strict=True)):
+            key = f"p{(len(out) + i) % 150}"
+            value = event_json(key, SOURCE.schema.decode_row(row), float(y))
+            out.append((key.encode(), None if key == drop else value))
+    return out
+
+
+def _produce(bootstrap: str, topic: str, events) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in events:
+        producer.produce(topic, key=key, value=value, partition=0)
+    assert producer.flush(30) == 0
+
+
+def _engine(store) -> StreamEngine:
+    params = SGBDTParams(task="regression", epsilon=1.0, rounds=4, depth=3, sampling_rate=0.5,
+                         learning_rate=0.3, reg_lambda=20.0)
+    config = EngineConfig(public_schema=SOURCE.schema, params=params, train_every=50,
+                          trees_per_trigger=2, warmup=120)
+    return StreamEngine(config, store=store, seed=3)
+
+
+def _settings(bootstrap: str, topic: str, group: str | None = None, **kw) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=bootstrap, topics=[topic],
+                         group_id=group or f"g-{topic}", model_topic=f"{topic}.models",
+                         model_name="m", **kw)
+
+
+def _train(bootstrap: str, topic: str, store, group: str | None = None) -> StreamEngine:
+    engine = _engine(store)
+    try:
+        KafkaTrainer(engine, _settings(bootstrap, topic, group)).run(max_idle=2.0)
+    except BaseException:
+        engine.close()
+        raise
+    engine.flush()
+    return engine
+
+
+def _topic() -> str:
+    return f"ledger-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_second_store_on_a_consumed_topic_or_model_is_refused(kafka_bootstrap, tmp_path):
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events())
+    first = _train(kafka_bootstrap, topic, SQLiteStore(tmp_path / "a.db", create=True))
+    assert first.release_version > 2
+    first.close()
+    # the same group: its committed offsets are ahead of a new store's
+    with pytest.raises(LedgerConflict, match="has consumed"):
+        _train(kafka_bootstrap, topic, SQLiteStore(tmp_path / "b.db", create=True))
+    # another group, the same model: the model topic holds another store's releases
+    with pytest.raises(LedgerConflict, match="from state store"):
+        _train(kafka_bootstrap, topic, SQLiteStore(tmp_path / "c.db", create=True),
+               group="another-group")
+
+
+def test_an_old_copy_of_the_store_is_refused(kafka_bootstrap, tmp_path):
+    """A store restored from a backup older than the published model: its keys' charges
+    since the backup are lost, so it must not train (nor publish) again."""
+    topic = _topic()
+    events = _events()
+    _produce(kafka_bootstrap, topic, events[:300])
+    path = tmp_path / "s.db"
+    _train(kafka_bootstrap, topic, SQLiteStore(path, create=True)).close()
+    shutil.copy(path, tmp_path / "backup.db")  # closed: everything is in the main file
+    _produce(kafka_bootstrap, topic, events[300:])
+    newer = _train(kafka_bootstrap, topic, str(path))
+    newer.close()
+    shutil.copy(tmp_path / "backup.db", path)
+    with pytest.raises(LedgerConflict, match="has consumed"):
+        _train(kafka_bootstrap, topic, str(path))
+    with pytest.raises(LedgerConflict, match="lost commits"):
+        _train(kafka_bootstrap, topic, str(path), group="a-fresh-group")
+
+
+def test_changed_partitions_and_memory_stores_are_refused(kafka_bootstrap, tmp_path):
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:100])
+    path = tmp_path / "s.db"
+    _train(kafka_bootstrap, topic, SQLiteStore(path, create=True)).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE name = 'side:partitions'",
+               (json.dumps({topic: 3}),))
+    db.commit()
+    db.close()
+    with pytest.raises(LedgerConflict, match="partitions of the event topics changed"):
+        _train(kafka_bootstrap, topic, str(path))
+    with pytest.raises(LedgerConflict, match="durable state store"):
+        KafkaTrainer(_engine(None), _settings(kafka_bootstrap, topic))
+
+
+def test_an_unreachable_cluster_is_an_error_not_a_hang(tmp_path, capsys) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="answered within 2 s"):
+        KafkaTrainer(_engine(SQLiteStore(tmp_path / "s.db", create=True)),
+                     _settings(closed, "t", connect_timeout=2.0))
+    assert cli(["replay", "abalone", "--to", f"kafka://{closed}/t", "--limit", "10",
+                "--connect-timeout", "2"]) == 1
+    assert time.monotonic() - start < 20
+    err = capsys.readouterr().err
+    assert "renyiboost: error: no Kafka broker at" in err
+
+
+def test_dead_letters_are_not_repeated_after_a_crash(kafka_bootstrap, tmp_path, monkeypatch):
+    topic = _topic()
+    events = _events()[:200]
+    bad = [(f"bad{i}".encode(), b"{not json") for i in range(5)]
+    _produce(kafka_bootstrap, topic, events[:100] + bad + events[100:])
+    path = tmp_path / "s.db"
+    engine = _engine(SQLiteStore(path, create=True))
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic, batch_size=1000))
+
+    def crash(change) -> None:
+        raise OSError("killed before the round's commit (injected)")
+
+    monkeypatch.setattr(engine.store, "commit", crash)
+    with pytest.raises(OSError, match="injected"):
+        for _ in range(20):
+            trainer.poll_once()
+    assert sum(trainer.dead_letters.values()) == 5  # delivered, then the crash
+    trainer.consumer.close()
+    engine.close()
+    monkeypatch.undo()
+
+    again = _engine(str(path))
+    trainer = KafkaTrainer(again, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=2.0)
+    assert trainer.dead_letters_repeated == 5 and not trainer.dead_letters
+    assert again.positions == 205
+    assert len(read_topic(kafka_bootstrap, f"{topic}.dlq", 10, timeout=5.0)) == 5
+
+
+def test_neighbouring_topics_publish_the_same_messages(kafka_bootstrap, tmp_path) -> None:
+    """Topic B is topic A with one person's events replaced by empty events (tombstones,
+    dead-lettered) at the same offsets: the model topics carry the same number of messages,
+    with the same versions, fields and tree shapes; only DP values differ."""
+    shapes = []
+    for name, events in (("a", _events()), ("b", _events(drop="p7"))):
+        topic = _topic()
+        _produce(kafka_bootstrap, topic, events)
+        engine = _train(kafka_bootstrap, topic, SQLiteStore(tmp_path / f"{name}.db", create=True))
+        got = read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)
+        shape = []
+        for message in got:
+            data = json.loads(message.value())
+            data.pop("store_id"), data.pop("init_score")
+            data["trees"] = [(t["round"], len(t["leaves"])) for t in data["trees"]]
+            shape.append(data)
+        shapes.append(shape)
+        engine.close()
+    assert len(shapes[0]) == len(shapes[1]) > 5
+    assert shapes[0] == shapes[1]
+
+
+def test_a_payload_key_when_configured_is_the_only_identity(kafka_bootstrap, tmp_path):
+    from renyiboost.connectors.events import EventParser
+
+    engine = _engine(None)
+    parser = EventParser(engine.validator, EventFormat(key_field="user"))
+    good = json.dumps({"user": "u1", "x": {"length": 0.5}, "y": 5}).encode()
+    assert parser.parse(good, b"ignored").key == "u1"
+    missing = json.dumps({"x": {"length": 0.5}, "y": 5}).encode()
+    assert parser.parse(missing, b"message-key").reason == "missing_key"
+    batch = parser.parse_batch([good, missing], [b"a", b"b"])
+    assert batch.keys == ["u1"] and batch.rejected[0][1].reason == "missing_key"
+    np.testing.assert_array_equal(batch.rows[0], parser.parse(good, None).row)

@@ -30,6 +30,7 @@ from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
+from renyiboost.stream.store import SQLiteStore
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -59,7 +60,7 @@ def _engine(state: str, train_every: int) -> StreamEngine:
                          sampling_rate=0.2, learning_rate=0.3)
     config = EngineConfig(public_schema=schema, params=params, train_every=train_every,
                           warmup=train_every)
-    return StreamEngine(config, store=state, seed=0)
+    return StreamEngine(config, store=SQLiteStore(state, create=True), seed=0)
 
 
 def raw_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -82,8 +83,8 @@ def trainer_throughput(bootstrap: str, topic: str, n: int, train_every: int, tmp
     engine = _engine(f"{tmp}/throughput-{n}-{train_every}.db", train_every)
     trainer = KafkaTrainer(engine, KafkaSettings(
         bootstrap_servers=bootstrap, topics=[topic], group_id=f"t-{uuid.uuid4().hex}",
-        model_topic=f"{topic}.models", batch_size=5000))
-    while not trainer.assigned or trainer.consumed == 0:
+        model_topic=f"{topic}.models.{train_every}", batch_size=5000))
+    while trainer.consumed == 0:
         trainer.poll_once()
     start = time.perf_counter()
     first = trainer.consumed
@@ -103,8 +104,6 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, tmp: str) -
     trainer = KafkaTrainer(engine, KafkaSettings(
         bootstrap_servers=bootstrap, topics=[topic], group_id=f"l-{uuid.uuid4().hex}",
         model_topic=f"{topic}.models", batch_size=500, poll_timeout=0.05))
-    while not trainer.assigned:
-        trainer.poll_once()
     produced: dict[str, float] = {}
     waiting: list[str] = []
     latencies: list[float] = []
@@ -122,7 +121,7 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, tmp: str) -
         publish()
         if pending and waiting:
             now = time.time()
-            merged = [k for k in waiting if engine.budget_of(k).status != "pending"]
+            merged = [k for k in waiting if engine.operator_budget_of(k).status != "pending"]
             latencies.extend(now - produced[k] for k in merged if k in produced)
             waiting[:] = [k for k in waiting if k not in set(merged)]
 

@@ -37,7 +37,7 @@ from renyiboost.accounting import ChargeTable, calibrate, rdp_to_dp, subsampled_
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import RecordPool, SGBDTBooster
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.store import PoolState, StateStore
+from renyiboost.stream.store import PoolState, SQLiteStore, StateStore
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -124,7 +124,7 @@ def bench_commit(report: Report, sizes: list[int]) -> None:
     """Round compute vs SQLite commit time (+ amortised snapshot) for n active records."""
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            engine = _engine_with(n, f"{tmp}/state.db")
+            engine = _engine_with(n, SQLiteStore(f"{tmp}/state.db", create=True))
             store = engine.store
             spent = _timed_commits(store)
             rounds = 3

@@ -5,6 +5,7 @@ neighbouring topics publish the same messages."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 import time
@@ -203,3 +204,28 @@ def test_a_payload_key_when_configured_is_the_only_identity(kafka_bootstrap, tmp
     batch = parser.parse_batch([good, missing], [b"a", b"b"])
     assert batch.keys == ["u1"] and batch.rejected[0][1].reason == "missing_key"
     np.testing.assert_array_equal(batch.rows[0], parser.parse(good, None).row)
+
+
+def test_a_cluster_that_goes_away_stops_the_trainer_with_an_error(tmp_path, caplog) -> None:
+    """The broker dies under a running trainer: after ``connect_timeout`` it stops with
+    ``BrokerUnavailable`` (nothing past the last commit is lost: the offsets are in the
+    store), and librdkafka's complaints arrive through ``logging``, not raw stderr."""
+    from renyiboost.connectors.local_broker import LocalBroker
+
+    broker = LocalBroker(tmp_path / "tansu.log")
+    bootstrap = broker.start()
+    topic = _topic()
+    _produce(bootstrap, topic, _events()[:200])
+    engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
+    trainer = KafkaTrainer(engine, _settings(bootstrap, topic, connect_timeout=3.0))
+    while trainer.consumed < 200:
+        trainer.poll_once()
+    broker.stop()
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="renyiboost.kafka"), \
+            pytest.raises(BrokerUnavailable, match="answered within 3 s"):
+        trainer.run(max_idle=120)
+    assert time.monotonic() - start < 60
+    assert any(record.name == "renyiboost.kafka" for record in caplog.records)
+    assert engine.offsets  # what was committed stays committed
+    engine.close()

@@ -78,6 +78,14 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
+def _as_float(value: Any) -> float:
+    """A real number as a float; an integer too large for one is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).
 
@@ -184,11 +192,7 @@ class RecordValidator:
         if not _is_real(value):
             raise InvalidRecord("schema", f"feature {name!r} is numeric, got "
                                           f"{type(value).__name__} {value!r:.40}")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
+        if not math.isfinite(_as_float(value)):
             raise InvalidRecord("schema", f"feature {name!r} is {value!r:.40}: numeric features "
                                           "must be finite (leave a feature out to mark it "
                                           "missing)")
@@ -199,16 +203,13 @@ class RecordValidator:
         if self.task == "classification":
             if isinstance(y, bool | np.bool_):
                 return float(y)
-            if _is_real(y) and float(y) in (0.0, 1.0):
+            if _is_real(y) and _as_float(y) in (0.0, 1.0):
                 return float(y)
             raise InvalidRecord("label", f"binary labels must be 0/1 or False/True, got {y!r:.40}")
         if not _is_real(y):
             raise InvalidRecord("label", f"a regression label must be a number, got "
                                          f"{type(y).__name__} {y!r:.40}")
-        try:
-            value = float(y)
-        except OverflowError:
-            value = math.inf
+        value = _as_float(y)
         lo, hi = self.schema.target_bounds  # type: ignore[misc]
         if not math.isfinite(value):
             raise InvalidRecord("label", f"labels must be finite numbers, got {y!r:.40}")

@@ -236,7 +236,9 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 
 #: Part of every cached cell's key (here and in the paper preset): bump it when a run's
 #: meaning changes without a change of the cell's parameters (e.g. a learner default).
-CACHE_VERSION = 4  # 4: a batch peer's budget split over the fits that predict
+CACHE_VERSION = 5  # 5: the public schedule (every scheduled round releases a tree; warm-up
+#: and triggers count stream positions); 4: a batch peer's budget split over the fits that
+#: predict
 
 
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:

@@ -114,25 +114,51 @@ class RecordValidator:
             raise ValueError("regression needs public target_bounds=(lo, hi)")
         self.schema = schema
         self.task = task
+        self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
         self._columns = {name: j for j, name in enumerate(schema.names)}
+        #: name → (column, category index or None, lo, hi): one dict lookup per value.
+        self._encoders = {name: (j, index, lo, hi)
+                          for j, (name, index, lo, hi) in enumerate(schema._encoders)}
 
     # ------------------------------------------------------------------ features
     def features(self, x: Any) -> np.ndarray:
-        """The encoded row of ``x``; raises ``InvalidRecord('schema', …)``."""
-        if not isinstance(x, Mapping):
+        """The encoded row of ``x`` (as :meth:`PublicSchema.encode_dict`); raises
+        ``InvalidRecord('schema', …)``.
+
+        Checks and encodes in one pass, with exact-type fast paths for the common Python
+        values (the ``learn_one`` path); anything else goes through :meth:`_check_value`.
+        """
+        if type(x) is not dict and not isinstance(x, Mapping):
             raise InvalidRecord("schema", f"x must be a mapping from feature name to value, "
                                           f"got {type(x).__name__}")
-        schema = self.schema
-        unknown = [name for name in x if name not in self._columns]
-        if unknown:
-            known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8
-                                                                else "")
-            raise InvalidRecord("schema", f"unknown feature {unknown[0]!r} (not in the public "
-                                          f"schema: {known})")
+        row = [math.nan] * self.schema.n_features
+        encoders = self._encoders
         for name, value in x.items():
-            if value is not None:
-                self._check_value(name, value)
-        return schema.encode_dict(x)
+            encoder = encoders.get(name)
+            if encoder is None:
+                self._unknown(name)
+            if value is None:
+                continue
+            j, index, lo, hi = encoder  # type: ignore[misc]
+            kind = type(value)
+            if index is not None:
+                if kind is not str and kind is not int and kind is not bool:
+                    self._check_value(name, value)
+                row[j] = float(index.get(value, hi))  # hi is the "other" code
+                continue
+            number = value if kind is float else _as_float(value) if kind is int else None
+            if number is None or not -math.inf < number < math.inf:  # NaN fails both
+                self._check_value(name, value)  # raises unless a finite real (numpy, …)
+                number = _as_float(value)
+            # hot path: a chained conditional is faster than min()/max() calls
+            row[j] = lo if number < lo else hi if number > hi else number  # noqa: FURB136
+        return np.array(row)
+
+    def _unknown(self, name: Any) -> None:
+        schema = self.schema
+        known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8 else "")
+        raise InvalidRecord("schema", f"unknown feature {name!r} (not in the public schema: "
+                                      f"{known})")
 
     def columns(
         self, columns: Mapping[str, Any], n_rows: int
@@ -147,7 +173,7 @@ class RecordValidator:
         unknown = [name for name in columns if name not in self._columns]
         if unknown:
             try:
-                self.features({unknown[0]: None})
+                self._unknown(unknown[0])
             except InvalidRecord as why:
                 bad = dict.fromkeys(range(n_rows), why)
             return np.full((n_rows, self.schema.n_features), np.nan), bad
@@ -200,6 +226,16 @@ class RecordValidator:
     # ------------------------------------------------------------------ labels
     def label(self, y: Any) -> float:
         """The label as a float; raises ``InvalidRecord('label', …)``."""
+        kind = type(y)
+        if kind is float or kind is int:  # the common case, without ABC checks
+            value = _as_float(y)
+            if self.task == "classification":
+                if value == 0.0 or value == 1.0:
+                    return value
+            elif self._lo <= value <= self._hi:
+                return value
+        elif kind is bool and self.task == "classification":
+            return float(y)
         if self.task == "classification":
             if isinstance(y, bool | np.bool_):
                 return float(y)

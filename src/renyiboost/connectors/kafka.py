@@ -204,8 +204,8 @@ class KafkaTrainer:
         self.producer = Producer(settings.client(**{
             "enable.idempotence": True, "linger.ms": 5, "error_cb": self._on_client_error}))
         store = engine.store
-        self._published = int(store.get_meta("published_version") or 0)
-        self._published_at: dict[str, int] | None = store.get_meta("published_at")
+        #: The last release on the model topic: its version, partition and offset.
+        self._published: dict[str, int] = store.get_meta("published") or {"version": 0}
         self._dead_lettered: dict[str, int] = dict(store.get_meta("dead_lettered") or {})
         self._undelivered: list[str] = []
         try:
@@ -214,7 +214,7 @@ class KafkaTrainer:
             self.consumer.close()
             raise
         engine.listeners.append(self._on_output)
-        self._unpublished = engine.release_version > self._published
+        self._unpublished = engine.release_version > self._published["version"]
 
     # ------------------------------------------------------------------ ownership
     def _claim_partitions(self) -> list[TopicPartition]:
@@ -286,8 +286,9 @@ class KafkaTrainer:
     def _check_model_topic(self) -> None:
         engine, settings = self.engine, self.settings
         identity = engine.store.identity
-        at = self._published_at
-        newest, _ = last_release(settings, None if at is None else {at["partition"]: at["offset"]})
+        at = self._published
+        newest, _ = last_release(settings, {at["partition"]: at["offset"]} if "offset" in at
+                                 else None)
         if newest is None:
             return
         if newest.store_id != identity.store_id:
@@ -479,24 +480,23 @@ class KafkaTrainer:
             if error is None:
                 delivered.append((message.partition(), message.offset()))
 
-        for version in range(self._published + 1, current + 1):
+        for version in range(self._published["version"] + 1, current + 1):
             release = engine.release(settings.model_name, after=version - 1, upto=version)
             self.producer.produce(settings.model_topic, key=settings.model_name.encode(),
                                   value=release.model_dump_json().encode(),
                                   on_delivery=on_delivery)
         if self.producer.flush(self.settings.connect_timeout) == 0 and delivered:
             partition, offset = delivered[-1]
-            self._published, self._unpublished = current, False
-            self._published_at = {"partition": partition, "offset": offset}
-            engine.store.set_meta("published_at", self._published_at)
-            engine.store.set_meta("published_version", current)
+            self._published = {"version": current, "partition": partition, "offset": offset}
+            self._unpublished = False
+            engine.store.set_meta("published", self._published)
 
     def telemetry(self) -> dict[str, Any]:
         """Operator telemetry of the trainer and its engine (never publish this)."""
         return {"channel": "operator-telemetry", "consumed": self.consumed,
                 "dead_letters": dict(self.dead_letters),
                 "dead_letters_repeated": self.dead_letters_repeated,
-                "published_version": self._published,
+                "published_version": self._published["version"],
                 "engine": self.engine.operator_telemetry().model_dump()}
 
 

@@ -203,14 +203,6 @@ class StreamEngine:
         return int(self._initialized) + self.booster.rounds_done
 
     # ------------------------------------------------------------------ input
-    def check_label(self, y: Any) -> float:
-        """Validate one label (see :meth:`RecordValidator.label`)."""
-        return self.validator.label(y)
-
-    def label_ok(self, values: np.ndarray) -> np.ndarray:
-        """:meth:`check_label`'s rule on an array of float labels, as a boolean mask."""
-        return self.validator.labels_ok(values)
-
     def _usable(self) -> None:
         if self._broken is not None:
             raise StateStoreError(

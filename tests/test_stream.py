@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 
@@ -15,6 +16,8 @@ from renyiboost import SGBDTClassifier, SGBDTRegressor
 from renyiboost.exceptions import (
     InvalidRecord,
     LedgerConflict,
+    SchemaMismatch,
+    SchemaMismatchWarning,
     StateStoreError,
     TestingOnlyWarning,
 )
@@ -177,7 +180,8 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
     assert [again.predict_one(x) for x in probe] == expected
     assert {k: again.operator_budget_of(k) for k in range(300)} == ledger
     got = again.operator_telemetry()
-    changed = {"n_pending", "epoch", "positions"}  # pending records are re-read on restart
+    # pending records are re-read on restart; the outside-domain counts are per process
+    changed = {"n_pending", "epoch", "positions", "outside_domain"}
     assert got.model_dump(exclude=changed) == report.model_dump(exclude=changed)
     assert got.epoch == report.epoch + 1
     np.testing.assert_array_equal(again.engine.pool.margin, first.engine.pool.margin)
@@ -320,3 +324,62 @@ def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
     engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "g.db"), train_every=20, warmup=20)
     assert again.engine.booster.rounds_done == 3 and again.engine.ensemble.n_trees == 3
+
+
+# --------------------------------------------------------------------- schema guardrails
+
+
+def test_values_outside_the_public_bounds_warn_once_per_feature_and_are_counted() -> None:
+    model = _regressor(train_every=1000, warmup=1000)
+    with pytest.warns(SchemaMismatchWarning, match="'a'.*outside its public bounds"):
+        model.learn_one({"a": 100.0, "b": 0.0, "c": "x"}, 1.0, key="k1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        model.learn_one({"a": -3.0}, 1.0, key="k2")  # 'a' again: counted, no second warning
+    with pytest.warns(SchemaMismatchWarning, match="'c'.*'other' branch"):
+        model.learn_one({"c": "w"}, 1.0, key="k3")
+    with pytest.raises(InvalidRecord):
+        model.learn_one({"b": 99.0}, 7.0, key="k4")  # refused: its clipping is not counted
+    assert model.operator_telemetry().outside_domain == {"a": 2, "c": 1}
+
+
+def test_the_kafka_batch_counts_what_learn_one_counts() -> None:
+    import json
+
+    from renyiboost.connectors.events import EventParser
+
+    rng = np.random.default_rng(4)
+    records = [({"a": float(rng.uniform(-1, 2)), "b": float(rng.uniform(-9, 9)),
+                 "c": str(rng.choice(["x", "y", "w"]))}, float(rng.uniform(-1, 4)))
+               for _ in range(300)]
+    one, batch = _regressor(), _regressor()
+    for x, y in records:
+        with contextlib.suppress(InvalidRecord):
+            one.learn_one(x, y, key="k")
+    EventParser(batch.engine.validator).parse_batch(
+        [json.dumps({"x": x, "y": y}).encode() for x, y in records], [b"k"] * len(records))
+    counts = one.operator_telemetry().outside_domain
+    assert counts == batch.operator_telemetry().outside_domain and sum(counts.values()) > 100
+
+
+def test_a_schema_whose_names_match_no_record_fails_loudly() -> None:
+    from river.datasets import synth
+
+    stream = synth.Friedman(seed=1)  # integer feature names 0..9
+    model = SGBDTRegressor({f"x{i}": (0.0, 1.0) for i in range(10)}, target_bounds=(-5, 35),
+                           seed=1)
+    x, y = next(iter(stream.take(1)))
+    with pytest.raises(InvalidRecord, match="unknown feature 0"):
+        model.learn_one(x, y, key="k")
+
+
+def test_a_schema_feature_that_never_arrives_warns_or_with_strict_stops() -> None:
+    data = [({"a": x["a"], "b": x["b"]}, y) for x, y in _stream(60)]  # 'c' never comes
+    lenient = _regressor(train_every=20, warmup=20)
+    with pytest.warns(SchemaMismatchWarning, match=r"\['c'\].*first 20 stream positions"):
+        _fill(lenient, data, list(range(60)))
+    assert lenient.operator_telemetry().features_not_arrived == ["c"]
+    strict = _regressor(train_every=20, warmup=20, strict=True)
+    with pytest.raises(SchemaMismatch, match="nothing is released"):
+        _fill(strict, data, list(range(60)))
+    assert strict.engine.release_version == 0

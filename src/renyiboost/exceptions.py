@@ -26,6 +26,14 @@ class TestingOnlyWarning(UserWarning):
     __test__ = False  # not a pytest test class despite the name
 
 
+class SchemaMismatchWarning(UserWarning):
+    """The records do not look like the public schema says: values outside the public bounds
+    or domain (clipped, or sent to "other"), or a feature the schema names that never arrives.
+
+    Raised once per feature; the counts are operator telemetry (they describe the data).
+    """
+
+
 class RenyiboostError(Exception):
     """Base of the errors the ``renyiboost`` command reports as one line (exit code 1)."""
 
@@ -41,6 +49,11 @@ class InvalidRecord(ValueError, RenyiboostError):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+class SchemaMismatch(ValueError, RenyiboostError):
+    """With ``strict=True``: a feature of the public schema never arrived (see
+    :class:`SchemaMismatchWarning`)."""
 
 
 class StateStoreError(RenyiboostError):

@@ -176,17 +176,14 @@ class PublicSchema(BaseModel):
                     f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
         return np.array(row)
 
-    def encode_validated(self, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    def encode_validated(self, rows: Sequence[Mapping[str, Any]],
+                         outside: np.ndarray | None = None) -> np.ndarray:
         """Encode many dicts whose values were already validated (finite numbers for numeric
-        features, e.g. by the Kafka event model): one numpy pass per column, no checks."""
-        out = np.empty((len(rows), self.n_features), dtype=float)
-        for j, (name, index, lo, hi) in enumerate(self._encoders):
-            column = [row.get(name) for row in rows]
-            if index is None:
-                out[:, j] = np.clip(np.array(column, dtype=float), lo, hi)  # None -> NaN
-            else:
-                out[:, j] = [math.nan if v is None else index.get(v, hi) for v in column]
-        return out
+        features, e.g. by the Kafka event model): one numpy pass per column, no checks.
+        ``outside`` (per column), if given, is increased by the values outside the public
+        bounds or domain (clipped, or sent to "other")."""
+        return self.encode_columns({name: [row.get(name) for row in rows]
+                                    for name in self.names}, outside)
 
     def unknown_features(self, x: Mapping[str, Any]) -> int:
         """Number of keys of ``x`` that the schema does not know."""
@@ -199,12 +196,13 @@ class PublicSchema(BaseModel):
             return np.empty((0, self.n_features), dtype=float)
         return np.vstack(encoded)
 
-    def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> np.ndarray:
+    def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray],
+                       outside: np.ndarray | None = None) -> np.ndarray:
         """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
 
         Vectorised per column; a missing column is all-missing, and so is ``None`` (or NaN)
         in a numeric column: the values are trusted here, :class:`~renyiboost.validation.
-        RecordValidator` judges them first.
+        RecordValidator` judges them first. ``outside`` as in :meth:`encode_validated`.
         """
         lengths = {len(c) for c in columns.values()}
         if len(lengths) > 1:
@@ -219,8 +217,13 @@ class PublicSchema(BaseModel):
             if isinstance(spec, list):
                 index = self._category_index[name]
                 out[:, j] = [math.nan if v is None else index.get(v, len(spec)) for v in col]
+                if outside is not None:
+                    outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
-                out[:, j] = np.clip(np.asarray(col, dtype=float), spec[0], spec[1])
+                raw = np.asarray(col, dtype=float)
+                out[:, j] = np.clip(raw, spec[0], spec[1])
+                if outside is not None:
+                    outside[j] += np.count_nonzero((raw < spec[0]) | (raw > spec[1]))
         return out
 
     def clip_encoded(self, X: np.ndarray) -> np.ndarray:

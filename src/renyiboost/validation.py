@@ -31,12 +31,13 @@ from __future__ import annotations
 import math
 import numbers
 import unicodedata
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from renyiboost.exceptions import InvalidRecord
+from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning
 from renyiboost.schema import PublicSchema
 
 #: Longest key accepted, in characters after NFC normalisation.
@@ -119,11 +120,17 @@ class RecordValidator:
         #: name → (column, category index or None, lo, hi): one dict lookup per value.
         self._encoders = {name: (j, index, lo, hi)
                           for j, (name, index, lo, hi) in enumerate(schema._encoders)}
+        #: Per column: accepted values outside the public bounds or domain (operator
+        #: telemetry: it describes the data).
+        self.outside = np.zeros(schema.n_features, dtype=np.int64)
+        self._warned: set[int] = set()
 
     # ------------------------------------------------------------------ features
-    def features(self, x: Any) -> np.ndarray:
+    def features(self, x: Any, outside: list[int] | None = None) -> np.ndarray:
         """The encoded row of ``x`` (as :meth:`PublicSchema.encode_dict`); raises
-        ``InvalidRecord('schema', …)``.
+        ``InvalidRecord('schema', …)``. The columns whose value lies outside its public bound
+        or domain are appended to ``outside`` (for :meth:`note_outside`, once the whole record
+        is accepted).
 
         Checks and encodes in one pass, with exact-type fast paths for the common Python
         values (the ``learn_one`` path); anything else goes through :meth:`_check_value`.
@@ -144,15 +151,43 @@ class RecordValidator:
             if index is not None:
                 if kind is not str and kind is not int and kind is not bool:
                     self._check_value(name, value)
-                row[j] = float(index.get(value, hi))  # hi is the "other" code
+                code = index.get(value)
+                if code is None:
+                    code = hi  # the "other" branch
+                    if outside is not None:
+                        outside.append(j)
+                row[j] = float(code)
                 continue
             number = value if kind is float else _as_float(value) if kind is int else None
             if number is None or not -math.inf < number < math.inf:  # NaN fails both
                 self._check_value(name, value)  # raises unless a finite real (numpy, …)
                 number = _as_float(value)
-            # hot path: a chained conditional is faster than min()/max() calls
-            row[j] = lo if number < lo else hi if number > hi else number  # noqa: FURB136
+            if lo <= number <= hi:
+                row[j] = number
+            else:
+                row[j] = lo if number < lo else hi
+                if outside is not None:
+                    outside.append(j)
         return np.array(row)
+
+    def note_outside(self, columns: Iterable[int] | np.ndarray) -> None:
+        """Count values outside the public bounds or domain (column indices, or per-column
+        counts as an array) and warn once per feature (:class:`SchemaMismatchWarning`)."""
+        if isinstance(columns, np.ndarray):
+            self.outside += columns
+            hit = np.flatnonzero(columns).tolist()
+        else:
+            hit = list(columns)
+            np.add.at(self.outside, hit, 1)
+        for j in set(hit) - self._warned:
+            self._warned.add(j)
+            name, spec = self.schema.names[j], list(self.schema.features.values())[j]
+            where = (f"outside its public bounds {tuple(spec)} and is clipped"
+                     if isinstance(spec, tuple) else
+                     "outside its public domain and takes the 'other' branch")
+            warnings.warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
+                          "the public schema (counts: operator_telemetry().outside_domain)",
+                          SchemaMismatchWarning, stacklevel=4)
 
     def _unknown(self, name: Any) -> None:
         schema = self.schema
@@ -161,15 +196,19 @@ class RecordValidator:
                                       f"{known})")
 
     def columns(
-        self, columns: Mapping[str, Any], n_rows: int
+        self, columns: Mapping[str, Any], n_rows: int, exclude: Iterable[int] = (),
+        count: bool = False,
     ) -> tuple[np.ndarray, dict[int, InvalidRecord]]:
         """Encoded rows of a column mapping (a DataFrame's columns) and why each bad row is
         refused. Rows are judged one by one, exactly as :meth:`features` would judge the
         row's dict without its missing values; bad rows come back as all-NaN rows. A
         DataFrame marks a missing category with ``None`` or NaN (pandas turns one into the
         other), so both are missing in a categorical column; a NaN in a numeric column is
-        refused, as in :meth:`features`."""
+        refused, as in :meth:`features`. Rows in ``exclude`` (refused for another reason) are
+        not judged; with ``count``, the accepted rows' values outside the public bounds or
+        domain are noted (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
+        skip = set(exclude)
         unknown = [name for name in columns if name not in self._columns]
         if unknown:
             try:
@@ -195,17 +234,20 @@ class RecordValidator:
                     if not copied:
                         values, copied = values.copy(), True  # never write into the caller's
                     value = values[i] = None
-                if i not in bad and value is not None:
+                if i not in bad and i not in skip and value is not None:
                     try:
                         self._check_value(name, value)
                     except InvalidRecord as why:
                         bad[i] = why
             arrays[name] = values
         good = np.ones(n_rows, dtype=bool)
-        good[list(bad)] = False
+        good[[*bad, *skip]] = False
         rows = np.full((n_rows, self.schema.n_features), np.nan)
+        outside = np.zeros(self.schema.n_features, dtype=np.int64)
         rows[good] = self.schema.encode_columns({name: values[good]
-                                                 for name, values in arrays.items()})
+                                                 for name, values in arrays.items()}, outside)
+        if count:
+            self.note_outside(outside)
         return rows, bad
 
     def _check_value(self, name: str, value: Any) -> None:

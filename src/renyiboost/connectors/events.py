@@ -71,11 +71,13 @@ class EventFormat(BaseModel):
 
 @dataclass(slots=True)
 class Parsed:
-    """A valid event: its normalised key, encoded row and label."""
+    """A valid event: its normalised key, encoded row and label, and the columns whose value
+    lay outside the public bounds or domain."""
 
     key: str
     row: np.ndarray
     label: float
+    outside: list[int]
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,10 @@ class EventParser:
         for name in (fmt.features_field, fmt.label_field):
             if name not in event:
                 raise InvalidRecord("schema", f"field {name!r} is missing")
-        row = self.validator.features(event[fmt.features_field])
+        outside: list[int] = []
+        row = self.validator.features(event[fmt.features_field], outside)
         key = self._key(event.get(fmt.key_field) if fmt.key_field else None, message_key)
-        return Parsed(key, row, self.validator.label(event[fmt.label_field]))
+        return Parsed(key, row, self.validator.label(event[fmt.label_field]), outside)
 
     def _key(self, payload_key: Any, message_key: bytes | None) -> str:
         """The event's identity (see the module docstring); raises ``InvalidRecord``."""
@@ -262,6 +265,7 @@ class EventParser:
         path)."""
         results = [self.parse(v, k) for v, k in zip(values, message_keys, strict=True)]
         valid = [(i, p) for i, p in enumerate(results) if isinstance(p, Parsed)]
+        self.validator.note_outside([j for _, p in valid for j in p.outside])
         rows = (np.vstack([p.row for _, p in valid]) if valid
                 else np.empty((0, self.schema.n_features)))
         return ParsedBatch(
@@ -318,7 +322,10 @@ class EventParser:
             labels = labels[ok]
             index = self._reject(values, message_keys, index, rejected, ok.tolist())
 
-        rows = self.schema.encode_validated(list(map(itemgetter(fmt.features_field), events)))
+        outside = np.zeros(self.schema.n_features, dtype=np.int64)
+        rows = self.schema.encode_validated(list(map(itemgetter(fmt.features_field), events)),
+                                            outside)
+        self.validator.note_outside(outside)
         return ParsedBatch(index=index, keys=keys, rows=rows, labels=labels.tolist(),  # type: ignore[arg-type]
                            rejected=sorted(rejected.items()))
 

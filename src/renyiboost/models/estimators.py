@@ -53,6 +53,7 @@ class _SGBDTEstimator:
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
+        strict: bool = False,
     ) -> None:
         self.features = features
         self.target_bounds = target_bounds
@@ -77,6 +78,7 @@ class _SGBDTEstimator:
         self.max_trees = max_trees
         self.store = store
         self.seed = seed
+        self.strict = strict
         if self._task == "classification" and target_bounds is not None:
             raise ValueError("target_bounds is for regression; a classifier's labels are 0/1")
         schema = PublicSchema(
@@ -94,7 +96,7 @@ class _SGBDTEstimator:
             public_schema=schema, params=params, train_every=train_every,
             trees_per_trigger=trees_per_trigger, warmup=warmup, max_trees=max_trees,
         )
-        self._engine = StreamEngine(config, store=store, seed=seed)
+        self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
 
     # ------------------------------------------------------------------ River plumbing
     @property
@@ -134,14 +136,16 @@ class _SGBDTEstimator:
         learned, but its call still counts as one stream position (the public schedule must
         not depend on whether a record was valid).
         """
-        engine = self._engine
+        engine, outside = self._engine, []
         try:
-            row = engine.validator.features(x)
+            row = engine.validator.features(x, outside)
             label = engine.validator.label(y)
             name = None if key is None else normalise_key(key)
         except InvalidRecord:
             engine.empty_event()
             raise
+        if outside:
+            engine.validator.note_outside(outside)
         engine.add_one(row, label, name)
 
     def learn_many(self, X: Any, y: Any, keys: list[Any] | None = None) -> None:
@@ -153,12 +157,10 @@ class _SGBDTEstimator:
         """
         engine = self._engine
         columns, n = self._columns(X)
-        rows, bad = engine.validator.columns(columns, n)
         targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
         if targets.shape != (n,):
             raise ValueError(f"y has shape {targets.shape}, expected ({n},)")
-        for i, why in engine.validator.bad_labels(targets):
-            bad.setdefault(i, why)
+        other: dict[int, InvalidRecord] = dict(engine.validator.bad_labels(targets))
         names: list[str | None] | None = None
         if keys is not None:
             if len(keys) != n:
@@ -168,8 +170,10 @@ class _SGBDTEstimator:
                 try:
                     names.append(normalise_key(key))
                 except InvalidRecord as why:
-                    bad.setdefault(i, why)
+                    other.setdefault(i, why)
                     names.append(None)
+        rows, bad = engine.validator.columns(columns, n, exclude=other, count=True)
+        bad = {**other, **bad}
         good = np.ones(n, dtype=bool)
         good[list(bad)] = False
         index = np.flatnonzero(good)
@@ -243,6 +247,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     seed
         ``None`` (default): CSPRNG noise. An integer makes runs reproducible and the model
         is then for testing only (``TestingOnlyWarning``).
+    strict
+        ``False`` (default): a feature of the schema that has not arrived by the initial
+        score raises a ``SchemaMismatchWarning``; ``True``: a ``SchemaMismatch`` error, and
+        nothing is released. Values outside the public bounds warn once per feature either
+        way (counts in ``operator_telemetry().outside_domain``).
 
     Examples
     --------

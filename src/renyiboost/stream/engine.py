@@ -49,7 +49,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from renyiboost.exceptions import PrivacyLeakWarning, StateStoreError
+from renyiboost.exceptions import (
+    PrivacyLeakWarning,
+    SchemaMismatch,
+    SchemaMismatchWarning,
+    StateStoreError,
+)
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -108,6 +113,8 @@ class OperatorTelemetry(BaseModel):
     max_spent_rdp: float
     spent_fraction_quantiles: dict[str, float]
     offsets: dict[str, int]
+    outside_domain: dict[str, int]  # values clipped or sent to "other", since this process
+    features_not_arrived: list[str]  # schema features without any value so far
 
 
 class KeyBudget(BaseModel):
@@ -132,12 +139,20 @@ class StreamEngine:
         is resumed; it refuses a different configuration or calibration.
     seed
         ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
+    strict
+        What a public-schema feature that has not arrived by the initial score means: a
+        :class:`~renyiboost.exceptions.SchemaMismatchWarning` (``False``) or a
+        :class:`~renyiboost.exceptions.SchemaMismatch` error before anything is released.
+        (A check of the operator's schema, on the operator's channel; it never changes what
+        a release holds.)
     """
 
     def __init__(
-        self, config: EngineConfig, store: StateStore | str | None = None, seed: int | None = None
+        self, config: EngineConfig, store: StateStore | str | None = None,
+        seed: int | None = None, strict: bool = False,
     ) -> None:
         self.config = config
+        self.strict = strict
         self.schema = config.public_schema
         self.booster = SGBDTBooster(config.params, self.schema, seed)
         self.validator = RecordValidator(self.schema, config.params.task)
@@ -168,6 +183,7 @@ class StreamEngine:
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
         self._broken: BaseException | None = None
         self._warned_keyless = False
+        self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
         self.store = open_store(store)
         snapshot = self.store.load(self._fingerprint())
         if snapshot is not None:
@@ -371,6 +387,8 @@ class StreamEngine:
             return
         uids = np.asarray(self._pending_uids, dtype=np.int64)
         X = np.vstack(self._pending_rows)
+        if not self._arrived.all():
+            self._arrived |= ~np.isnan(X).all(axis=0)
         y = self.booster.loss.scale(np.asarray(self._pending_targets, dtype=float))
         self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
         # Last write wins within the buffer, arrival order kept.
@@ -421,6 +439,7 @@ class StreamEngine:
         if not self._initialized:
             if self._positions < self.config.warmup:
                 return 0
+            self._check_arrived()
             self._release_initial_score()
         cap = self.config.params.max_rounds
         added = 0
@@ -439,6 +458,21 @@ class StreamEngine:
         if (self._pending_events or self._merged_offsets != self.offsets
                 or self._uncommitted_keys or self._merged_positions != self._committed_positions):
             self._commit(None, self.pool)
+
+    def _check_arrived(self) -> None:
+        """Warn (or, ``strict``, refuse) when a schema feature has not arrived by now: its
+        name probably does not match the records' (river's ``Friedman`` yields integer keys
+        where a schema may say ``"x0"``)."""
+        missing = [name for name, seen in zip(self.schema.names, self._arrived, strict=True)
+                   if not seen]
+        if not missing:
+            return
+        message = (f"features {missing[:8]} of the public schema have no value in the first "
+                   f"{self._positions} stream positions; check that their names match the "
+                   "records'")
+        if self.strict:
+            raise SchemaMismatch(message + " (strict=True: nothing is released)")
+        warnings.warn(message, SchemaMismatchWarning, stacklevel=5)
 
     def _release_initial_score(self) -> None:
         score, _ = self.booster.initial_score(self.pool)
@@ -612,6 +646,7 @@ class StreamEngine:
                 self._install(event, self._round_state(event, outcome))
         self.offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self.offsets)
+        self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
         self._positions = self._merged_positions = int(meta["positions"])
         self._committed_positions = self._positions
 
@@ -700,6 +735,11 @@ class StreamEngine:
             n_superseded=self.counters["superseded"], n_upserts=self.counters["upserts"],
             max_spent_rdp=float(spent.max()) if spent.size else 0.0,
             spent_fraction_quantiles=quantiles, offsets=dict(self.offsets),
+            outside_domain={name: int(n) for name, n in
+                            zip(self.schema.names, self.validator.outside, strict=True) if n},
+            features_not_arrived=[name for name, seen in
+                                  zip(self.schema.names, self._arrived, strict=True)
+                                  if not seen],
         )
 
     def close(self) -> None:

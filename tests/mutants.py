@@ -92,6 +92,9 @@ MUTATIONS = [
              "fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)", "pass", LEDGER),
     Mutation("a changed calibration is accepted", "src/renyiboost/stream/store.py",
              "if stored[name] != given:", "if False:", LEDGER),
+    Mutation("an unknown feature is silently ignored", "src/renyiboost/validation.py",
+             "            if encoder is None:\n                self._unknown(name)\n",
+             "            if encoder is None:\n                continue\n", ["tests/test_stream.py"]),
     Mutation("keys are not NFC-normalised", "src/renyiboost/validation.py",
              'name = unicodedata.normalize("NFC", name)', "pass", LEDGER),
 ]

@@ -97,7 +97,7 @@ def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_
     follower.wait_for(engine.release_version)
     probe = [x for x, _ in InMemorySource("abalone").data.records()][:200]
     ours = engine.booster.loss.unscale(np.clip(
-        engine.predict_margin(engine.schema.encode_dicts(probe)), -1, 1))
+        engine.predict_margin(engine.validator.rows(probe)), -1, 1))
     np.testing.assert_allclose([follower.predict_one(x) for x in probe], ours, rtol=1e-12)
     assert follower.guarantee == engine.privacy_guarantee()
     assert follower.store_id == engine.store.identity.store_id

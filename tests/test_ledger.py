@@ -48,6 +48,14 @@ def _feed(model, n: int, start: int = 0) -> None:
         model.learn_one(x, float(np.clip(2 * x["a"], 0, 3)), key=f"k{i % 80}")
 
 
+def _fed(tmp_path, n: int, **store) -> tuple:
+    """A model on a new store at ``tmp_path / "s.db"`` that has learned ``n`` records."""
+    path = tmp_path / "s.db"
+    model = _model(SQLiteStore(path, create=True, **store))
+    _feed(model, n)
+    return path, model
+
+
 # --------------------------------------------------------------------- never implicit
 
 
@@ -66,9 +74,7 @@ def test_a_missing_empty_or_identityless_file_is_never_a_new_store(tmp_path) -> 
 
 def test_a_state_file_without_its_write_ahead_log_is_refused(tmp_path) -> None:
     """The main file copied without its -wal (commits not yet checkpointed) holds no store."""
-    path = tmp_path / "s.db"
-    model = _model(SQLiteStore(path, create=True))
-    _feed(model, 200)
+    path, model = _fed(tmp_path, 200)
     copy = tmp_path / "copy.db"
     shutil.copy(path, copy)  # the WAL (and the identity in it) stays behind
     model.engine.close()
@@ -116,9 +122,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path) -> None:
 
 def test_a_changed_calibration_or_charge_grid_is_refused(tmp_path) -> None:
     """Same arguments, different numbers (e.g. another version of the accounting): refused."""
-    path = tmp_path / "s.db"
-    model = _model(SQLiteStore(path, create=True))
-    _feed(model, 60)
+    path, model = _fed(tmp_path, 60)
     model.engine.close()
     for name, change in (("calibration", lambda c: c | {"sigma": c["sigma"] * 0.9}),
                          ("charge_grid_sha256", lambda c: "0" * 64)):
@@ -136,9 +140,7 @@ def test_a_changed_calibration_or_charge_grid_is_refused(tmp_path) -> None:
 
 
 def test_a_corrupt_blob_is_detected(tmp_path) -> None:
-    path = tmp_path / "s.db"
-    model = _model(SQLiteStore(path, create=True, snapshot_ratio=1e9))
-    _feed(model, 200)
+    path, model = _fed(tmp_path, 200, snapshot_ratio=1e9)
     model.engine.close()
     db = sqlite3.connect(path)
     (data,) = db.execute("SELECT data FROM events WHERE kind = 'round' LIMIT 1").fetchone()
@@ -154,9 +156,7 @@ def test_a_corrupt_blob_is_detected(tmp_path) -> None:
 
 
 def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path) -> None:
-    path = tmp_path / "s.db"
-    model = _model(SQLiteStore(path, create=True))
-    _feed(model, 100)
+    path, model = _fed(tmp_path, 100)
     engine = model.engine
     committed = engine.release_version
     db = engine.store._db

@@ -16,7 +16,6 @@ from renyiboost import SGBDTClassifier, SGBDTRegressor
 from renyiboost.exceptions import (
     InvalidRecord,
     LedgerConflict,
-    SchemaMismatch,
     SchemaMismatchWarning,
     StateStoreError,
     TestingOnlyWarning,
@@ -373,13 +372,27 @@ def test_a_schema_whose_names_match_no_record_fails_loudly() -> None:
         model.learn_one(x, y, key="k")
 
 
-def test_a_schema_feature_that_never_arrives_warns_or_with_strict_stops() -> None:
+def test_a_schema_feature_that_never_arrives_warns_or_with_strict_is_refused() -> None:
+    import json
+
+    import pandas as pd
+
+    from renyiboost.connectors.events import EventParser
+
     data = [({"a": x["a"], "b": x["b"]}, y) for x, y in _stream(60)]  # 'c' never comes
     lenient = _regressor(train_every=20, warmup=20)
     with pytest.warns(SchemaMismatchWarning, match=r"\['c'\].*first 20 stream positions"):
         _fill(lenient, data, list(range(60)))
     assert lenient.operator_telemetry().features_not_arrived == ["c"]
     strict = _regressor(train_every=20, warmup=20, strict=True)
-    with pytest.raises(SchemaMismatch, match="nothing is released"):
-        _fill(strict, data, list(range(60)))
-    assert strict.engine.release_version == 0
+    for i, (x, y) in enumerate(data):
+        with pytest.raises(InvalidRecord, match="'c' is absent"):
+            strict.learn_one(x, y, key=i)
+    # refused records are empty events: the schedule is the lenient model's, position for position
+    assert strict.engine.release_version == lenient.engine.release_version > 0
+    strict.learn_one({**data[0][0], "c": None}, data[0][1], key=0)  # None: explicitly missing
+    with pytest.raises(InvalidRecord, match="2 of 2 rows"):
+        strict.learn_many(pd.DataFrame([data[0][0], data[1][0]]), pd.Series([1.0, 2.0]))
+    parser = EventParser(strict.engine.validator)
+    batch = parser.parse_batch([json.dumps({"x": data[0][0], "y": 1.0}).encode()], [b"k"])
+    assert batch.rejected[0][1].reason == "schema" and "absent" in batch.rejected[0][1].detail

@@ -51,11 +51,6 @@ class InvalidRecord(ValueError, RenyiboostError):
         self.detail = detail
 
 
-class SchemaMismatch(ValueError, RenyiboostError):
-    """With ``strict=True``: a feature of the public schema never arrived (see
-    :class:`SchemaMismatchWarning`)."""
-
-
 class StateStoreError(RenyiboostError):
     """A state store cannot be used as asked (missing, locked, corrupt, full, mismatched)."""
 

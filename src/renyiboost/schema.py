@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -44,8 +44,8 @@ class PublicSchema(BaseModel):
     Examples
     --------
     >>> schema = PublicSchema(features={"age": (0, 100), "sex": ["F", "M"]})
-    >>> schema.encode_dict({"age": 130, "sex": "X"})
-    array([100.,   2.])
+    >>> schema.encode_columns({"age": [130], "sex": ["X"]})
+    array([[100.,   2.]])
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -148,34 +148,6 @@ class PublicSchema(BaseModel):
             for name, lo, hi in zip(self.names, self.lower, self.upper, strict=True)
         ]
 
-    def encode_dict(self, x: Mapping[str, Any]) -> np.ndarray:
-        """Encode one record given as a dict; absent features become NaN (missing).
-
-        Raises ``ValueError`` for NaN or non-numeric values in numeric features. Keys that
-        are not in the schema are ignored (count them with :meth:`unknown_features`).
-        This is the ``learn_one`` path, so it is a plain loop without numpy per value.
-        """
-        row = []
-        for name, index, lo, hi in self._encoders:
-            value = x.get(name)
-            if value is None:
-                row.append(math.nan)
-            elif index is not None:
-                row.append(float(index.get(value, hi)))  # hi is the "other" code
-            elif type(value) is float or type(value) is int or (
-                isinstance(value, int | float | np.number) and not isinstance(value, bool)
-            ):
-                value = float(value)
-                if math.isnan(value):
-                    raise ValueError(
-                        f"feature {name!r} is NaN; leave the feature out to mark it missing")
-                # hot path: a chained conditional is faster than min()/max() calls
-                row.append(lo if value < lo else hi if value > hi else value)  # noqa: FURB136
-            else:
-                raise ValueError(
-                    f"feature {name!r} is numeric, got {type(value).__name__} {value!r}")
-        return np.array(row)
-
     def encode_validated(self, rows: Sequence[Mapping[str, Any]],
                          outside: np.ndarray | None = None) -> np.ndarray:
         """Encode many dicts whose values were already validated (finite numbers for numeric
@@ -184,17 +156,6 @@ class PublicSchema(BaseModel):
         bounds or domain (clipped, or sent to "other")."""
         return self.encode_columns({name: [row.get(name) for row in rows]
                                     for name in self.names}, outside)
-
-    def unknown_features(self, x: Mapping[str, Any]) -> int:
-        """Number of keys of ``x`` that the schema does not know."""
-        return sum(1 for k in x if k not in self.features)
-
-    def encode_dicts(self, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
-        """Encode many dict records into an ``(n, n_features)`` float matrix."""
-        encoded = [self.encode_dict(x) for x in rows]
-        if not encoded:
-            return np.empty((0, self.n_features), dtype=float)
-        return np.vstack(encoded)
 
     def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray],
                        outside: np.ndarray | None = None) -> np.ndarray:
@@ -249,7 +210,8 @@ class PublicSchema(BaseModel):
         return X
 
     def decode_row(self, row: np.ndarray) -> dict[str, Any]:
-        """Inverse of :meth:`encode_dict` (clipped values stay clipped; "other" is None)."""
+        """Inverse of :meth:`encode_columns` for one row (clipped values stay clipped;
+        "other" is None)."""
         out: dict[str, Any] = {}
         for j, (name, spec) in enumerate(self.features.items()):
             v = row[j]

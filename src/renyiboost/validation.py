@@ -96,6 +96,11 @@ class RecordValidator:
         Public feature bounds and domains (and ``target_bounds`` for regression).
     task
         ``"regression"`` or ``"classification"``.
+    strict
+        ``True``: a record must name every feature of the schema (``None`` marks a missing
+        value); one that leaves a feature out is refused (reason ``schema``). It is a rule
+        per record, so a refused record is an empty event and the public schedule does not
+        change (a stop of the stream would tell who was in it).
 
     Examples
     --------
@@ -110,13 +115,13 @@ class RecordValidator:
     renyiboost.exceptions.InvalidRecord: a regression label must be a number, got str '5'
     """
 
-    def __init__(self, schema: PublicSchema, task: str) -> None:
+    def __init__(self, schema: PublicSchema, task: str, strict: bool = False) -> None:
         if task == "regression" and schema.target_bounds is None:
             raise ValueError("regression needs public target_bounds=(lo, hi)")
         self.schema = schema
         self.task = task
+        self.strict = strict
         self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
-        self._columns = {name: j for j, name in enumerate(schema.names)}
         #: name → (column, category index or None, lo, hi): one dict lookup per value.
         self._encoders = {name: (j, index, lo, hi)
                           for j, (name, index, lo, hi) in enumerate(schema._encoders)}
@@ -127,7 +132,7 @@ class RecordValidator:
 
     # ------------------------------------------------------------------ features
     def features(self, x: Any, outside: list[int] | None = None) -> np.ndarray:
-        """The encoded row of ``x`` (as :meth:`PublicSchema.encode_dict`); raises
+        """The encoded row of ``x`` (absent features are NaN, missing); raises
         ``InvalidRecord('schema', …)``. The columns whose value lies outside its public bound
         or domain are appended to ``outside`` (for :meth:`note_outside`, once the whole record
         is accepted).
@@ -168,7 +173,20 @@ class RecordValidator:
                 row[j] = lo if number < lo else hi
                 if outside is not None:
                     outside.append(j)
+        if self.strict and len(x) < len(encoders):
+            self._absent(next(name for name in encoders if name not in x))
         return np.array(row)
+
+    @staticmethod
+    def _absent(name: str) -> None:
+        raise InvalidRecord("schema", f"feature {name!r} is absent (strict=True: a record "
+                                      "names every feature of the schema; None marks a "
+                                      "missing value)")
+
+    def rows(self, records: Iterable[Any]) -> np.ndarray:
+        """:meth:`features` of many records as an ``(n, n_features)`` matrix (prediction)."""
+        encoded = [self.features(x) for x in records]
+        return np.vstack(encoded) if encoded else np.empty((0, self.schema.n_features))
 
     def note_outside(self, columns: Iterable[int] | np.ndarray) -> None:
         """Count values outside the public bounds or domain (column indices, or per-column
@@ -209,10 +227,11 @@ class RecordValidator:
         domain are noted (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
         skip = set(exclude)
-        unknown = [name for name in columns if name not in self._columns]
-        if unknown:
+        unknown = [name for name in columns if name not in self._encoders]
+        absent = [name for name in self._encoders if name not in columns] if self.strict else []
+        if unknown or absent:
             try:
-                self._unknown(unknown[0])
+                self._unknown(unknown[0]) if unknown else self._absent(absent[0])
             except InvalidRecord as why:
                 bad = dict.fromkeys(range(n_rows), why)
             return np.full((n_rows, self.schema.n_features), np.nan), bad
@@ -230,6 +249,8 @@ class RecordValidator:
             copied = False
             for i in np.flatnonzero(suspects).tolist():
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]
+                if categorical and type(value) is str:
+                    continue  # the common case of an object column, without ABC checks
                 if categorical and isinstance(value, float) and math.isnan(value):
                     if not copied:
                         values, copied = values.copy(), True  # never write into the caller's

@@ -25,6 +25,7 @@ encoded rows, labels), with exactly the rejections and reasons of
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -172,7 +173,9 @@ class EventParser:
         self.schema = validator.schema
         self.format = event_format or EventFormat()
         features = _typed_dict("EventFeatures", {
-            name: NotRequired[(Category if isinstance(spec, list) else Number) | None]
+            name: (Category if isinstance(spec, list) else Number) | None
+            if validator.strict else
+            NotRequired[(Category if isinstance(spec, list) else Number) | None]
             for name, spec in self.schema.features.items()
         })
         fmt = self.format
@@ -348,8 +351,6 @@ def event_json(key: str | None, x: Mapping[str, Any], y: float | bool,
                event_format: EventFormat | None = None) -> bytes:
     """Serialise one event in the default (or given) format; the key goes into the payload
     only when the format reads it from there (else it is the message key)."""
-    import json
-
     fmt = event_format or EventFormat()
     event: dict[str, Any] = {fmt.features_field: dict(x), fmt.label_field: y}
     if fmt.key_field is not None:

@@ -73,6 +73,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.store import InitEvent, RoundEvent
+from renyiboost.validation import RecordValidator
 
 __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "event_json", "last_release"]
 
@@ -132,9 +133,9 @@ def _scan(consumer: Consumer, assignment: list[TopicPartition], timeout: float,
 
 
 def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
-                 ) -> tuple[ModelRelease | None, int]:
-    """The newest release of ``settings.model_name`` on the model topic, and how many were
-    read. ``start`` maps partitions to the offset to read from (others from the beginning)."""
+                 ) -> ModelRelease | None:
+    """The newest release of ``settings.model_name`` on the model topic. ``start`` maps
+    partitions to the offset to read from (others from the beginning)."""
     consumer = Consumer(settings.client(**{
         "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
         "enable.partition.eof": True}))
@@ -142,7 +143,7 @@ def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
         topic = settings.model_topic
         meta = consumer.list_topics(topic, timeout=settings.connect_timeout).topics.get(topic)
         if meta is None or meta.error is not None:
-            return None, 0
+            return None
         name = settings.model_name.encode()
         found: list[ModelRelease] = []
 
@@ -157,8 +158,7 @@ def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
 
         _scan(consumer, [TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING))
                          for p in meta.partitions], settings.connect_timeout, keep)
-        newest = max(found, key=lambda r: r.version, default=None)
-        return newest, len(found)
+        return max(found, key=lambda r: r.version, default=None)
     except KafkaException as error:
         raise _unreachable(settings, error) from None
     finally:
@@ -287,7 +287,7 @@ class KafkaTrainer:
         engine, settings = self.engine, self.settings
         identity = engine.store.identity
         at = self._published
-        newest, _ = last_release(settings, {at["partition"]: at["offset"]} if "offset" in at
+        newest = last_release(settings, {at["partition"]: at["offset"]} if "offset" in at
                                  else None)
         if newest is None:
             return
@@ -524,7 +524,7 @@ class ModelFollower:
         self.version = 0
         self.store_id: str | None = None
         self.ensemble: Ensemble | None = None
-        self.schema: PublicSchema | None = None
+        self.validator: RecordValidator | None = None
         self.task = "regression"
         self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
@@ -556,10 +556,11 @@ class ModelFollower:
 
     def _apply(self, release: ModelRelease) -> None:
         if self.ensemble is None:
-            self.schema = PublicSchema(**release.public_schema)
+            schema = PublicSchema(**release.public_schema)
+            self.validator = RecordValidator(schema, release.task)
             self.task = release.task
             self.store_id = release.store_id
-            self.ensemble = Ensemble(depth=release.depth, is_categorical=self.schema.is_categorical)
+            self.ensemble = Ensemble(depth=release.depth, is_categorical=schema.is_categorical)
         ens = self.ensemble
         ens.init_score = release.init_score
         for tree in release.trees:
@@ -574,15 +575,15 @@ class ModelFollower:
         self.guarantee = release.guarantee
 
     def predict_margin(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
-        if self.ensemble is None or self.schema is None:
+        if self.ensemble is None or self.validator is None:
             raise RuntimeError("no model version received yet")
-        return self.ensemble.predict_margin(self.schema.encode_dicts(rows))
+        return self.ensemble.predict_margin(self.validator.rows(rows))
 
     def predict_one(self, x: Mapping[str, Any]) -> float | bool:
         margin = float(self.predict_margin([x])[0])
         if self.task == "classification":
             return margin > 0.0
-        return float(unscale_margin(margin, self.schema.target_bounds))  # type: ignore[union-attr,arg-type]
+        return float(unscale_margin(margin, self.validator.schema.target_bounds))  # type: ignore[union-attr,arg-type]
 
     def predict_proba_one(self, x: Mapping[str, Any]) -> dict[bool, float]:
         p = float(expit(self.predict_margin([x])[0]))

@@ -109,7 +109,7 @@ class _SGBDTEstimator:
         return self._engine
 
     def _encode_one(self, x: Mapping[str, Any]) -> np.ndarray:
-        return self._engine.schema.encode_dict(x)[None, :]
+        return self._engine.validator.features(x)[None, :]
 
     @staticmethod
     def _columns(X: Any) -> tuple[dict[str, Any], int]:
@@ -249,9 +249,10 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         is then for testing only (``TestingOnlyWarning``).
     strict
         ``False`` (default): a feature of the schema that has not arrived by the initial
-        score raises a ``SchemaMismatchWarning``; ``True``: a ``SchemaMismatch`` error, and
-        nothing is released. Values outside the public bounds warn once per feature either
-        way (counts in ``operator_telemetry().outside_domain``).
+        score raises a ``SchemaMismatchWarning``. ``True``: every record must name every
+        schema feature (``None`` marks a missing value), else ``InvalidRecord`` — per
+        record, so the public schedule is unchanged. Values outside the public bounds warn
+        once per feature either way (counts in ``operator_telemetry().outside_domain``).
 
     Examples
     --------

@@ -49,12 +49,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from renyiboost.exceptions import (
-    PrivacyLeakWarning,
-    SchemaMismatch,
-    SchemaMismatchWarning,
-    StateStoreError,
-)
+from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -140,11 +135,10 @@ class StreamEngine:
     seed
         ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
     strict
-        What a public-schema feature that has not arrived by the initial score means: a
-        :class:`~renyiboost.exceptions.SchemaMismatchWarning` (``False``) or a
-        :class:`~renyiboost.exceptions.SchemaMismatch` error before anything is released.
-        (A check of the operator's schema, on the operator's channel; it never changes what
-        a release holds.)
+        Every record must name every schema feature (see :class:`RecordValidator`); without
+        it, a feature that has no value by the initial score raises a
+        :class:`~renyiboost.exceptions.SchemaMismatchWarning` (on the operator's channel: it
+        never changes what or when anything is released).
     """
 
     def __init__(
@@ -152,10 +146,9 @@ class StreamEngine:
         seed: int | None = None, strict: bool = False,
     ) -> None:
         self.config = config
-        self.strict = strict
         self.schema = config.public_schema
         self.booster = SGBDTBooster(config.params, self.schema, seed)
-        self.validator = RecordValidator(self.schema, config.params.task)
+        self.validator = RecordValidator(self.schema, config.params.task, strict)
         k = self.schema.n_features
         self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0))
         self.pool_uids = np.zeros(0, dtype=np.int64)
@@ -460,9 +453,9 @@ class StreamEngine:
             self._commit(None, self.pool)
 
     def _check_arrived(self) -> None:
-        """Warn (or, ``strict``, refuse) when a schema feature has not arrived by now: its
-        name probably does not match the records' (river's ``Friedman`` yields integer keys
-        where a schema may say ``"x0"``)."""
+        """Warn when a schema feature has not arrived by now: its name probably does not
+        match the records' (river's ``Friedman`` yields integer keys where a schema may say
+        ``"x0"``). Only a warning: stopping here would make the schedule depend on the data."""
         missing = [name for name, seen in zip(self.schema.names, self._arrived, strict=True)
                    if not seen]
         if not missing:
@@ -470,8 +463,6 @@ class StreamEngine:
         message = (f"features {missing[:8]} of the public schema have no value in the first "
                    f"{self._positions} stream positions; check that their names match the "
                    "records'")
-        if self.strict:
-            raise SchemaMismatch(message + " (strict=True: nothing is released)")
         warnings.warn(message, SchemaMismatchWarning, stacklevel=5)
 
     def _release_initial_score(self) -> None:

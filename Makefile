@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install test mutants demo reproduce paper bench lint
+.PHONY: install test mutants demo reproduce paper bench defaults lint
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
@@ -31,6 +31,11 @@ reproduce: $(VENV)/.installed
 
 paper: $(VENV)/.installed
 	$(VENV)/bin/renyiboost experiment --preset paper --repeats 2 --workers 2 --out results/paper
+
+# The defaults table: our defaults beside DP-EBM's and the trivial baseline on the
+# development suite (about 6 minutes on 2 cores); writes benchmarks/results/defaults.md.
+defaults: $(VENV)/.installed
+	$(PY) benchmarks/defaults.py
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRIVACY = ["tests/test_privacy.py"]
 LEDGER = ["tests/test_ledger.py"]
+DEFAULTS = ["tests/test_defaults.py"]
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ MUTATIONS = [
              "max_trees=self.config.max_trees if self.config.max_trees else len(self._keys),",
              PRIVACY),
     Mutation("a round is skipped when nobody is eligible", "src/renyiboost/stream/engine.py",
-             "        outcome = booster.plan_round(self.pool)\n",
-             "        outcome = booster.plan_round(self.pool)\n"
+             "        outcome = booster.plan_round(self.pool, self._leaf_depth())\n",
+             "        outcome = booster.plan_round(self.pool, self._leaf_depth())\n"
              "        if outcome.n_eligible == 0:\n            return\n", PRIVACY),
     Mutation("the warm-up counts pooled records", "src/renyiboost/stream/engine.py",
              "if self._positions < self.config.warmup:",
@@ -97,6 +98,16 @@ MUTATIONS = [
              "            if encoder is None:\n                continue\n", ["tests/test_stream.py"]),
     Mutation("keys are not NFC-normalised", "src/renyiboost/validation.py",
              'name = unicodedata.normalize("NFC", name)', "pass", LEDGER),
+    Mutation("the size estimate reads the exact row count", "src/renyiboost/models/batch.py",
+             "float(y.size + noise.laplace(1, split.laplace_scale)[0])", "float(y.size)",
+             DEFAULTS),
+    Mutation("the size estimate's epsilon is left out of the guarantee",
+             "src/renyiboost/release.py", "extra = size_estimate_epsilon or 0.0",
+             "extra = 0.0", DEFAULTS),
+    Mutation("merged leaves get the noise of one fine leaf split four ways",
+             "src/renyiboost/models/booster.py",
+             "self.release.sum_noise_std(params.grad_clip))",
+             "self.release.sum_noise_std(params.grad_clip) / 2**shift)", DEFAULTS),
 ]
 
 

@@ -11,6 +11,7 @@ from renyiboost.experiments import grid
 def _config(tmp_path, **kw) -> grid.GridConfig:
     base = {"datasets": ["abalone"], "scenarios": ["late"], "epsilons": [1.0],
             "methods": ["irf", "global", "sgt"], "repeats": 1, "limit": 1500,
+            "expected_records": 300,  # T covers 300 records: global accounting stops early
             "out": str(tmp_path)}
     return grid.GridConfig(**(base | kw))
 

@@ -191,10 +191,10 @@ def _trainer_process(config: Path, max_idle: float) -> subprocess.Popen:
 
 
 def _engine_from(config: Path) -> StreamEngine:
-    from renyiboost.connectors.service import load_config
+    from renyiboost.connectors.service import engine_config, load_config
 
     cfg = load_config(config)
-    return StreamEngine(cfg.model.engine_config(), store=cfg.state, seed=cfg.model.seed)
+    return StreamEngine(engine_config(cfg.model), store=cfg.state, seed=cfg.model.seed)
 
 
 def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootstrap, tmp_path):

@@ -47,7 +47,7 @@ def _train(argv: list[str]) -> int:
 
 
 def _state(argv: list[str]) -> int:
-    from renyiboost.connectors.service import init_state, load_config
+    from renyiboost.connectors.service import engine_config, init_state, load_config
     from renyiboost.stream.engine import StreamEngine
 
     parser = argparse.ArgumentParser(prog="renyiboost state", description=COMMANDS["state"])
@@ -65,7 +65,7 @@ def _state(argv: list[str]) -> int:
         identity = init_state(config)
         print(f"created state store {config.state} (store id {identity.store_id})")
         return 0
-    engine = StreamEngine(config.model.engine_config(), store=config.state,
+    engine = StreamEngine(engine_config(config.model), store=config.state,
                           seed=config.model.seed)
     try:
         print(json.dumps(engine.operator_telemetry().model_dump(), indent=1))

@@ -32,6 +32,11 @@ class NoiseSource:
     def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
         return ndtri(self.uniform(size)) * std
 
+    def laplace(self, size: int, scale: float) -> np.ndarray:
+        """Laplace draws by inversion of the CDF: −b·sign(u)·ln(1 − 2|u|), u ∈ (−½, ½)."""
+        u = self.uniform(size) - 0.5
+        return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+
     def bernoulli(self, probability: float, size: int) -> np.ndarray:
         if probability >= 1.0:
             return np.ones(size, dtype=bool)

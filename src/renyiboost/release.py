@@ -50,16 +50,21 @@ class PrivacyGuarantee(BaseModel):
     sigma: float | None
     budget_rdp: float | None
     seeded_for_testing: bool
+    #: ε of the Laplace count a batch fit bought to choose its defaults (included in
+    #: ``epsilon``; the trees got the rest), or ``None``.
+    size_estimate_epsilon: float | None = None
 
     @classmethod
     def of(cls, calibration: Calibration | None, unit: Literal["key", "row"],
-           seeded: bool) -> PrivacyGuarantee:
+           seeded: bool, size_estimate_epsilon: float | None = None) -> PrivacyGuarantee:
         cal = calibration
+        extra = size_estimate_epsilon or 0.0
         return cls(
             private=cal is not None, unit=unit,
-            epsilon=cal.epsilon if cal else None, delta=cal.delta if cal else None,
+            epsilon=cal.epsilon + extra if cal else None, delta=cal.delta if cal else None,
             order=cal.order if cal else None, sigma=cal.sigma if cal else None,
             budget_rdp=cal.budget_rdp if cal else None, seeded_for_testing=seeded,
+            size_estimate_epsilon=size_estimate_epsilon if cal else None,
         )
 
     @property

@@ -23,11 +23,13 @@ from renyiboost.accounting.filter import (
 )
 from renyiboost.accounting.leaf import LeafRelease
 from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaussian_rdp
+from renyiboost.accounting.size import SIZE_ESTIMATE_SHARE, SizeEstimate
 
 __all__ = [
     "BUDGET_SLACK",
     "DEFAULT_ORDERS",
     "NOT_ELIGIBLE",
+    "SIZE_ESTIMATE_SHARE",
     "Calibration",
     "ChargeTable",
     "ComposedEvent",
@@ -39,6 +41,7 @@ __all__ = [
     "PoissonSampledEvent",
     "RdpAccountant",
     "SelfComposedEvent",
+    "SizeEstimate",
     "calibrate",
     "dp_epsilon_at_orders",
     "event_rdp",

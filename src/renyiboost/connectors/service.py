@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from renyiboost.connectors.events import EventFormat
 from renyiboost.exceptions import BrokerUnavailable
@@ -45,24 +45,44 @@ from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.store import SQLiteStore, StoreIdentity
 
+#: The learner's fields a ``[model]`` table may set; each left out takes the default
+#: policy's value (:mod:`renyiboost.models.defaults`), not a field default of its own.
+_LEARNER_FIELDS: dict[str, Any] = {
+    name: (field.annotation | None, None)
+    for name, field in SGBDTParams.model_fields.items()
+    if name not in {"task", "epsilon", "delta"}
+}
+_TRIGGER_FIELDS: dict[str, Any] = {
+    name: (field.annotation | None, None)
+    for name, field in EngineConfig.model_fields.items()
+    if name not in {"public_schema", "params"}
+}
 
-class ModelConfig(SGBDTParams):
-    """The ``[model]`` table: the learner's parameters plus schema, triggers and seed."""
 
+class _ModelTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = "regression"
+    epsilon: float | None = 1.0
+    delta: float = 1e-6
+    expected_records: int | None = Field(None, ge=1, description="public size hint")
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
-    train_every: int = Field(100, ge=1)
-    trees_per_trigger: int = Field(1, ge=1)
-    warmup: int = Field(100, ge=1)
-    max_trees: int | None = Field(None, ge=1)
     seed: int | None = None
 
-    def engine_config(self) -> EngineConfig:
-        params = SGBDTParams(**self.model_dump(include=set(SGBDTParams.model_fields)))
-        schema = PublicSchema(features=self.features, target_bounds=self.target_bounds)
-        return EngineConfig(public_schema=schema, params=params, train_every=self.train_every,
-                            trees_per_trigger=self.trees_per_trigger, warmup=self.warmup,
-                            max_trees=self.max_trees)
+
+ModelConfig = create_model(  # the [model] table: schema, learner and triggers, all optional
+    "ModelConfig", __base__=_ModelTable, **_LEARNER_FIELDS, **_TRIGGER_FIELDS)
+
+
+def engine_config(model: Any) -> EngineConfig:
+    """The engine's configuration of a ``[model]`` table: the default policy with the
+    table's explicit values on top."""
+    schema = PublicSchema(features=model.features, target_bounds=model.target_bounds)
+    explicit = {name: value for name, value in model.model_dump(
+        include=set(_LEARNER_FIELDS) | set(_TRIGGER_FIELDS)).items() if value is not None}
+    return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
+                                      model.expected_records, **explicit)
 
 
 class KafkaTable(BaseModel):
@@ -87,7 +107,7 @@ class ServiceConfig(BaseModel):
     model_name: str = "model"
     kafka: KafkaTable = Field(default_factory=KafkaTable)
     events: EventFormat = Field(default_factory=EventFormat)
-    model: ModelConfig
+    model: ModelConfig  # type: ignore[valid-type]
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ServiceConfig:
@@ -113,7 +133,7 @@ def parse_kafka_url(url: str) -> tuple[str, str]:
 def init_state(config: ServiceConfig) -> StoreIdentity:
     """Create the config's state store (refused if the file exists) and pin its
     configuration and calibration: ``renyiboost state init``."""
-    engine = StreamEngine(config.model.engine_config(),
+    engine = StreamEngine(engine_config(config.model),
                           store=SQLiteStore(config.state, create=True), seed=config.model.seed)
     identity = engine.store.identity
     engine.close()
@@ -130,7 +150,7 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
     from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
 
     store = SQLiteStore(config.state, create=new_state)
-    engine = StreamEngine(config.model.engine_config(), store=store, seed=config.model.seed)
+    engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
     try:
         if config.source.startswith("memory:"):
             return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)

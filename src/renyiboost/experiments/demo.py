@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from renyiboost.experiments.metrics import error_rate, r2_score
-from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (
     LATE_SUBPOPULATIONS,
@@ -32,16 +31,6 @@ from renyiboost.stream.sources import (
     InMemorySource,
 )
 from renyiboost.stream.store import SQLiteStore
-
-#: Learner settings of the demo per task (public, chosen for a short stream at ε = 1).
-DEMO_PARAMS: dict[str, dict[str, Any]] = {
-    "regression": {"rounds": 30, "depth": 3, "learning_rate": 0.2, "sampling_rate": 0.2,
-                   "grad_clip": 0.3, "reg_lambda": 30.0, "count_share": 0.3, "init_share": 0.1},
-    "classification": {"rounds": 30, "depth": 4, "learning_rate": 0.2, "sampling_rate": 0.2,
-                       "grad_clip": 0.5, "hess_clip": 0.25, "reg_lambda": 5.0,
-                       "count_share": 0.1, "init_share": 0.05, "feature_selection": "cyclic",
-                       "split_candidates": 32},
-}
 
 
 def batch_metrics(task: str, y: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
@@ -136,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--batch-size", type=int, default=250)
-    parser.add_argument("--train-every", type=int, default=100)
-    parser.add_argument("--trees-per-trigger", type=int, default=6)
+    parser.add_argument("--expected-records", type=int, default=None,
+                        help="public size hint for the default policy (default: none)")
+    parser.add_argument("--train-every", type=int, default=None,
+                        help="fixed trigger interval instead of the default growing schedule")
+    parser.add_argument("--trees-per-trigger", type=int, default=None)
     parser.add_argument("--state", default="out/demo/state.db",
                         help="SQLite state file (deleted first unless --resume)")
     parser.add_argument("--resume", action="store_true")
@@ -148,10 +140,14 @@ def main(argv: list[str] | None = None) -> int:
 
     source = InMemorySource(args.dataset, scenario=args.scenario, batch_size=args.batch_size)
     task = source.data.task
-    params = SGBDTParams(task=task, epsilon=args.epsilon, delta=args.delta, **DEMO_PARAMS[task])
-    config = EngineConfig(public_schema=source.schema, params=params,
-                          train_every=args.train_every, trees_per_trigger=args.trees_per_trigger,
-                          warmup=args.train_every)
+    triggers: dict[str, Any] = {}
+    if args.train_every is not None:
+        triggers = {"train_every": args.train_every, "warmup": args.train_every,
+                    "trigger_growth": 0.0}
+    if args.trees_per_trigger is not None:
+        triggers["trees_per_trigger"] = args.trees_per_trigger
+    config = EngineConfig.from_defaults(source.schema, task, args.epsilon, args.delta,
+                                        args.expected_records, **triggers)
     state = Path(args.state)
     if not args.resume:  # the demo starts a new model, so it creates a new store on purpose
         for suffix in ("", "-wal", "-shm"):

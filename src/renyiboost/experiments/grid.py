@@ -47,9 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import DEMO_PARAMS, batch_metrics, progress_bar, replay
+from renyiboost.experiments.demo import batch_metrics, progress_bar, replay
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
-from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import SYNTHETIC, InMemorySource
 
@@ -68,8 +67,11 @@ class GridConfig(BaseModel):
     methods: list[str] = ["irf", "constant", "global", "sgt"]
     repeats: int = Field(2, ge=1)
     batch_size: int = Field(250, ge=1)
-    train_every: int = Field(100, ge=1)
-    trees_per_trigger: int = Field(6, ge=1)
+    train_every: int | None = Field(
+        None, ge=1, description="fixed trigger interval (None: the default growing schedule)")
+    trees_per_trigger: int | None = Field(None, ge=1)
+    expected_records: int | None = Field(
+        None, ge=1, description="public size hint for the default policy (None: its prior)")
     delta: float = Field(1e-6, gt=0, lt=1)
     limit: int | None = Field(None, ge=1, description="records per stream (None: all)")
     refits: int = Field(4, ge=1, description="fits of a batch peer along the stream")
@@ -130,27 +132,34 @@ def learner_variant(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def stream_engine(method: str, task: str, schema: Any, epsilon: float, delta: float,
-                  seed: int, train_every: int, trees_per_trigger: int,
-                  params: dict[str, Any] | None = None) -> StreamEngine:
+                  seed: int, train_every: int | None = None,
+                  trees_per_trigger: int | None = None,
+                  params: dict[str, Any] | None = None,
+                  expected_records: int | None = None) -> StreamEngine:
     """The learner as a stream method: ``irf`` (the filter), ``constant`` (full-price
     charges), ``global`` (T rounds in all) or ``sln`` (static leaf noise), on ``params``
-    (default: the demo's)."""
+    (default: the default policy's) with the default schedule unless ``train_every`` fixes
+    the interval."""
     if method not in PRIVATE_METHODS:
         raise ValueError(f"not a stream method of the learner: {method!r}")
-    params = learner_variant(method, DEMO_PARAMS[task] if params is None else params)
-    return StreamEngine(
-        EngineConfig(public_schema=schema,
-                     params=SGBDTParams(task=task, epsilon=epsilon, delta=delta, **params),
-                     train_every=train_every, trees_per_trigger=trees_per_trigger,
-                     warmup=train_every),
-        seed=seed,
-    )
+    triggers: dict[str, Any] = {}
+    if train_every is not None:
+        triggers = {"train_every": train_every, "warmup": train_every}
+    if trees_per_trigger is not None:
+        triggers["trees_per_trigger"] = trees_per_trigger
+    if params is None:
+        default = EngineConfig.from_defaults(schema, task, epsilon, delta, expected_records,
+                                             **triggers).params
+        params = default.model_dump(exclude={"task", "epsilon", "delta"})
+    config = EngineConfig.from_defaults(schema, task, epsilon, delta, expected_records,
+                                        **learner_variant(method, params), **triggers)
+    return StreamEngine(config, seed=seed)
 
 
 def _private_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) -> list[dict]:
     engine = stream_engine(cell["method"], source.data.task, source.schema, cell["epsilon"],
                            config.delta, cell["repeat"], config.train_every,
-                           config.trees_per_trigger)
+                           config.trees_per_trigger, expected_records=config.expected_records)
     return replay(engine, source)
 
 
@@ -236,15 +245,17 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 
 #: Part of every cached cell's key (here and in the paper preset): bump it when a run's
 #: meaning changes without a change of the cell's parameters (e.g. a learner default).
-CACHE_VERSION = 5  # 5: the public schedule (every scheduled round releases a tree; warm-up
+CACHE_VERSION = 6  # 6: the stream methods run the default policy and its growing schedule
+#: (issue 12), no demo parameters; 5: the public schedule (every scheduled round releases a tree; warm-up
 #: and triggers count stream positions); 4: a batch peer's budget split over the fits that
 #: predict
 
 
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
+                                       "expected_records",
                                        "delta", "limit", "refits"})
-    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED, "demo_params": DEMO_PARAMS,
+    text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED,
                        "version": CACHE_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -11,9 +11,12 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
+from renyiboost.accounting import SizeEstimate
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import POLICY_FIELDS, PRIOR_RECORDS, default_params
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
+from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 
@@ -28,8 +31,13 @@ class SGBDT:
         :meth:`fit` and :meth:`predict` is encoded as by :meth:`PublicSchema.encode_columns`.
     seed
         ``None`` for CSPRNG noise (production); an integer for reproducible tests only.
+    expected_records
+        A *public* number of training rows for the default policy. Without it a private
+        fit that leaves any policy parameter out buys a Laplace count of the rows with 5 %
+        of ε (the guarantee's ``size_estimate_epsilon``).
     **params
-        Any field of :class:`SGBDTParams` (``task``, ``epsilon``, ``delta``, ``rounds`` …).
+        Any field of :class:`SGBDTParams` (``task``, ``epsilon``, ``delta``, ``rounds`` …);
+        those left out come from :func:`renyiboost.models.defaults.default_params`.
 
     Examples
     --------
@@ -44,15 +52,43 @@ class SGBDT:
     True
     """
 
-    def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
+    def __init__(self, schema: PublicSchema, seed: int | None = None,
+                 expected_records: int | None = None, **params: Any) -> None:
         self.schema = schema
         self.seed = seed
-        self.params = SGBDTParams(**params)
+        self.expected_records = expected_records
+        if expected_records is not None and not expected_records >= 1:
+            raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
+        #: The caller's explicit parameters; the default policy fills in the others.
+        self.explicit_params: dict[str, Any] = dict(params)
+        SGBDTParams(**params)  # validate what was given, now
+        #: The parameters the fit uses (known at construction when the size is public).
+        self.params: SGBDTParams = self._resolve(expected_records)
+        #: The size estimate's ε when :meth:`fit` bought one (public; part of the guarantee).
+        self.size_estimate_epsilon: float | None = None
+        #: The released noisy count of the training rows, when one was bought (public).
+        self.size_estimate_: float | None = None
         self.booster: SGBDTBooster | None = None
         self.ensemble: Ensemble | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
+
+    def _needs_size(self) -> bool:
+        return bool(POLICY_FIELDS - self.explicit_params.keys())
+
+    def _resolve(self, records: float | None, epsilon: float | None = None) -> SGBDTParams:
+        """Explicit parameters over the default policy at ``records`` (a provisional
+        :data:`PRIOR_RECORDS` until a fit knows better), with the model's ``epsilon``."""
+        explicit = dict(self.explicit_params)
+        base = SGBDTParams(**explicit)
+        if epsilon is not None:
+            explicit["epsilon"] = epsilon
+        if not self._needs_size():
+            return SGBDTParams(**explicit)
+        policy = default_params(base.task, base.epsilon,
+                                PRIOR_RECORDS if records is None else records)
+        return SGBDTParams(**(policy | explicit))
 
     # ------------------------------------------------------------------ training
     def _validate_target(self, y: np.ndarray) -> np.ndarray:
@@ -66,6 +102,12 @@ class SGBDT:
     def fit(self, X: np.ndarray, y: np.ndarray) -> SGBDT:
         """Train on all rows: DP initial score, then ``total_rounds`` rounds.
 
+        Parameters the caller did not give come from the default policy
+        (:mod:`renyiboost.models.defaults`), which needs the number of rows. It is private,
+        so without ``expected_records`` a private fit first releases a Laplace count with
+        5 % of ε (:class:`~renyiboost.accounting.SizeEstimate`) and trains with the rest;
+        the guarantee reports the total.
+
         The number of rounds is fixed by the parameters (DEVELOPERS invariant 3): a round in
         which the filter admits nobody still releases its tree (noise-only leaves), because
         stopping early would tell whether some row still had budget.
@@ -74,7 +116,18 @@ class SGBDT:
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
-        booster = SGBDTBooster(self.params, self.schema, self.seed)
+        self.size_estimate_epsilon = self.size_estimate_ = None
+        noise = noise_source(self.seed)
+        if self.expected_records is None and self._needs_size():
+            target = SGBDTParams(**self.explicit_params)
+            if target.private:
+                split = SizeEstimate.split(float(target.epsilon))
+                self.size_estimate_ = float(y.size + noise.laplace(1, split.laplace_scale)[0])
+                self.size_estimate_epsilon = split.epsilon
+                self.params = self._resolve(self.size_estimate_, split.rest_epsilon)
+            else:
+                self.params = self._resolve(y.size)
+        booster = SGBDTBooster(self.params, self.schema, self.seed, noise=noise)
         pool = RecordPool.from_arrays(X, booster.loss.scale(y))
         score, pool.spent = booster.initial_score(pool)
         booster.ensemble.init_score = score
@@ -119,7 +172,7 @@ class SGBDT:
         cal = booster.calibration if booster is not None else None
         if cal is None and self.params.private:
             raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")
-        return PrivacyGuarantee.of(cal, "row", self.seed is not None)
+        return PrivacyGuarantee.of(cal, "row", self.seed is not None, self.size_estimate_epsilon)
 
     def release(self, model: str = "sgbdt") -> ModelRelease:
         """The fitted model as a public release (trees, schema, parameters, guarantee)."""

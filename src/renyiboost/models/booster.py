@@ -167,11 +167,12 @@ class SGBDTBooster:
         and marks the model as for testing only.
     """
 
-    def __init__(self, params: SGBDTParams, schema: PublicSchema, seed: int | None = None) -> None:
+    def __init__(self, params: SGBDTParams, schema: PublicSchema, seed: int | None = None,
+                 noise: NoiseSource | None = None) -> None:
         self.params = params
         self.schema = schema
         self.seed = seed
-        self.noise: NoiseSource = noise_source(seed)
+        self.noise: NoiseSource = noise if noise is not None else noise_source(seed)
         if params.task == "regression":
             if schema.target_bounds is None:
                 raise ValueError(
@@ -241,8 +242,12 @@ class SGBDTBooster:
         return 0.0
 
     # ------------------------------------------------------------------ one round
-    def plan_round(self, pool: RecordPool) -> RoundOutcome:
-        """Draw and compute one round without changing any state (see module docstring)."""
+    def plan_round(self, pool: RecordPool, leaf_depth: int | None = None) -> RoundOutcome:
+        """Draw and compute one round without changing any state (see module docstring).
+
+        ``leaf_depth`` < ``depth`` releases the leaves of the tree's first ``leaf_depth``
+        levels only (each released value repeated over the leaves below it), for a pool too
+        small to fill ``2**depth`` leaves; it must be a function of public inputs."""
         active = np.flatnonzero(~pool.retired)
         stats = self.loss.statistics(pool.margin[active], pool.target[active])
         spent = pool.spent.copy()
@@ -265,7 +270,7 @@ class SGBDTBooster:
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
         leaves, noisy_grad_sum, noisy_count = self._leaf_values(leaf_of_active[sampled], stats,
-                                                                sampled)
+                                                                sampled, leaf_depth)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
         return RoundOutcome(
@@ -308,7 +313,8 @@ class SGBDTBooster:
         )
 
     def _leaf_values(
-        self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray
+        self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray,
+        leaf_depth: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ), with the two noisy sums
         (``None`` for static leaves, which release the value itself).
@@ -327,9 +333,21 @@ class SGBDTBooster:
 
         With ``leaf_noise='static'`` (SLN): −lr·(Σg/(Σden + λ) + noise), see
         :meth:`LeafRelease.static_value_noise_std`.
+
+        With ``leaf_depth`` < depth the leaves are grouped by their ancestor on level
+        ``leaf_depth`` (heap order: leaf ``i``'s ancestor is ``i >> (depth − leaf_depth)``)
+        and each group is released as one leaf. A record is still in exactly one released
+        leaf, so the round costs what a full tree costs; the noisy sums returned are the
+        groups'.
         """
         params = self.params
-        n_leaves = 2**params.depth
+        levels = params.depth if leaf_depth is None else int(leaf_depth)
+        if not 0 <= levels <= params.depth:
+            raise ValueError(f"leaf_depth must be in [0, {params.depth}], got {leaf_depth!r}")
+        shift = params.depth - levels
+        if shift:
+            leaf_index = leaf_index >> shift
+        n_leaves = 2**levels
         grad_sum = np.bincount(leaf_index, stats.grad[sampled], n_leaves).astype(float)
         den_sum = np.bincount(leaf_index, stats.denominator[sampled], n_leaves).astype(float)
         noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
@@ -358,6 +376,8 @@ class SGBDTBooster:
                                out=np.zeros(n_leaves), where=keep)
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
+        if shift:
+            values = np.repeat(values, 2**shift)
         return values, *noisy_sums
 
     def advance(self, pool: RecordPool, outcome: RoundOutcome) -> RecordPool:

@@ -15,7 +15,6 @@ from river import base
 from scipy.special import expit
 
 from renyiboost.exceptions import InvalidRecord
-from renyiboost.models.booster import SGBDTParams
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
@@ -34,22 +33,25 @@ class _SGBDTEstimator:
         target_bounds: tuple[float, float] | None = None,
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
-        rounds: int = 100,
-        depth: int = 4,
-        learning_rate: float = 0.1,
-        sampling_rate: float = 0.1,
-        count_share: float = 0.5,
-        init_share: float = 0.05,
-        grad_clip: float = 0.3,
+        expected_records: int | None = None,
+        rounds: int | None = None,
+        depth: int | None = None,
+        learning_rate: float | None = None,
+        sampling_rate: float | None = None,
+        count_share: float | None = None,
+        init_share: float | None = None,
+        grad_clip: float | None = None,
         hess_clip: float | None = None,
-        reg_lambda: float = 1.0,
+        reg_lambda: float | None = None,
         leaf_clip: float | None = None,
-        feature_selection: str = "random",
+        feature_selection: str | None = None,
         split_candidates: int | None = None,
         individual_filter: bool = True,
-        train_every: int = 100,
-        trees_per_trigger: int = 1,
-        warmup: int = 100,
+        train_every: int | None = None,
+        trees_per_trigger: int | None = None,
+        warmup: int | None = None,
+        trigger_growth: float | None = None,
+        max_train_every: int | None = None,
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
@@ -59,6 +61,7 @@ class _SGBDTEstimator:
         self.target_bounds = target_bounds
         self.epsilon = epsilon
         self.delta = delta
+        self.expected_records = expected_records
         self.rounds = rounds
         self.depth = depth
         self.learning_rate = learning_rate
@@ -75,6 +78,8 @@ class _SGBDTEstimator:
         self.train_every = train_every
         self.trees_per_trigger = trees_per_trigger
         self.warmup = warmup
+        self.trigger_growth = trigger_growth
+        self.max_train_every = max_train_every
         self.max_trees = max_trees
         self.store = store
         self.seed = seed
@@ -85,17 +90,20 @@ class _SGBDTEstimator:
             features=dict(features),
             target_bounds=target_bounds if self._task == "regression" else None,
         )
-        params = SGBDTParams(
-            task=self._task, epsilon=epsilon, delta=delta, rounds=rounds, depth=depth,
-            learning_rate=learning_rate, sampling_rate=sampling_rate, count_share=count_share,
-            init_share=init_share, grad_clip=grad_clip, hess_clip=hess_clip,
-            reg_lambda=reg_lambda, leaf_clip=leaf_clip, feature_selection=feature_selection,
-            split_candidates=split_candidates, individual_filter=individual_filter,
-        )
-        config = EngineConfig(
-            public_schema=schema, params=params, train_every=train_every,
-            trees_per_trigger=trees_per_trigger, warmup=warmup, max_trees=max_trees,
-        )
+        given = {
+            "rounds": rounds, "depth": depth, "learning_rate": learning_rate,
+            "sampling_rate": sampling_rate, "count_share": count_share,
+            "init_share": init_share, "grad_clip": grad_clip, "hess_clip": hess_clip,
+            "reg_lambda": reg_lambda, "leaf_clip": leaf_clip,
+            "feature_selection": feature_selection, "split_candidates": split_candidates,
+            "train_every": train_every, "trees_per_trigger": trees_per_trigger,
+            "warmup": warmup, "trigger_growth": trigger_growth,
+            "max_train_every": max_train_every, "max_trees": max_trees,
+        }
+        config = EngineConfig.from_defaults(
+            schema, self._task, epsilon, delta, expected_records,
+            individual_filter=individual_filter,
+            **{name: value for name, value in given.items() if value is not None})
         self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
 
     # ------------------------------------------------------------------ River plumbing
@@ -232,13 +240,19 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         Public ``(lo, hi)`` of the target; labels outside raise ``ValueError``.
     epsilon, delta
         The (ε, δ) guarantee per key; ``epsilon=None`` trains without privacy.
+    expected_records
+        A *public* estimate of how many records the stream will bring (``None``: 10,000,
+        :data:`~renyiboost.models.defaults.PRIOR_RECORDS`). The defaults of every parameter
+        left as ``None`` below come from it and ε (:mod:`renyiboost.models.defaults`).
     rounds
         Nominal rounds T a full-sensitivity record can afford (small gradients buy more).
     depth, learning_rate, sampling_rate, count_share, init_share, grad_clip, hess_clip,
     reg_lambda, leaf_clip, feature_selection, split_candidates, individual_filter
-        The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`).
-    train_every, trees_per_trigger, warmup, max_trees
-        Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`).
+        The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
+        ``None`` takes the default policy's value.
+    train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, max_trees
+        Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`);
+        ``None`` takes :func:`~renyiboost.models.defaults.stream_schedule`'s.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it
@@ -261,8 +275,7 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     >>> model = SGBDTRegressor(
     ...     features={"ordinal_date": (736389, 737389), "gallup": (30, 55), "ipsos": (30, 55),
     ...               "morning_consult": (30, 55), "rasmussen": (30, 55), "you_gov": (30, 55)},
-    ...     target_bounds=(30, 55), epsilon=1.0, rounds=10, depth=2, sampling_rate=0.5,
-    ...     learning_rate=0.5, grad_clip=1.0, train_every=50, warmup=50)
+    ...     target_bounds=(30, 55), epsilon=1.0, expected_records=1001)   # the defaults
     >>> metric = evaluate.progressive_val_score(datasets.TrumpApproval(), model, metrics.MAE())
     >>> model.privacy_guarantee().epsilon <= 1.0
     True
@@ -305,8 +318,7 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
     >>> from renyiboost import SGBDTClassifier
     >>> phishing = datasets.Phishing()
     >>> features = {name: (0, 1) for name in next(iter(phishing))[0]}
-    >>> model = SGBDTClassifier(features, epsilon=1.0, rounds=10, depth=3, sampling_rate=0.5,
-    ...                         learning_rate=0.5, train_every=50, warmup=50)
+    >>> model = SGBDTClassifier(features, epsilon=1.0, expected_records=1250)   # the defaults
     >>> metric = evaluate.progressive_val_score(phishing, model, metrics.Accuracy())
     >>> model.predict_proba_one({"https": 1.0}).keys() == {False, True}
     True

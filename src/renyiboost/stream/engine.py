@@ -51,9 +51,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import (
+    LEAF_SNR,
+    PRIOR_RECORDS,
+    default_params,
+    stream_rounds,
+    stream_schedule,
+    supported_depth,
+)
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
+from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
     Commit,
     InitEvent,
@@ -81,7 +90,49 @@ class EngineConfig(BaseModel):
     train_every: int = Field(100, ge=1, description="stream positions per trigger")
     trees_per_trigger: int = Field(1, ge=1, description="rounds run by one trigger")
     warmup: int = Field(100, ge=1, description="stream positions before the initial score")
+    trigger_growth: float = Field(
+        0.0, ge=0, description="from the initial score on, each trigger interval is this "
+        "fraction of the positions so far (at least train_every; see stream.schedule)")
+    max_train_every: int | None = Field(
+        None, ge=1, description="the largest trigger interval (None: train_every)")
     max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")
+    leaf_depth: Literal["fixed", "from_positions"] = Field(
+        "fixed", description="'from_positions': each round releases only the levels its "
+        "positions can fill above the noise (models.defaults.supported_depth)")
+
+
+    @classmethod
+    def from_defaults(
+        cls, public_schema: PublicSchema, task: str, epsilon: float | None, delta: float = 1e-6,
+        expected_records: int | None = None, **overrides: Any,
+    ) -> EngineConfig:
+        """The default policy's configuration for a stream (:mod:`renyiboost.models.defaults`)
+        with the caller's ``overrides`` (learner fields or trigger fields) on top.
+
+        ``expected_records`` is a *public* hint of the stream's size (``None``:
+        :data:`~renyiboost.models.defaults.PRIOR_RECORDS`); a stream cannot buy a noisy
+        count first, because its calibration is fixed before the first record. An explicit
+        ``train_every`` without ``trigger_growth`` means a fixed interval.
+        """
+        records = PRIOR_RECORDS if expected_records is None else expected_records
+        if records < 1:
+            raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
+        trigger_fields = {"train_every", "trees_per_trigger", "warmup", "trigger_growth",
+                          "max_train_every", "max_trees", "leaf_depth"}
+        triggers = {k: v for k, v in overrides.items() if k in trigger_fields}
+        if "train_every" in triggers and "trigger_growth" not in triggers:
+            triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
+        learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
+        policy = default_params(task, epsilon, records)
+        triggers = stream_schedule(records, policy["rounds"]) | triggers
+        schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
+                                   triggers.get("trigger_growth", 0.0),
+                                   triggers.get("max_train_every"))
+        policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
+        params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
+                                | learner))
+        return cls(public_schema=public_schema, params=params,
+                   **({"leaf_depth": "from_positions"} | triggers))
 
 
 class OperatorTelemetry(BaseModel):
@@ -160,7 +211,10 @@ class StreamEngine:
         self._initialized = False
         self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
         self.offsets: dict[str, Any] = {}  # source offsets covered by the last commit
+        self.schedule = TriggerSchedule(config.train_every, config.warmup,
+                                        config.trigger_growth, config.max_train_every)
         self._positions = 0  # stream positions counted (public time)
+        self._next_trigger = self.schedule.next_after(0)
         self._merged_positions = 0  # positions covered by the last merge
         self._committed_positions = 0  # positions covered by the last commit
         self._pending_uids: list[int] = []
@@ -313,10 +367,10 @@ class StreamEngine:
         if positions is not None and len(positions) != n_events:
             raise ValueError(f"got {len(positions)} positions for {n_events} events")
         uids = self._uids(keys, n)
-        every, start, row = self.config.train_every, 0, 0
+        start, row = 0, 0
         while start < n_events:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.
-            stop = min(start + every - self._positions % every, n_events)
+            stop = min(start + self._next_trigger - self._positions, n_events)
             row_stop = int(np.searchsorted(at, stop))
             if row_stop > row:
                 live = self._status[uids[row:row_stop]] != RETIRED
@@ -334,7 +388,8 @@ class StreamEngine:
         """Count ``n`` stream positions and fire the trigger they reach (callers never pass
         a trigger boundary inside ``n``)."""
         self._positions += n
-        if self._positions % self.config.train_every == 0:
+        if self._positions >= self._next_trigger:
+            self._next_trigger = self.schedule.next_after(self._positions)
             self.train(self.config.trees_per_trigger)
 
     def add_one(
@@ -480,9 +535,18 @@ class StreamEngine:
         return RecordPool(pool.X, pool.target, pool.margin + event.score,
                           pool.spent + event.charge, pool.retired)
 
+    def _leaf_depth(self) -> int | None:
+        """The levels this round releases (a function of the positions: public)."""
+        booster, params = self.booster, self.config.params
+        if self.config.leaf_depth == "fixed" or booster.release is None or booster.release.static:
+            return None
+        return supported_depth(self._positions, params.sampling_rate,
+                               booster.release.count_noise_std(booster.count_sensitivity),
+                               booster.count_sensitivity, params.depth, LEAF_SNR[params.task])
+
     def _round(self) -> None:
         booster = self.booster
-        outcome = booster.plan_round(self.pool)
+        outcome = booster.plan_round(self.pool, self._leaf_depth())
         max_trees = self.config.max_trees
         dropped = 0 if max_trees is None else max(0, self.ensemble.n_trees + 1 - max_trees)
         event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
@@ -639,6 +703,7 @@ class StreamEngine:
         self._merged_offsets = dict(self.offsets)
         self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
         self._positions = self._merged_positions = int(meta["positions"])
+        self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
 
     # ------------------------------------------------------------------ prediction

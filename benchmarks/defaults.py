@@ -1,0 +1,348 @@
+"""The defaults table (``make defaults``): renyiboost with only a schema and ε, beside
+interpret's DP-EBM with its defaults and the trivial baseline, on the development suite.
+
+    .venv/bin/python benchmarks/defaults.py [--sets adult,abalone] [--epsilons 0.5,1,4]
+                                            [--seeds 3] [--workers 2]
+
+Protocols (issue 12), δ = 1e-6, production noise (``seed=None``) for our models:
+
+* **held-out** (every set): 30 % of the rows held out (3 shuffles); AUC (classification) or
+  R² (regression) on them of
+  - ``batch``: :class:`~renyiboost.models.batch.SGBDT` with the defaults (it buys a noisy
+    count of the rows with 5 % of ε to choose them),
+  - ``learn_one``: the River estimator with the defaults, fed the shuffled training rows in
+    order (``learn_many``, which equals a ``learn_one`` loop), then asked to predict,
+  - ``learn_one_hint``: the same with ``expected_records`` = the number of training rows
+    (70 % of the set's published size: public for these public sets, never for a user's),
+  - ``dpebm``: interpret's DP-EBM with its defaults and the same public bounds,
+  - ``prior``: the training rows' mean / base rate (not private: the trivial floor);
+* **prequential** (the natural-order streams): test-then-train over the stream in its own
+  order with the River estimator's defaults; accuracy or R², beside the running mean /
+  majority class (not private).
+
+Prints one table and writes ``benchmarks/results/defaults.json`` and ``defaults.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+EPSILONS = (0.5, 1.0, 4.0)
+DELTA = 1e-6
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+def _score(task: str, y: np.ndarray, score: np.ndarray) -> float:
+    from sklearn.metrics import r2_score, roc_auc_score
+
+    if task == "classification":
+        return float(roc_auc_score(y, score))
+    return float(r2_score(y, score))
+
+
+def _columns(schema: Any, X: np.ndarray) -> dict[str, Any]:
+    """Schema-encoded rows back to raw columns (category values) for the River API."""
+    columns: dict[str, Any] = {}
+    for j, (name, spec) in enumerate(schema.features.items()):
+        if isinstance(spec, list):
+            codes = X[:, j]
+            values = np.array(spec + [None], dtype=object)
+            columns[name] = values[np.where(np.isnan(codes), len(spec), codes).astype(int)]
+        else:
+            columns[name] = X[:, j]
+    return columns
+
+
+def _estimator(suite_set: Any, epsilon: float, expected_records: int | None = None) -> Any:
+    from renyiboost import SGBDTClassifier, SGBDTRegressor
+
+    features = dict(suite_set.schema.features)
+    if suite_set.task == "classification":
+        return SGBDTClassifier(features, epsilon=epsilon, delta=DELTA,
+                               expected_records=expected_records)
+    return SGBDTRegressor(features, target_bounds=suite_set.schema.target_bounds,
+                          epsilon=epsilon, delta=DELTA, expected_records=expected_records)
+
+
+def _estimator_scores(model: Any, task: str, columns: dict[str, Any]) -> np.ndarray:
+    import pandas as pd
+
+    frame = pd.DataFrame(columns)
+    if task == "classification":
+        return model.predict_proba_many(frame)[True].to_numpy()
+    return model.predict_many(frame).to_numpy()
+
+
+def held_out_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """One shuffle of one set at one ε: the four held-out figures."""
+    _quiet()
+    import pandas as pd
+
+    from renyiboost.experiments.peers import make_peer
+    from renyiboost.experiments.suite import load_suite_set
+    from renyiboost.models.batch import SGBDT
+
+    suite_set, X, y = load_suite_set(name)
+    task, schema = suite_set.task, suite_set.schema
+    order = np.random.default_rng(seed).permutation(y.size)
+    cut = round(0.7 * y.size)
+    train, test = order[:cut], order[cut:]
+    row: dict[str, Any] = {"set": name, "task": task, "epsilon": epsilon, "seed": seed,
+                           "protocol": "held-out"}
+    started = time.perf_counter()
+    model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA).fit(X[train], y[train])
+    scores = (model.predict_proba(X[test])[:, 1] if task == "classification"
+              else model.predict(X[test]))
+    row["batch"] = _score(task, y[test], scores)
+    row["batch_s"] = time.perf_counter() - started
+    labels = pd.Series(y[train].astype(bool) if task == "classification" else y[train])
+    train_columns = pd.DataFrame(_columns(schema, X[train]))
+    test_columns = _columns(schema, X[test])
+    for column, hint in (("learn_one", None), ("learn_one_hint", train.size)):
+        started = time.perf_counter()
+        stream = _estimator(suite_set, epsilon, hint)
+        stream.learn_many(train_columns, labels)
+        row[column] = _score(task, y[test], _estimator_scores(stream, task, test_columns))
+        row[column + "_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    peer = make_peer("dpebm", schema, task, name, epsilon, DELTA, seed).fit(X[train], y[train])
+    row["dpebm"] = _score(task, y[test], peer.predict_score(X[test]))
+    row["dpebm_s"] = time.perf_counter() - started
+    prior = np.full(test.size, y[train].mean())
+    row["prior"] = 0.5 if task == "classification" else _score(task, y[test], prior)
+    return row
+
+
+def prequential_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """Test-then-train over the stream in its natural order (batches of 1 record)."""
+    _quiet()
+    from renyiboost.experiments.suite import load_suite_set
+
+    suite_set, X, y = load_suite_set(name)
+    task, schema = suite_set.task, suite_set.schema
+    model = _estimator(suite_set, epsilon)
+    columns = _columns(schema, X)
+    names = list(columns)
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns.values(),
+                                                                     strict=True)]
+    predictions = np.empty(y.size)
+    for i, x in enumerate(rows):
+        if task == "classification":
+            predictions[i] = model.predict_one(x)
+            model.learn_one(x, bool(y[i]))
+        else:
+            predictions[i] = model.predict_one(x)
+            model.learn_one(x, float(y[i]))
+    seen = np.arange(y.size)
+    running_mean = np.concatenate([[0.0], np.cumsum(y)[:-1]]) / np.maximum(seen, 1)
+    if task == "classification":
+        ours = float(np.mean(predictions == y))
+        prior = float(np.mean((running_mean > 0.5) == y))
+    else:
+        ours = _score(task, y, predictions)
+        prior = _score(task, y, running_mean)
+    return {"set": name, "task": task, "epsilon": epsilon, "seed": seed,
+            "protocol": "prequential", "learn_one": ours, "prior": prior}
+
+
+#: Ablation rows (learn_one at ε = 1 on four sets): each of this issue's stream options off.
+ABLATION_SETS = ("adult", "california", "phishing", "friedman")
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "leaf_depth fixed": {"leaf_depth": "fixed"},
+    "no trigger growth": {"trigger_growth": 0.0},
+}
+
+
+def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """learn_one with each option of :data:`ABLATIONS` switched off, and the batch fit with
+    a public size hint instead of the bought count (what the size estimate costs)."""
+    _quiet()
+    import pandas as pd
+
+    from renyiboost.experiments.suite import load_suite_set
+    from renyiboost.models.batch import SGBDT
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+
+    suite_set, X, y = load_suite_set(name)
+    task, schema = suite_set.task, suite_set.schema
+    order = np.random.default_rng(seed).permutation(y.size)
+    cut = round(0.7 * y.size)
+    train, test = order[:cut], order[cut:]
+    row: dict[str, Any] = {"set": name, "task": task, "epsilon": epsilon, "seed": seed,
+                           "protocol": "ablation"}
+    for label, overrides in ABLATIONS.items():
+        config = EngineConfig.from_defaults(schema, task, epsilon, DELTA, **overrides)
+        if overrides.get("trigger_growth") == 0.0:  # the same final interval, fixed
+            fixed = EngineConfig.from_defaults(schema, task, epsilon, DELTA)
+            config = EngineConfig.from_defaults(schema, task, epsilon, DELTA,
+                                                train_every=fixed.max_train_every)
+        engine = StreamEngine(config)
+        engine.add(X[train], y[train], [str(i) for i in range(train.size)])
+        margin = engine.predict_margin(X[test])
+        scores = margin if task == "classification" else engine.booster.loss.unscale(margin)
+        row[label] = _score(task, y[test], scores)
+    model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
+                  expected_records=int(train.size)).fit(X[train], y[train])
+    row["batch, size hint"] = _score(task, y[test], model.predict_proba(X[test])[:, 1]
+                                     if task == "classification" else model.predict(X[test]))
+    del pd
+    return row
+
+
+def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """An unbounded i.i.d. stream with an imbalanced label: 200,000 positions drawn with
+    replacement from Adult's training split (every draw a new key), then the mean
+    predicted probability on the official test split against its base rate, beside the
+    batch fit's."""
+    _quiet()
+    from sklearn.metrics import roc_auc_score
+
+    from renyiboost.datasets import load
+    from renyiboost.models.batch import SGBDT
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+
+    train, test = load("adult"), load("adult-test")
+    draws = np.random.default_rng(seed).integers(0, train.y.size, 200_000)
+    engine = StreamEngine(EngineConfig.from_defaults(train.schema, "classification", epsilon,
+                                                     DELTA))
+    for start in range(0, draws.size, 10_000):
+        chunk = draws[start:start + 10_000]
+        engine.add(train.X[chunk], train.y[chunk],
+                   [f"k{i}" for i in range(start, start + chunk.size)])
+    stream_p = 1.0 / (1.0 + np.exp(-engine.predict_margin(test.X)))
+    batch = SGBDT(train.schema, task="classification", epsilon=epsilon, delta=DELTA)
+    batch_p = batch.fit(train.X, train.y).predict_proba(test.X)[:, 1]
+    return {"set": name, "task": "classification", "epsilon": epsilon, "seed": seed,
+            "protocol": "tilt", "base_rate": float(test.y.mean()),
+            "stream_mean_p": float(stream_p.mean()), "batch_mean_p": float(batch_p.mean()),
+            "stream_auc": float(roc_auc_score(test.y, stream_p)),
+            "batch_auc": float(roc_auc_score(test.y, batch_p)),
+            "stream_error": float(np.mean((stream_p > 0.5) != test.y) * 100)}
+
+
+def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["protocol"] not in ("held-out", "prequential"):
+            continue
+        groups.setdefault((row["protocol"], row["set"], row["epsilon"]), []).append(row)
+    table = []
+    for (protocol, name, epsilon), cells in groups.items():
+        line: dict[str, Any] = {"protocol": protocol, "set": name, "epsilon": epsilon,
+                                "task": cells[0]["task"], "runs": len(cells)}
+        for column in ("batch", "learn_one", "learn_one_hint", "dpebm", "prior"):
+            values = [c[column] for c in cells if column in c]
+            if values:
+                line[column] = float(np.mean(values))
+                line[column + "_std"] = float(np.std(values))
+        table.append(line)
+    return table
+
+
+def _markdown(table: list[dict[str, Any]]) -> str:
+    header = ("| protocol | set | metric | ε | ours batch | ours learn_one "
+              "| learn_one, size hint | DP-EBM | trivial |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(line: dict[str, Any], column: str) -> str:
+        if column not in line:
+            return "–"
+        return f"{line[column]:.3f} ± {line[column + '_std']:.3f}"
+
+    for line in table:
+        metric = ("AUC" if line["task"] == "classification" else "R²") \
+            if line["protocol"] == "held-out" else \
+            ("accuracy" if line["task"] == "classification" else "R²")
+        lines.append(f"| {line['protocol']} | {line['set']} | {metric} | {line['epsilon']:g} | "
+                     f"{cell(line, 'batch')} | {cell(line, 'learn_one')} | "
+                     f"{cell(line, 'learn_one_hint')} | "
+                     f"{cell(line, 'dpebm')} | {cell(line, 'prior')} |")
+    return "\n".join(lines)
+
+
+def _extras(rows: list[dict[str, Any]]) -> str:
+    """The ablation table (means ± std over seeds) and the imbalance line."""
+    out = []
+    ablations = [r for r in rows if r["protocol"] == "ablation"]
+    if ablations:
+        columns = [*ABLATIONS, "batch, size hint"]
+        out += ["", "Ablations (learn_one unless said, ε = 1, AUC / R²):", "",
+                "| set | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name in dict.fromkeys(r["set"] for r in ablations):
+            cells = [r for r in ablations if r["set"] == name]
+            values = [f"{np.mean([c[k] for c in cells]):.3f} ± {np.std([c[k] for c in cells]):.3f}"
+                      for k in columns]
+            out.append(f"| {name} | " + " | ".join(values) + " |")
+    for r in (r for r in rows if r["protocol"] == "tilt"):
+        line = (f"Imbalanced unbounded stream (Adult i.i.d., 200,000 positions, ε = "
+                f"{r['epsilon']:g}): mean predicted probability {r['stream_mean_p']:.3f} "
+                f"(batch fit {r['batch_mean_p']:.3f}) for a base rate of {r['base_rate']:.3f}; "
+                f"AUC {r['stream_auc']:.3f} (batch {r['batch_auc']:.3f}), error "
+                f"{r['stream_error']:.2f} %.")
+        out += ["", line]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet()
+    from renyiboost.experiments.suite import SUITE
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default=",".join(SUITE))
+    parser.add_argument("--epsilons", default=",".join(str(e) for e in EPSILONS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", default=str(RESULTS / "defaults"))
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip the ablation rows and the imbalance (tilt) run")
+    args = parser.parse_args(argv)
+    names = [n for n in args.sets.split(",") if n]
+    unknown = sorted(set(names) - set(SUITE))
+    if unknown:
+        parser.error(f"unknown sets {unknown}; choose from {list(SUITE)}")
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    jobs = [(held_out_cell, n, e, s) for n in names for e in epsilons for s in range(args.seeds)]
+    jobs += [(prequential_cell, n, e, 0) for n in names if SUITE[n].natural_order
+             for e in epsilons]
+    if not args.no_extras:
+        jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS for s in range(args.seeds)]
+        jobs += [(tilt_cell, "adult", 1.0, 0)]
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    with ProcessPoolExecutor(args.workers) as pool:
+        futures = [pool.submit(fn, n, e, s) for fn, n, e, s in jobs]
+        rows = [f.result() for f in futures]
+    table = _summary(rows)
+    text = _markdown(table) + _extras(rows)
+    print(text)
+    elapsed = time.perf_counter() - started
+    print(f"\n{len(jobs)} runs in {elapsed:.0f} s on {args.workers} workers "
+          f"({os.cpu_count()} cores, load average {load:.2f} at the start)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(
+        {"machine": platform.platform(), "cores": os.cpu_count(), "load_at_start": load,
+         "seconds": elapsed, "delta": DELTA, "rows": rows, "table": table}, indent=1))
+    out.with_suffix(".md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

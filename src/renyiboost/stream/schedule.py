@@ -1,0 +1,78 @@
+"""The public trigger schedule: at which stream positions rounds run.
+
+DEVELOPERS invariant 3: whether and when a tree is released depends on public inputs only.
+Here that is the count of stream positions and the configuration, nothing else.
+
+Positions ``train_every``, ``2·train_every``, … fire triggers until the first multiple of
+``train_every`` at or after ``warmup`` (the trigger that releases the initial score, ``t0``).
+From there each interval is ``growth`` times the positions so far, at least
+``train_every`` and at most ``max_train_every``:
+
+    t(k+1) = t(k) + min(max_train_every, max(train_every, ⌈growth · t(k)⌉)).
+
+``growth = 0`` is a fixed interval. With ``growth > 0`` the trees come often while the
+stream is short and the pool small, and the interval grows with the stream, so that a
+record's budget is not spent on many trees grown from a few hundred records (each tree's
+noise does not shrink with the pool; its signal does). After ``P`` positions the growth
+phase has released about ``ln(P / t0) / ln(1 + growth)`` trees; once the interval reaches
+``max_train_every`` it stays there, so an unbounded stream keeps getting trees.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class TriggerSchedule:
+    """The positions at which triggers fire (a pure function of the configuration).
+
+    >>> s = TriggerSchedule(train_every=10, warmup=100, growth=0.5, max_train_every=200)
+    >>> [s.next_after(p) for p in (0, 95, 100, 150, 225, 338, 1000)]
+    [10, 100, 150, 225, 338, 507, 1107]
+    """
+
+    def __init__(self, train_every: int, warmup: int, growth: float = 0.0,
+                 max_train_every: int | None = None) -> None:
+        if train_every < 1 or warmup < 1 or not growth >= 0:
+            raise ValueError("train_every and warmup must be >= 1 and growth >= 0")
+        self.train_every = int(train_every)
+        self.growth = float(growth)
+        self.max_train_every = (self.train_every if max_train_every is None
+                                else max(self.train_every, int(max_train_every)))
+        self.first = self.train_every * math.ceil(warmup / self.train_every)
+
+    def interval_after(self, trigger: int) -> int:
+        """Positions from the trigger at ``trigger`` (≥ ``first``) to the next one."""
+        grown = math.ceil(self.growth * trigger) if self.growth else 0
+        return min(self.max_train_every, max(self.train_every, grown))
+
+    def next_after(self, position: int) -> int:
+        """The first trigger position strictly after ``position``."""
+        every = self.train_every
+        if position < self.first or self.growth == 0.0:
+            return every * (position // every + 1)
+        trigger = self.first
+        while True:
+            step = self.interval_after(trigger)
+            if step == self.max_train_every:  # the rest is arithmetic
+                return trigger + step * ((position - trigger) // step + 1)
+            trigger += step
+            if trigger > position:
+                return trigger
+
+    def releases_until(self, position: int) -> int:
+        """Triggers from the first (``t0``, the initial score's) up to ``position``
+        inclusive: the rounds a record present from the start takes part in by then
+        (with one tree per trigger).
+
+        >>> TriggerSchedule(train_every=10, warmup=100, growth=0.5,
+        ...                 max_train_every=200).releases_until(1000)
+        7
+        """
+        count, trigger = 0, self.first
+        while trigger <= position:
+            step = self.interval_after(trigger)
+            if step == self.max_train_every:
+                return count + (position - trigger) // step + 1
+            count, trigger = count + 1, trigger + step
+        return count

@@ -1,0 +1,259 @@
+"""The default policy (issue 12): parameters from public inputs only, the growing stream
+schedule, leaves as deep as the positions support, and the batch fit's DP size estimate."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.accounting import SizeEstimate, calibrate
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import (
+    POLICY_FIELDS,
+    PRIOR_RECORDS,
+    default_depth,
+    default_params,
+    default_rounds,
+    stream_rounds,
+    supported_depth,
+)
+from renyiboost.randomness import SeededNoise
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.schedule import TriggerSchedule
+
+SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+
+
+# --------------------------------------------------------------------------- the policy
+def test_the_policy_gives_its_documented_values() -> None:
+    """Exact values of the rule in the module docstring (a change of the policy must show
+    here and in README's table)."""
+    assert [default_depth(m) for m in (2, 70, 1_500, 15_000, 1e9)] == [1, 1, 3, 5, 6]
+    assert [default_rounds(m, 1000) for m in (10, 1_500, 14_000, 1e9)] == [20, 77, 237, 1000]
+    adult = default_params("classification", 0.5, 30_000)
+    assert adult == {
+        "learning_rate": 0.2, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
+        "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
+        "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
+        "feature_selection": "cyclic",
+    }
+    abalone = default_params("regression", 0.5, 2_900)
+    assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
+    assert "hess_clip" not in abalone
+    assert set(adult) | set(abalone) == POLICY_FIELDS
+    # without privacy the effective size is unbounded: the largest rule values
+    assert default_params("regression", None, 10)["rounds"] == 1000
+    with pytest.raises(ValueError, match="task"):
+        default_params("ranking", 1.0, 100)
+
+
+def test_the_policy_reads_only_public_inputs() -> None:
+    """Same task, ε and size → same parameters, whatever the rows hold: the estimators
+    never look at the data to set a default (two different data sets, equal configs)."""
+    features = {"a": (0.0, 1.0), "b": (0.0, 1.0)}
+    one = SGBDTClassifier(features, epsilon=1.0, seed=1)
+    two = SGBDTClassifier(features, epsilon=1.0, seed=2)
+    for model, rate in ((one, 0.1), (two, 0.9)):
+        rng = np.random.default_rng(0)
+        for i in range(300):
+            model.learn_one({"a": rng.random(), "b": rng.random()}, bool(rng.random() < rate),
+                            key=i)
+    assert one.engine.config.model_dump_json() == two.engine.config.model_dump_json()
+
+
+def test_estimators_take_the_policy_and_explicit_values_win() -> None:
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0)
+    config = model.engine.config
+    policy = default_params("regression", 1.0, PRIOR_RECORDS)
+    schedule = TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
+                               config.max_train_every)
+    assert config.params.depth == policy["depth"]
+    assert config.params.reg_lambda == policy["reg_lambda"]
+    assert config.params.rounds == stream_rounds(PRIOR_RECORDS, schedule, 1)
+    assert config.max_train_every == PRIOR_RECORDS // policy["rounds"]
+    assert (config.trigger_growth, config.leaf_depth) == (0.05, "from_positions")
+    mine = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0,
+                          depth=2, rounds=7, train_every=30)
+    assert (mine.engine.config.params.depth, mine.engine.config.params.rounds) == (2, 7)
+    # an explicit interval is a fixed one
+    assert (mine.engine.config.train_every, mine.engine.config.trigger_growth) == (30, 0.0)
+    hinted = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, expected_records=500)
+    assert hinted.engine.config.params.depth == default_depth(500)
+    with pytest.raises(ValueError, match="expected_records"):
+        SGBDTClassifier({"a": (0.0, 1.0)}, expected_records=0)
+
+
+def test_the_service_config_takes_the_policy_too() -> None:
+    from renyiboost.connectors.service import ModelConfig, engine_config
+
+    table = ModelConfig(task="classification", features={"a": [0, 1]}, expected_records=2_000,
+                        depth=3)
+    config = engine_config(table)
+    assert config.params.depth == 3
+    assert config.params.hess_clip == default_params("classification", 1.0, 2_000)["hess_clip"]
+    with pytest.raises(ValueError, match="bogus"):
+        ModelConfig(features={"a": [0, 1]}, bogus=1)
+
+
+# --------------------------------------------------------------------------- the schedule
+@settings(max_examples=60, deadline=None)
+@given(every=st.integers(1, 20), warmup=st.integers(1, 200),
+       growth=st.sampled_from([0.0, 0.05, 0.3]), cap=st.integers(1, 80),
+       position=st.integers(0, 3_000))
+def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, cap, position):
+    schedule = TriggerSchedule(every, warmup, growth, cap)
+    triggers, t = [], every
+    while t < schedule.first:
+        triggers.append(t)
+        t += every
+    t = schedule.first
+    while t <= position + 10 * max(cap, every):
+        triggers.append(t)
+        t += min(schedule.max_train_every, max(every, math.ceil(growth * t) if growth else 0))
+    expected = next(x for x in triggers if x > position)
+    assert schedule.next_after(position) == expected
+    assert schedule.releases_until(position) == sum(schedule.first <= x <= position
+                                                    for x in triggers)
+
+
+def test_a_growing_schedule_releases_trees_at_its_positions_only() -> None:
+    """The engine fires triggers exactly at the schedule's positions, chunked adds and
+    single adds alike (the schedule is public: positions only)."""
+    config = EngineConfig(public_schema=SCHEMA, params=SGBDTParams(epsilon=1.0, rounds=5),
+                          train_every=5, warmup=20, trigger_growth=0.25, max_train_every=40)
+    schedule = TriggerSchedule(5, 20, 0.25, 40)
+    expected = [t for t in range(1, 401) if t >= 20 and schedule.next_after(t - 1) == t]
+    rng = np.random.default_rng(3)
+    one = StreamEngine(config, seed=1)
+    seen = []
+    for position in range(1, 401):
+        before = one.release_version
+        one.add_one(rng.random(2), rng.random(), key=str(position))
+        if one.release_version > before:
+            seen.append(position)
+    assert seen == expected
+    many = StreamEngine(config, seed=1)
+    rows, labels = rng.random((400, 2)), rng.random(400)
+    for start in range(0, 400, 37):
+        many.add(rows[start:start + 37], labels[start:start + 37],
+                 [f"k{i}" for i in range(start, min(start + 37, 400))])
+    # the initial score and one tree at the first trigger, one tree at each later one
+    assert many.release_version == one.release_version == len(expected) + 1
+    assert many.ensemble.n_trees == len(expected)
+
+
+# --------------------------------------------------------------------------- leaf depth
+def test_supported_depth_follows_the_leaf_signal_to_noise() -> None:
+    assert supported_depth(100, 1.0, 30.0, 0.1, 6) == 0  # 100 · 0.1 / 30 < 2
+    assert supported_depth(600, 1.0, 30.0, 0.1, 6) == 1  # 2 ≤ 2 < 4
+    assert supported_depth(10**9, 1.0, 30.0, 0.1, 6) == 6
+    assert supported_depth(6_000, 1.0, 30.0, 0.1, 6, snr=0.25) == 7 - 1  # capped at 6
+    assert supported_depth(50, 1.0, 0.0, 1.0, 4) == 4  # no noise: any depth
+
+
+def test_merged_leaves_release_one_noisy_value_per_group() -> None:
+    """leaf_depth 1 of a depth-3 tree: the 8 leaves carry 2 values, each the DP leaf of the
+    records below that level-1 node, with the noise of one leaf (not of four)."""
+    params = SGBDTParams(task="regression", epsilon=1.0, depth=3, rounds=10,
+                         sampling_rate=1.0, learning_rate=1.0, reg_lambda=0.0, grad_clip=1.0)
+    booster = SGBDTBooster(params, SCHEMA, seed=4)
+    rng = np.random.default_rng(0)
+    X = rng.random((4_000, 2))
+    pool = RecordPool.from_arrays(X, booster.loss.scale(rng.random(4_000)))
+    sums, counts = [], []
+    for _ in range(200):
+        outcome = booster.plan_round(pool, leaf_depth=1)
+        assert outcome.leaves.shape == (8,)
+        np.testing.assert_array_equal(outcome.leaves[:4], outcome.leaves[0])
+        np.testing.assert_array_equal(outcome.leaves[4:], outcome.leaves[4])
+        group = outcome.leaf_of_record >> 2
+        stats = booster.loss.statistics(pool.margin, pool.target)
+        true_sum = np.bincount(group, stats.grad, 2)
+        sums.append(outcome.noisy_grad_sum - true_sum)
+        counts.append(outcome.noisy_count - np.bincount(group, minlength=2))
+    release = booster.release
+    # the noise std of one leaf (σ·g*/√(2 r2), σ/√(2 r1)); 400 draws: ±15 % at ~4 sd
+    assert np.std(sums) == pytest.approx(release.sum_noise_std(1.0), rel=0.15)
+    assert np.std(counts) == pytest.approx(release.count_noise_std(1.0), rel=0.15)
+    with pytest.raises(ValueError, match="leaf_depth"):
+        booster.plan_round(pool, leaf_depth=4)
+
+
+def test_a_stream_grows_its_leaves_with_its_positions() -> None:
+    """Early trees of a from_positions stream have fewer distinct leaf values than late
+    ones, at the depths supported_depth gives for the positions (public)."""
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, train_every=50)
+    engine = StreamEngine(config, seed=2)
+    rng = np.random.default_rng(1)
+    X = rng.random((20_000, 2))
+    y = (X[:, 0] > 0.5).astype(float)
+    engine.add(X, y, [str(i) for i in range(20_000)])
+    leaves = engine.ensemble.leaves
+    distinct = [len(np.unique(row)) for row in leaves]
+    assert distinct[0] < distinct[-1] == 2**config.params.depth
+    release = engine.booster.release
+    first = supported_depth(100, config.params.sampling_rate, release.count_noise_std(1.0),
+                            1.0, config.params.depth)
+    assert distinct[0] <= 2**first
+
+
+# --------------------------------------------------------------------------- size estimate
+def test_a_batch_fit_buys_its_size_and_reports_the_total_epsilon() -> None:
+    rng = np.random.default_rng(0)
+    X, y = rng.random((3_000, 2)), rng.random(3_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model = SGBDT(SCHEMA, seed=3, epsilon=1.0).fit(X, y)
+    guarantee = model.privacy_guarantee()
+    split = SizeEstimate.split(1.0)
+    assert guarantee.size_estimate_epsilon == pytest.approx(split.epsilon)
+    assert model.params.epsilon == pytest.approx(split.rest_epsilon)
+    # the trees were calibrated to the rest, and the reported total is ε (not 0.95 ε)
+    assert calibrate(split.rest_epsilon, 1e-6, model.params.rounds,
+                     model.params.sampling_rate, model.params.count_share,
+                     model.params.init_share).sigma == pytest.approx(guarantee.sigma)
+    assert guarantee.epsilon == pytest.approx(1.0, rel=1e-6)
+    assert guarantee.epsilon <= 1.0 + 1e-9
+    assert model.params.depth == default_depth(model.size_estimate_ * split.rest_epsilon)
+    # a public hint, or every policy field given: no count is bought
+    hinted = SGBDT(SCHEMA, seed=3, epsilon=1.0, expected_records=3_000).fit(X, y)
+    assert hinted.privacy_guarantee().size_estimate_epsilon is None
+    assert hinted.params.epsilon == 1.0
+    explicit = SGBDT(SCHEMA, seed=3, **(default_params("regression", 1.0, 3_000)
+                                        | {"epsilon": 1.0, "hess_clip": None})).fit(X, y)
+    assert explicit.size_estimate_ is None
+
+
+def test_a_batch_fit_adds_laplace_noise_to_the_row_count() -> None:
+    """The count a fit releases is n + Laplace(1/ε_size) (30 tiny fits: std √2/ε_size =
+    28.3 at ε = 1, within ±45 %); an exact count would leak the data set's size."""
+    rng = np.random.default_rng(1)
+    X, y = rng.random((40, 2)), rng.random(40)
+    errors = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        for seed in range(30):
+            model = SGBDT(SCHEMA, seed=seed, epsilon=1.0, rounds=1, depth=1).fit(X, y)
+            errors.append(model.size_estimate_ - 40)
+    expected = math.sqrt(2) / SizeEstimate.split(1.0).epsilon
+    assert 0.55 * expected < np.std(errors) < 1.45 * expected
+
+
+def test_the_size_estimate_has_the_laplace_noise_it_is_accounted_for() -> None:
+    """The released count's noise is Laplace with scale 1/ε_size: std √2/ε_size (2,000
+    draws, ±8 %); a smaller noise would under-state ε."""
+    split = SizeEstimate.split(1.0)
+    draws = SeededNoise(7).laplace(2_000, split.laplace_scale)
+    assert np.std(draws) == pytest.approx(math.sqrt(2) / split.epsilon, rel=0.08)
+    assert abs(np.median(draws)) < 0.15 * split.laplace_scale * 3
+    with pytest.raises(ValueError, match="share"):
+        SizeEstimate.split(1.0, share=1.0)

@@ -89,27 +89,37 @@ def _estimator_scores(model: Any, task: str, columns: dict[str, Any]) -> np.ndar
     return model.predict_many(frame).to_numpy()
 
 
+def _held_out_split(name: str, epsilon: float, seed: int, protocol: str) -> tuple[Any, ...]:
+    """A suite set, its 70 / 30 shuffle ``seed`` and the result row to fill."""
+    from renyiboost.experiments.suite import load_suite_set
+
+    suite_set, X, y = load_suite_set(name)
+    order = np.random.default_rng(seed).permutation(y.size)
+    cut = round(0.7 * y.size)
+    row: dict[str, Any] = {"set": name, "task": suite_set.task, "epsilon": epsilon,
+                           "seed": seed, "protocol": protocol}
+    return suite_set, X, y, order[:cut], order[cut:], row
+
+
+def _batch_score(model: Any, task: str, X: np.ndarray, y: np.ndarray) -> float:
+    """AUC or R² of a fitted batch :class:`SGBDT` on ``(X, y)``."""
+    scores = model.predict_proba(X)[:, 1] if task == "classification" else model.predict(X)
+    return _score(task, y, scores)
+
+
 def held_out_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """One shuffle of one set at one ε: the four held-out figures."""
     _quiet()
     import pandas as pd
 
     from renyiboost.experiments.peers import make_peer
-    from renyiboost.experiments.suite import load_suite_set
     from renyiboost.models.batch import SGBDT
 
-    suite_set, X, y = load_suite_set(name)
+    suite_set, X, y, train, test, row = _held_out_split(name, epsilon, seed, "held-out")
     task, schema = suite_set.task, suite_set.schema
-    order = np.random.default_rng(seed).permutation(y.size)
-    cut = round(0.7 * y.size)
-    train, test = order[:cut], order[cut:]
-    row: dict[str, Any] = {"set": name, "task": task, "epsilon": epsilon, "seed": seed,
-                           "protocol": "held-out"}
     started = time.perf_counter()
     model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA).fit(X[train], y[train])
-    scores = (model.predict_proba(X[test])[:, 1] if task == "classification"
-              else model.predict(X[test]))
-    row["batch"] = _score(task, y[test], scores)
+    row["batch"] = _batch_score(model, task, X[test], y[test])
     row["batch_s"] = time.perf_counter() - started
     labels = pd.Series(y[train].astype(bool) if task == "classification" else y[train])
     train_columns = pd.DataFrame(_columns(schema, X[train]))
@@ -174,19 +184,11 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """learn_one with each option of :data:`ABLATIONS` switched off, and the batch fit with
     a public size hint instead of the bought count (what the size estimate costs)."""
     _quiet()
-    import pandas as pd
-
-    from renyiboost.experiments.suite import load_suite_set
     from renyiboost.models.batch import SGBDT
     from renyiboost.stream.engine import EngineConfig, StreamEngine
 
-    suite_set, X, y = load_suite_set(name)
+    suite_set, X, y, train, test, row = _held_out_split(name, epsilon, seed, "ablation")
     task, schema = suite_set.task, suite_set.schema
-    order = np.random.default_rng(seed).permutation(y.size)
-    cut = round(0.7 * y.size)
-    train, test = order[:cut], order[cut:]
-    row: dict[str, Any] = {"set": name, "task": task, "epsilon": epsilon, "seed": seed,
-                           "protocol": "ablation"}
     for label, overrides in ABLATIONS.items():
         config = EngineConfig.from_defaults(schema, task, epsilon, DELTA, **overrides)
         if overrides.get("trigger_growth") == 0.0:  # the same final interval, fixed
@@ -200,9 +202,7 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
         row[label] = _score(task, y[test], scores)
     model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
                   expected_records=int(train.size)).fit(X[train], y[train])
-    row["batch, size hint"] = _score(task, y[test], model.predict_proba(X[test])[:, 1]
-                                     if task == "classification" else model.predict(X[test]))
-    del pd
+    row["batch, size hint"] = _batch_score(model, task, X[test], y[test])
     return row
 
 

@@ -108,6 +108,16 @@ MUTATIONS = [
              "src/renyiboost/models/booster.py",
              "self.release.sum_noise_std(params.grad_clip))",
              "self.release.sum_noise_std(params.grad_clip) / 2**shift)", DEFAULTS),
+    Mutation("the selection leaves out the log of its expected runs",
+             "src/renyiboost/accounting/selection.py", "log_mean = math.log(mean_runs)",
+             "log_mean = 0.0", DEFAULTS),
+    Mutation("a private selection's score gets half the noise",
+             "src/renyiboost/models/tuning.py",
+             "return math.sqrt(budget.order / (2.0 * budget.run_rdp))",
+             "return 0.5 * math.sqrt(budget.order / (2.0 * budget.run_rdp))", DEFAULTS),
+    Mutation("a private selection runs twice as often as accounted",
+             "src/renyiboost/models/tuning.py", "gamma = 1.0 / mean_runs",
+             "gamma = 0.5 / mean_runs", DEFAULTS),
 ]
 
 

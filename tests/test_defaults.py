@@ -257,3 +257,90 @@ def test_the_size_estimate_has_the_laplace_noise_it_is_accounted_for() -> None:
     assert abs(np.median(draws)) < 0.15 * split.laplace_scale * 3
     with pytest.raises(ValueError, match="share"):
         SizeEstimate.split(1.0, share=1.0)
+
+
+# --------------------------------------------------------------------------- private tuning
+@pytest.mark.parametrize(("run_rdp", "order", "mean_runs"),
+                         [(0.08, 22, 9.0), (0.5, 7, 3.0), (1e-3, 200, 30.0), (0.2, 40, 1.0)])
+def test_selection_rdp_matches_dp_accounting(run_rdp, order, mean_runs) -> None:
+    """Papernot & Steinke's Thm. 2 with geometric runs at one order, against Google's
+    implementation (shape 1 = geometric)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_repeat_and_select
+
+    from renyiboost.accounting.selection import selection_rdp
+
+    reference = _compute_rdp_repeat_and_select([order], [run_rdp], mean_runs, 1)[0]
+    assert selection_rdp(run_rdp, order, mean_runs) == pytest.approx(reference, rel=1e-12)
+
+
+def test_the_selection_budget_spends_exactly_the_target() -> None:
+    from renyiboost.accounting import dp_epsilon_at_orders
+    from renyiboost.accounting.selection import SelectionBudget, selection_rdp
+
+    budget = SelectionBudget.split(1.0, 1e-6, 22, 9.0)
+    total = selection_rdp(budget.run_rdp, 22, 9.0)
+    assert budget.total_rdp == pytest.approx(total)
+    assert float(dp_epsilon_at_orders(22, total, 1e-6)[0]) <= 1.0 + 1e-12
+    assert budget.epsilon == pytest.approx(1.0, abs=1e-9)
+    # the per-run budget is what the run converts to alone, and far below the total
+    assert float(dp_epsilon_at_orders(22, budget.run_rdp, 1e-6)[0]) == pytest.approx(
+        budget.run_epsilon)
+    assert budget.run_rdp < total / 3
+    with pytest.raises(ValueError, match="fewer runs"):
+        SelectionBudget.split(0.2, 1e-6, 22, 1e6)
+
+
+def test_geometric_runs_have_the_accounted_mean() -> None:
+    """E[K] = μ enters ε' through log μ: more runs than accounted would under-state ε
+    (4,000 draws, μ = 9: mean within ±6 %, and K ≥ 1 always)."""
+    from renyiboost.models.tuning import geometric_runs
+
+    noise = SeededNoise(11)
+    draws = np.array([geometric_runs(noise, 9.0) for _ in range(4_000)])
+    assert draws.min() >= 1
+    assert draws.mean() == pytest.approx(9.0, rel=0.06)
+    assert geometric_runs(noise, 1.0) == 1
+
+
+def test_a_private_selection_releases_one_run_at_the_accounted_budget() -> None:
+    """Every run is calibrated at the selection's order within the per-run budget, buys no
+    size estimate, and the score noise costs a validation row the same budget."""
+    from renyiboost.accounting.selection import SelectionBudget
+    from renyiboost.models.tuning import private_tune, score_noise_std
+
+    rng = np.random.default_rng(2)
+    X = rng.random((1_500, 2))
+    y = (X[:, 0] + 0.3 * rng.random(1_500) > 0.6).astype(float)
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)})
+    candidates = [default_params("classification", 1.0, n) | {"rounds": 20}
+                  for n in (500, 5_000)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        result = private_tune(schema, X, y, "classification", 1.0, candidates=candidates,
+                              mean_runs=3.0, seed=5)
+    budget = result.budget
+    assert budget.epsilon <= 1.0 + 1e-9 and result.seeded_for_testing
+    calibration = result.model.booster.calibration
+    assert calibration.order == budget.order
+    assert calibration.budget_rdp <= budget.run_rdp * (1 + 1e-9)
+    assert result.model.size_estimate_ is None
+    assert result.params == candidates[result.candidate]
+    assert budget.order / (2 * score_noise_std(budget) ** 2) == pytest.approx(budget.run_rdp)
+    assert SelectionBudget.split(1.0, 1e-6, budget.order, 3.0) == budget
+    with pytest.raises(ValueError, match="leaves"):
+        private_tune(schema, X, y, "classification", 1.0, candidates=[{"depth": 2}])
+
+
+def test_the_cli_runs_a_private_selection(capsys) -> None:
+    import json
+
+    from renyiboost.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        assert main(["tune", "--private", "--dataset", "breast_cancer", "--epsilon", "1",
+                     "--mean-runs", "2", "--seed", "3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["guarantee"]["epsilon"] <= 1.0 + 1e-9 and report["seeded_for_testing"]
+    assert 0 <= report["candidate"] < 9 and report["runs"] >= 1
+    assert 0.5 < report["held_out"]["auc"] <= 1.0

@@ -16,7 +16,7 @@ COMMANDS = {
     "replay": "produce a bundled data set under a drift scenario into a Kafka topic",
     "experiment": "a cached grid of prequential stream runs: tables and plots",
     "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
-    "tune": "hyper-parameter search on training data only",
+    "tune": "hyper-parameter search on training data only (--private: accounted selection)",
 }
 
 
@@ -125,6 +125,8 @@ def _dispatch(argv: list[str]) -> int:
         from renyiboost.experiments.grid import main as run
     elif command == "reproduce":
         from renyiboost.experiments.reproduce import main as run
+    elif "--private" in rest:
+        from renyiboost.experiments.tune import private_main as run
     else:
         from renyiboost.experiments.tune import main as run
     return run(rest)

@@ -97,6 +97,7 @@ def calibrate(
     count_share: float = 0.5,
     init_share: float = 0.05,
     max_order: int = 4096,
+    order: int | None = None,
 ) -> Calibration:
     """Choose σ and α̂ so that a record's budget converts to at most ``epsilon``.
 
@@ -114,6 +115,9 @@ def calibrate(
         Share of the RDP budget at α̂ spent on the DP initial score; 0 skips it.
     max_order
         Largest integer order searched (at least 4,096 by default: small ε needs it).
+    order
+        Use this Rényi order instead of searching one (a mechanism composed with others at
+        one shared order, e.g. the candidates of a private selection, must use it).
 
     Examples
     --------
@@ -136,6 +140,14 @@ def calibrate(
     if not max_order >= 2:
         raise ValueError(f"max_order must be >= 2, got {max_order!r}")
     rounds = int(rounds)
+    if order is not None:
+        if not (isinstance(order, int | np.integer) and order >= 2):
+            raise ValueError(f"order must be an integer >= 2, got {order!r}")
+        order = int(order)
+        sigma = _bisect_sigma(epsilon, np.array([float(order)]), rounds, sampling_rate,
+                              init_share, delta, rel_tol=1e-10)
+        return _calibration(epsilon, delta, rounds, sampling_rate, count_share, init_share,
+                            order, sigma)
 
     # 1. σ on a geometric grid of orders (ratio ~1.15): cheap, and an upper bound on ε.
     coarse = np.unique(np.round(np.geomspace(2, max_order, 60)))
@@ -158,7 +170,15 @@ def calibrate(
     order = min(range(lo, hi + 1), key=eps_at)
     # 3. σ once more at that single order, to full precision.
     sigma = _bisect_sigma(epsilon, np.array([float(order)]), *args, rel_tol=1e-10)
+    return _calibration(epsilon, delta, rounds, sampling_rate, count_share, init_share, order,
+                        sigma)
 
+
+def _calibration(
+    epsilon: float, delta: float, rounds: int, sampling_rate: float, count_share: float,
+    init_share: float, order: int, sigma: float,
+) -> Calibration:
+    """The budget and charges of noise scale ``sigma`` at ``order``."""
     round_charge = float(_round_rdp(sigma, sampling_rate, np.array([float(order)]))[0])
     trees_rdp = rounds * round_charge
     init_charge = trees_rdp * init_share / (1.0 - init_share)

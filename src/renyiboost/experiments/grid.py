@@ -245,8 +245,9 @@ RUNNERS: dict[str, Callable[[dict[str, Any], GridConfig, InMemorySource], list[d
 
 #: Part of every cached cell's key (here and in the paper preset): bump it when a run's
 #: meaning changes without a change of the cell's parameters (e.g. a learner default).
-CACHE_VERSION = 6  # 6: the stream methods run the default policy and its growing schedule
-#: (issue 12), no demo parameters; 5: the public schedule (every scheduled round releases a tree; warm-up
+CACHE_VERSION = 7  # 7: a batch fit given every policy parameter buys no size estimate;
+#: 6: the stream methods run the default policy and its growing schedule (issue 12), no demo
+#: parameters; 5: the public schedule (every scheduled round releases a tree; warm-up
 #: and triggers count stream positions); 4: a batch peer's budget split over the fits that
 #: predict
 

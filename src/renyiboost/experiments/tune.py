@@ -180,3 +180,46 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def private_main(argv: list[str]) -> int:
+    """``renyiboost tune --private``: a private selection among the default candidates on a
+    development-suite set's training rows (70 %, shuffle seed 0), then the chosen model's
+    metric on the other 30 % (read once, after the selection, for the report only)."""
+    from renyiboost.experiments.metrics import held_out_metrics
+    from renyiboost.experiments.suite import SUITE, load_suite_set
+    from renyiboost.models.tuning import private_tune
+
+    parser = argparse.ArgumentParser(prog="renyiboost tune --private",
+                                     description=private_main.__doc__.split("\n\n")[0])
+    parser.add_argument("--private", action="store_true", required=True)
+    parser.add_argument("--dataset", required=True, choices=list(SUITE))
+    parser.add_argument("--epsilon", type=float, required=True, help="total ε, selection incl.")
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--mean-runs", type=float, default=None,
+                        help="expected runs (default: the number of candidates, 9)")
+    parser.add_argument("--validation-share", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=None, help="for tests only")
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args(argv)
+    suite_set, X, y = load_suite_set(args.dataset)
+    order = np.random.default_rng(0).permutation(y.size)
+    cut = round(0.7 * y.size)
+    train, test = order[:cut], order[cut:]
+    result = private_tune(suite_set.schema, X[train], y[train], suite_set.task, args.epsilon,
+                          args.delta, mean_runs=args.mean_runs,
+                          validation_share=args.validation_share, seed=args.seed)
+    model = result.model
+    score = (model.predict_proba(X[test])[:, 1] if suite_set.task == "classification"
+             else model.predict(X[test]))
+    report = {
+        "dataset": args.dataset, "candidate": result.candidate, "params": result.params,
+        "noisy_validation_score": result.noisy_score, "runs": result.runs,
+        "guarantee": result.budget.model_dump(), "seeded_for_testing": result.seeded_for_testing,
+        "held_out": held_out_metrics(suite_set.task, y[test], score),
+    }
+    print(json.dumps(report, indent=1))
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0

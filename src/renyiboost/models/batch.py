@@ -13,7 +13,7 @@ from scipy.special import expit
 
 from renyiboost.accounting import SizeEstimate
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
-from renyiboost.models.defaults import POLICY_FIELDS, PRIOR_RECORDS, default_params
+from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
@@ -75,7 +75,8 @@ class SGBDT:
         self.operator_history_: list[dict[str, int]] = []
 
     def _needs_size(self) -> bool:
-        return bool(POLICY_FIELDS - self.explicit_params.keys())
+        task = self.explicit_params.get("task", SGBDTParams.model_fields["task"].default)
+        return bool(policy_fields(task) - self.explicit_params.keys())
 
     def _resolve(self, records: float | None, epsilon: float | None = None) -> SGBDTParams:
         """Explicit parameters over the default policy at ``records`` (a provisional

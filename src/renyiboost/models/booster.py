@@ -86,6 +86,9 @@ class SGBDTParams(BaseModel):
         "leaves would otherwise charge a well-fitted record almost nothing, forever)",
     )
     max_order: int = Field(4096, ge=2)
+    rdp_order: int | None = Field(
+        None, ge=2, description="calibrate at this Rényi order instead of searching one (a "
+        "candidate of a private selection: all runs share one order)")
 
     @model_validator(mode="after")
     def _check(self) -> SGBDTParams:
@@ -200,6 +203,7 @@ class SGBDTBooster:
                 count_share=params.count_share,
                 init_share=params.init_share,
                 max_order=params.max_order,
+                order=params.rdp_order,
             )
             self.release = LeafRelease(self.calibration.sigma, params.count_share,
                                        static=params.leaf_noise == "static")

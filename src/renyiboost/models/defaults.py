@@ -141,6 +141,11 @@ POLICY_FIELDS: frozenset[str] = frozenset(
     {"depth", "rounds", *_SHARED, *_CLASSIFICATION, *_REGRESSION})
 
 
+def policy_fields(task: str) -> frozenset[str]:
+    """The parameters the policy decides for ``task`` (regression has no hessian clip)."""
+    return POLICY_FIELDS - {"hess_clip"} if task == "regression" else POLICY_FIELDS
+
+
 def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     """Triggers of a stream expected to hold about ``records`` records (or
     :data:`PRIOR_RECORDS`), for a learner whose batch fit would run ``batch_rounds``.

@@ -1,0 +1,139 @@
+"""Private tuning: choose among candidate configurations on the user's own data, accounted.
+
+Tuning on private rows and then training on them costs privacy twice, and tuning with
+non-private scores leaks (Papernot & Steinke 2022, Sec. 2). :func:`private_tune` runs the
+repeat-and-select mechanism of :mod:`renyiboost.accounting.selection`:
+
+1. every row is put in the validation part with probability ``validation_share`` (a coin
+   independent of the data; the split is fixed for all runs);
+2. the number of runs K is geometric with mean μ (default: the number of candidates);
+3. each run picks a candidate uniformly, fits it on the training part at one shared Rényi
+   order α̂ with per-record budget B, and scores it on the validation part with Gaussian
+   noise of RDP B at α̂: the sum over validation rows of ±1 (right / wrong class) or of
+   −min(|error| / target range, 1), sensitivity 1. A row is in one part only, so a run costs
+   it at most B (parallel composition);
+4. only the best run's output is released: its candidate, its noisy score and its model.
+
+The reported ε is the selection's (Papernot & Steinke, Thm. 2, see there), which includes
+every run. The other runs' scores and models are never returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from renyiboost.accounting import calibrate
+from renyiboost.accounting.selection import SelectionBudget
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.defaults import default_params, policy_fields
+from renyiboost.randomness import noise_source
+from renyiboost.schema import PublicSchema
+
+
+def default_candidates(task: str, epsilon: float) -> list[dict[str, Any]]:
+    """Nine public candidates: the default policy at 1,000 / 10,000 / 100,000 records, each
+    with learning rates 0.1 / 0.2 / 0.4 (what a user unsure of the size would try)."""
+    out = []
+    for records in (1_000, 10_000, 100_000):
+        for rate in (0.1, 0.2, 0.4):
+            out.append(default_params(task, epsilon, records) | {"learning_rate": rate})
+    return out
+
+
+@dataclass(frozen=True)
+class PrivateTuningResult:
+    """What a private selection releases: the best run only, and the total guarantee."""
+
+    candidate: int  # index into the candidates
+    params: dict[str, Any]
+    noisy_score: float  # the best run's released validation score
+    model: SGBDT
+    budget: SelectionBudget  # the total (ε, δ), the order and the per-run budget
+    runs: int  # K, drawn independently of the data
+    seeded_for_testing: bool
+
+
+def score_noise_std(budget: SelectionBudget) -> float:
+    """Std of the Gaussian on a run's validation score (sensitivity 1): its RDP at α̂,
+    α̂/(2σ²), equals the run's budget B, so a validation row pays what a training row may."""
+    return math.sqrt(budget.order / (2.0 * budget.run_rdp))
+
+
+def geometric_runs(noise: Any, mean_runs: float) -> int:
+    """K ≥ 1 with P(K = k) = γ(1 − γ)^(k−1), γ = 1/μ (mean μ), by inversion of a uniform."""
+    gamma = 1.0 / mean_runs
+    if gamma >= 1.0:
+        return 1
+    return 1 + int(math.log(noise.uniform(1)[0]) / math.log1p(-gamma))
+
+
+def _validation_score(task: str, model: SGBDT, X: np.ndarray, y: np.ndarray,
+                      target_range: float) -> float:
+    """Σ ±1 (classification) or Σ −min(|error| / range, 1): each row moves it by ≤ 1."""
+    if task == "classification":
+        return float(np.sum(np.where(model.predict(X) == y, 1.0, -1.0)))
+    return float(-np.sum(np.minimum(np.abs(model.predict(X) - y) / target_range, 1.0)))
+
+
+def private_tune(
+    schema: PublicSchema,
+    X: np.ndarray,
+    y: np.ndarray,
+    task: str,
+    epsilon: float,
+    delta: float = 1e-6,
+    candidates: Sequence[dict[str, Any]] | None = None,
+    mean_runs: float | None = None,
+    validation_share: float = 0.2,
+    seed: int | None = None,
+) -> PrivateTuningResult:
+    """Select a configuration on ``(X, y)`` under a total (``epsilon``, ``delta``) (module
+    docstring). Candidates must give every policy parameter (no run may buy a size
+    estimate: its Laplace count is not Rényi-accounted at α̂)."""
+    pool = list(candidates) if candidates is not None else default_candidates(task, epsilon)
+    if not pool:
+        raise ValueError("need at least one candidate")
+    for index, params in enumerate(pool):
+        missing = policy_fields(task) - set(params)
+        if missing:
+            raise ValueError(f"candidate {index} leaves {sorted(missing)} to the default "
+                             "policy; a candidate of a private selection must give them all")
+    if not 0 < validation_share < 1:
+        raise ValueError(f"validation_share must be in (0, 1), got {validation_share!r}")
+    mu = float(len(pool) if mean_runs is None else mean_runs)
+    first = pool[0]
+    order = calibrate(epsilon, delta, first["rounds"], first["sampling_rate"],
+                      first["count_share"], first["init_share"]).order
+    budget = SelectionBudget.split(epsilon, delta, order, mu)
+    noise = noise_source(seed)
+    validation = noise.bernoulli(validation_share, y.size)
+    X_fit, y_fit, X_val, y_val = X[~validation], y[~validation], X[validation], y[validation]
+    target_range = (1.0 if schema.target_bounds is None
+                    else schema.target_bounds[1] - schema.target_bounds[0])
+    score_std = score_noise_std(budget)
+    runs = geometric_runs(noise, mu)
+    best: tuple[float, int, SGBDT] | None = None
+    for run in range(runs):
+        index = noise.choice(len(pool))
+        params = dict(pool[index]) | {"task": task, "epsilon": budget.run_epsilon,
+                                      "delta": delta, "rdp_order": order}
+        run_seed = None if seed is None else seed * 100_003 + run
+        model = SGBDT(schema, seed=run_seed, **params).fit(X_fit, y_fit)
+        score = (_validation_score(task, model, X_val, y_val, target_range)
+                 + float(noise.normal(1, score_std)[0]))
+        if best is None or score > best[0]:
+            best = (score, index, model)
+    assert best is not None
+    score, index, model = best
+    return PrivateTuningResult(candidate=index, params=dict(pool[index]), noisy_score=score,
+                               model=model, budget=budget, runs=runs,
+                               seeded_for_testing=seed is not None)
+
+
+__all__ = ["PrivateTuningResult", "default_candidates", "geometric_runs", "private_tune",
+           "score_noise_std"]

@@ -344,3 +344,31 @@ def test_the_cli_runs_a_private_selection(capsys) -> None:
     assert report["guarantee"]["epsilon"] <= 1.0 + 1e-9 and report["seeded_for_testing"]
     assert 0 <= report["candidate"] < 9 and report["runs"] >= 1
     assert 0.5 < report["held_out"]["auc"] <= 1.0
+
+
+# --------------------------------------------------------------------------- learner options
+def test_batched_boosting_shares_gradients_and_divides_its_leaves() -> None:
+    """trees_per_gradient = b: a tree's leaves are 1/b of the same tree's leaves without
+    batching (same seed, same draws), and the gradients — hence the charges — come from
+    the margins at the start of the batch, not the current ones."""
+    base = {"task": "regression", "epsilon": 1.0, "depth": 2, "rounds": 10,
+            "sampling_rate": 1.0, "leaf_clip": None}
+    rng = np.random.default_rng(4)
+    X, y = rng.random((2_000, 2)), rng.random(2_000)
+    plain = SGBDTBooster(SGBDTParams(**base), SCHEMA, seed=9)
+    batched = SGBDTBooster(SGBDTParams(**base, trees_per_gradient=4), SCHEMA, seed=9)
+    pool = RecordPool.from_arrays(X, plain.loss.scale(y))
+    one, four = plain.plan_round(pool), batched.plan_round(pool)
+    np.testing.assert_allclose(four.leaves, one.leaves / 4)
+    moved = RecordPool(pool.X, pool.target, pool.margin + 0.5, pool.spent, pool.retired)
+    stale = batched.plan_round(moved, gradient_margin=pool.margin)
+    fresh = batched.plan_round(moved)
+    charge_stale, charge_fresh = stale.spent - pool.spent, fresh.spent - pool.spent
+    np.testing.assert_allclose(charge_stale, four.spent - pool.spent)
+    assert not np.allclose(charge_stale, charge_fresh)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        model = SGBDT(SCHEMA, seed=1, **base, trees_per_gradient=3).fit(X, y)
+    assert model.ensemble.n_trees == 10
+    with pytest.raises(ValueError, match="batch fits"):
+        EngineConfig(public_schema=SCHEMA, params=SGBDTParams(**base, trees_per_gradient=2))

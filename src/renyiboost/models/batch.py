@@ -134,8 +134,12 @@ class SGBDT:
         booster.ensemble.init_score = score
         pool.margin[:] = score
         self.operator_history_ = []
+        every = self.params.trees_per_gradient
+        gradient_margin = None
         while booster.rounds_done < self.params.total_rounds:
-            outcome = booster.plan_round(pool)
+            if every > 1 and booster.rounds_done % every == 0:
+                gradient_margin = pool.margin.copy()  # batched boosting: one refresh per batch
+            outcome = booster.plan_round(pool, gradient_margin=gradient_margin)
             booster.apply_round(pool, outcome)
             self.operator_history_.append(
                 {"eligible": outcome.n_eligible, "sampled": outcome.n_sampled,

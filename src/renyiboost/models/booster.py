@@ -86,6 +86,10 @@ class SGBDTParams(BaseModel):
         "leaves would otherwise charge a well-fitted record almost nothing, forever)",
     )
     max_order: int = Field(4096, ge=2)
+    trees_per_gradient: int = Field(
+        1, ge=1, description="batched boosting (Maddock et al., CCS 2022): this many "
+        "consecutive trees are grown from the same gradients, each leaf divided by it "
+        "(batch fits only)")
     rdp_order: int | None = Field(
         None, ge=2, description="calibrate at this Rényi order instead of searching one (a "
         "candidate of a private selection: all runs share one order)")
@@ -246,14 +250,18 @@ class SGBDTBooster:
         return 0.0
 
     # ------------------------------------------------------------------ one round
-    def plan_round(self, pool: RecordPool, leaf_depth: int | None = None) -> RoundOutcome:
+    def plan_round(self, pool: RecordPool, leaf_depth: int | None = None,
+                   gradient_margin: np.ndarray | None = None) -> RoundOutcome:
         """Draw and compute one round without changing any state (see module docstring).
 
         ``leaf_depth`` < ``depth`` releases the leaves of the tree's first ``leaf_depth``
         levels only (each released value repeated over the leaves below it), for a pool too
-        small to fill ``2**depth`` leaves; it must be a function of public inputs."""
+        small to fill ``2**depth`` leaves; it must be a function of public inputs.
+        ``gradient_margin`` (batched boosting) computes the gradients — and so the charges —
+        from these margins instead of the pool's current ones."""
         active = np.flatnonzero(~pool.retired)
-        stats = self.loss.statistics(pool.margin[active], pool.target[active])
+        margin = pool.margin if gradient_margin is None else gradient_margin
+        stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
         retired = pool.retired.copy()
         codes = None
@@ -378,6 +386,8 @@ class SGBDTBooster:
                 keep = den_sum > 0
             values = np.divide(-params.learning_rate * grad_sum, den_sum + params.reg_lambda,
                                out=np.zeros(n_leaves), where=keep)
+        if params.trees_per_gradient > 1:  # one of a batch of trees on the same gradients
+            values = values / params.trees_per_gradient
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
         if shift:

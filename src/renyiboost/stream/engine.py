@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
@@ -100,6 +100,14 @@ class EngineConfig(BaseModel):
         "fixed", description="'from_positions': each round releases only the levels its "
         "positions can fill above the noise (models.defaults.supported_depth)")
 
+
+    @model_validator(mode="after")
+    def _batch_only_options(self) -> EngineConfig:
+        if self.params.trees_per_gradient > 1:
+            raise ValueError("trees_per_gradient (batched boosting) is for batch fits: a "
+                             "stream's pool changes between rounds, so it has no shared "
+                             "gradients to reuse")
+        return self
 
     @classmethod
     def from_defaults(

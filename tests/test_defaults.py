@@ -372,3 +372,26 @@ def test_batched_boosting_shares_gradients_and_divides_its_leaves() -> None:
     assert model.ensemble.n_trees == 10
     with pytest.raises(ValueError, match="batch fits"):
         EngineConfig(public_schema=SCHEMA, params=SGBDTParams(**base, trees_per_gradient=2))
+
+
+def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
+    """With expected_records = N the stream runs `rounds` extra rounds at position N (public),
+    once, for one position at a time and chunked adds alike; without a hint there is none."""
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=600)
+    assert (config.final_at, config.final_trees) == (600, config.params.rounds)
+    assert EngineConfig.from_defaults(SCHEMA, "regression", 1.0).final_trees == 0
+    rng = np.random.default_rng(5)
+    rows, labels = rng.random((900, 2)), rng.random(900)
+    one = StreamEngine(config, seed=1)
+    trees_at = {}
+    for i in range(900):
+        one.add_one(rows[i], labels[i], key=str(i))
+        trees_at[i + 1] = one.ensemble.n_trees
+    schedule = TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
+                               config.max_train_every)
+    regular_at_600 = int(schedule.next_after(599) == 600)
+    assert trees_at[600] - trees_at[599] == config.final_trees + regular_at_600
+    assert all(trees_at[p] - trees_at[p - 1] <= 1 for p in range(601, 901))
+    many = StreamEngine(config, seed=1)
+    many.add(rows, labels, [str(i) for i in range(900)])
+    assert many.ensemble.n_trees == one.ensemble.n_trees

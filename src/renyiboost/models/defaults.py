@@ -170,6 +170,18 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     }
 
 
+def final_burst(records: int, rounds: int) -> dict[str, int]:
+    """With a public size hint, the stream's extra trigger at its expected end: as many
+    rounds as a record's nominal budget (``rounds``). Records that arrived early are spent
+    by then and the filter leaves them out; the late ones still hold most of their budget,
+    which a batch fit would have used. Without a hint (the prior is a guess) there is none.
+
+    >>> final_burst(5_000, 120)
+    {'final_at': 5000, 'final_trees': 120}
+    """
+    return {"final_at": max(int(records), STREAM_WARMUP), "final_trees": int(rounds)}
+
+
 def supported_depth(records: float, sampling_rate: float, count_noise_std: float,
                     count_unit: float, max_depth: int, snr: float = 1.0) -> int:
     """The deepest level, at most ``max_depth``, whose leaves expect a count (or hessian

@@ -52,6 +52,7 @@ class _SGBDTEstimator:
         warmup: int | None = None,
         trigger_growth: float | None = None,
         max_train_every: int | None = None,
+        final_trees: int | None = None,
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
@@ -80,6 +81,7 @@ class _SGBDTEstimator:
         self.warmup = warmup
         self.trigger_growth = trigger_growth
         self.max_train_every = max_train_every
+        self.final_trees = final_trees
         self.max_trees = max_trees
         self.store = store
         self.seed = seed
@@ -98,7 +100,8 @@ class _SGBDTEstimator:
             "feature_selection": feature_selection, "split_candidates": split_candidates,
             "train_every": train_every, "trees_per_trigger": trees_per_trigger,
             "warmup": warmup, "trigger_growth": trigger_growth,
-            "max_train_every": max_train_every, "max_trees": max_trees,
+            "max_train_every": max_train_every, "final_trees": final_trees,
+            "max_trees": max_trees,
         }
         config = EngineConfig.from_defaults(
             schema, self._task, epsilon, delta, expected_records,
@@ -250,8 +253,10 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     reg_lambda, leaf_clip, feature_selection, split_candidates, individual_filter
         The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
         ``None`` takes the default policy's value.
-    train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, max_trees
-        Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`);
+    train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
+    max_trees
+        Triggers and model size (``final_trees``: extra rounds at ``expected_records``,
+        default ``rounds`` with a hint; 0 switches the end burst off) (see :class:`renyiboost.stream.engine.EngineConfig`);
         ``None`` takes :func:`~renyiboost.models.defaults.stream_schedule`'s.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable

@@ -55,6 +55,7 @@ from renyiboost.models.defaults import (
     LEAF_SNR,
     PRIOR_RECORDS,
     default_params,
+    final_burst,
     stream_rounds,
     stream_schedule,
     supported_depth,
@@ -96,6 +97,10 @@ class EngineConfig(BaseModel):
     max_train_every: int | None = Field(
         None, ge=1, description="the largest trigger interval (None: train_every)")
     max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")
+    final_at: int | None = Field(
+        None, ge=1, description="a public position (the expected end of the stream) at which "
+        "final_trees extra rounds run")
+    final_trees: int = Field(0, ge=0, description="extra rounds at final_at")
     leaf_depth: Literal["fixed", "from_positions"] = Field(
         "fixed", description="'from_positions': each round releases only the levels its "
         "positions can fill above the noise (models.defaults.supported_depth)")
@@ -126,7 +131,8 @@ class EngineConfig(BaseModel):
         if records < 1:
             raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
         trigger_fields = {"train_every", "trees_per_trigger", "warmup", "trigger_growth",
-                          "max_train_every", "max_trees", "leaf_depth"}
+                          "max_train_every", "max_trees", "leaf_depth", "final_at",
+                          "final_trees"}
         triggers = {k: v for k, v in overrides.items() if k in trigger_fields}
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
@@ -139,6 +145,8 @@ class EngineConfig(BaseModel):
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
+        if expected_records is not None:  # a public hint: the burst at its end
+            triggers = final_burst(expected_records, params.rounds) | triggers
         return cls(public_schema=public_schema, params=params,
                    **({"leaf_depth": "from_positions"} | triggers))
 
@@ -220,7 +228,8 @@ class StreamEngine:
         self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
         self.offsets: dict[str, Any] = {}  # source offsets covered by the last commit
         self.schedule = TriggerSchedule(config.train_every, config.warmup,
-                                        config.trigger_growth, config.max_train_every)
+                                        config.trigger_growth, config.max_train_every,
+                                        config.final_at if config.final_trees else None)
         self._positions = 0  # stream positions counted (public time)
         self._next_trigger = self.schedule.next_after(0)
         self._merged_positions = 0  # positions covered by the last merge
@@ -397,8 +406,12 @@ class StreamEngine:
         a trigger boundary inside ``n``)."""
         self._positions += n
         if self._positions >= self._next_trigger:
-            self._next_trigger = self.schedule.next_after(self._positions)
-            self.train(self.config.trees_per_trigger)
+            position = self._positions
+            self._next_trigger = self.schedule.next_after(position)
+            trees = self.config.trees_per_trigger if self.schedule.is_regular(position) else 0
+            if position == self.config.final_at:
+                trees += self.config.final_trees
+            self.train(trees)
 
     def add_one(
         self,

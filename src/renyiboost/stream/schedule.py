@@ -32,7 +32,7 @@ class TriggerSchedule:
     """
 
     def __init__(self, train_every: int, warmup: int, growth: float = 0.0,
-                 max_train_every: int | None = None) -> None:
+                 max_train_every: int | None = None, final_at: int | None = None) -> None:
         if train_every < 1 or warmup < 1 or not growth >= 0:
             raise ValueError("train_every and warmup must be >= 1 and growth >= 0")
         self.train_every = int(train_every)
@@ -40,6 +40,8 @@ class TriggerSchedule:
         self.max_train_every = (self.train_every if max_train_every is None
                                 else max(self.train_every, int(max_train_every)))
         self.first = self.train_every * math.ceil(warmup / self.train_every)
+        #: An extra trigger at the expected end of the stream (a public position), if any.
+        self.final_at = final_at
 
     def interval_after(self, trigger: int) -> int:
         """Positions from the trigger at ``trigger`` (≥ ``first``) to the next one."""
@@ -47,7 +49,19 @@ class TriggerSchedule:
         return min(self.max_train_every, max(self.train_every, grown))
 
     def next_after(self, position: int) -> int:
-        """The first trigger position strictly after ``position``."""
+        """The first trigger position strictly after ``position`` (the regular ones and
+        ``final_at``)."""
+        regular = self.regular_after(position)
+        if self.final_at is not None and position < self.final_at < regular:
+            return self.final_at
+        return regular
+
+    def is_regular(self, position: int) -> bool:
+        """Whether ``position`` is a regular trigger (not only the final one)."""
+        return position >= 1 and self.regular_after(position - 1) == position
+
+    def regular_after(self, position: int) -> int:
+        """The first regular trigger position strictly after ``position``."""
         every = self.train_every
         if position < self.first or self.growth == 0.0:
             return every * (position // every + 1)

@@ -395,3 +395,17 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     many = StreamEngine(config, seed=1)
     many.add(rows, labels, [str(i) for i in range(900)])
     assert many.ensemble.n_trees == one.ensemble.n_trees
+
+
+def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:
+    """hess_clip=None is count leaves and leaf_clip=None no clipping, not "choose for me";
+    a River clone keeps both the explicit None and the left-out policy values."""
+    plain = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0)
+    chosen = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, hess_clip=None, leaf_clip=None)
+    policy = default_params("classification", 1.0, PRIOR_RECORDS)
+    assert plain.engine.config.params.hess_clip == policy["hess_clip"]
+    for model in (chosen, chosen.clone()):
+        params = model.engine.config.params
+        assert (params.hess_clip, params.leaf_clip) == (None, None)
+        assert params.depth == policy["depth"]
+    assert plain.clone().engine.config.params.hess_clip == policy["hess_clip"]

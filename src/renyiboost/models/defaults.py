@@ -47,6 +47,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.stream.schedule import TriggerSchedule
 
+
+class Policy(str):
+    """The type of :data:`POLICY`."""
+
+
+#: A keyword's default meaning "the default policy's value" where ``None`` means something
+#: else (``hess_clip=None`` is count leaves, not "choose for me").
+POLICY = Policy("policy")
 #: Records assumed by a stream without an ``expected_records`` hint.
 PRIOR_RECORDS = 10_000
 #: Trigger growth of a stream: each interval is 5 % of the positions so far (about 47

@@ -15,11 +15,22 @@ from river import base
 from scipy.special import expit
 
 from renyiboost.exceptions import InvalidRecord
+from renyiboost.models.defaults import POLICY, Policy
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
 from renyiboost.stream.store import StateStore
 from renyiboost.validation import normalise_key
+
+#: The keywords whose default is the policy's value (:data:`POLICY`); ``None`` keeps its own
+#: meaning for those that have one (``hess_clip=None``: count leaves, ``leaf_clip=None``: no
+#: clipping, ``split_candidates=None``: continuous thresholds).
+_POLICY_ARGUMENTS = (
+    "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
+    "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
+    "split_candidates", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
+    "max_train_every", "final_trees",
+)
 
 
 class _SGBDTEstimator:
@@ -34,25 +45,25 @@ class _SGBDTEstimator:
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
         expected_records: int | None = None,
-        rounds: int | None = None,
-        depth: int | None = None,
-        learning_rate: float | None = None,
-        sampling_rate: float | None = None,
-        count_share: float | None = None,
-        init_share: float | None = None,
-        grad_clip: float | None = None,
-        hess_clip: float | None = None,
-        reg_lambda: float | None = None,
-        leaf_clip: float | None = None,
-        feature_selection: str | None = None,
-        split_candidates: int | None = None,
+        rounds: int | Policy = POLICY,
+        depth: int | Policy = POLICY,
+        learning_rate: float | Policy = POLICY,
+        sampling_rate: float | Policy = POLICY,
+        count_share: float | Policy = POLICY,
+        init_share: float | Policy = POLICY,
+        grad_clip: float | Policy = POLICY,
+        hess_clip: float | None | Policy = POLICY,
+        reg_lambda: float | Policy = POLICY,
+        leaf_clip: float | None | Policy = POLICY,
+        feature_selection: str | Policy = POLICY,
+        split_candidates: int | None | Policy = POLICY,
         individual_filter: bool = True,
-        train_every: int | None = None,
-        trees_per_trigger: int | None = None,
-        warmup: int | None = None,
-        trigger_growth: float | None = None,
-        max_train_every: int | None = None,
-        final_trees: int | None = None,
+        train_every: int | Policy = POLICY,
+        trees_per_trigger: int | Policy = POLICY,
+        warmup: int | Policy = POLICY,
+        trigger_growth: float | Policy = POLICY,
+        max_train_every: int | None | Policy = POLICY,
+        final_trees: int | Policy = POLICY,
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
@@ -92,21 +103,11 @@ class _SGBDTEstimator:
             features=dict(features),
             target_bounds=target_bounds if self._task == "regression" else None,
         )
-        given = {
-            "rounds": rounds, "depth": depth, "learning_rate": learning_rate,
-            "sampling_rate": sampling_rate, "count_share": count_share,
-            "init_share": init_share, "grad_clip": grad_clip, "hess_clip": hess_clip,
-            "reg_lambda": reg_lambda, "leaf_clip": leaf_clip,
-            "feature_selection": feature_selection, "split_candidates": split_candidates,
-            "train_every": train_every, "trees_per_trigger": trees_per_trigger,
-            "warmup": warmup, "trigger_growth": trigger_growth,
-            "max_train_every": max_train_every, "final_trees": final_trees,
-            "max_trees": max_trees,
-        }
+        given = {name: getattr(self, name) for name in _POLICY_ARGUMENTS}
         config = EngineConfig.from_defaults(
             schema, self._task, epsilon, delta, expected_records,
-            individual_filter=individual_filter,
-            **{name: value for name, value in given.items() if value is not None})
+            individual_filter=individual_filter, max_trees=max_trees,
+            **{name: value for name, value in given.items() if not isinstance(value, Policy)})
         self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
 
     # ------------------------------------------------------------------ River plumbing
@@ -252,11 +253,13 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     depth, learning_rate, sampling_rate, count_share, init_share, grad_clip, hess_clip,
     reg_lambda, leaf_clip, feature_selection, split_candidates, individual_filter
         The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
-        ``None`` takes the default policy's value.
+        Left out (``POLICY``), each takes the default policy's value; ``None`` is passed on
+        (``hess_clip=None``: count leaves, ``leaf_clip=None``: no leaf clipping).
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
         Triggers and model size (``final_trees``: extra rounds at ``expected_records``,
-        default ``rounds`` with a hint; 0 switches the end burst off) (see :class:`renyiboost.stream.engine.EngineConfig`);
+        by default ``rounds`` with a hint; 0 switches the end burst off); left out, the
+        policy's :func:`~renyiboost.models.defaults.stream_schedule`. (see :class:`renyiboost.stream.engine.EngineConfig`);
         ``None`` takes :func:`~renyiboost.models.defaults.stream_schedule`'s.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable

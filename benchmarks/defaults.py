@@ -26,6 +26,7 @@ Prints one table and writes ``benchmarks/results/defaults.json`` and ``defaults.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -89,11 +90,20 @@ def _estimator_scores(model: Any, task: str, columns: dict[str, Any]) -> np.ndar
     return model.predict_many(frame).to_numpy()
 
 
-def _held_out_split(name: str, epsilon: float, seed: int, protocol: str) -> tuple[Any, ...]:
-    """A suite set, its 70 / 30 shuffle ``seed`` and the result row to fill."""
+@functools.cache
+def _suite_set(name: str) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A suite set, loaded once per worker process (Covertype takes seconds) and read-only,
+    since every cell of the same set shares the arrays."""
     from renyiboost.experiments.suite import load_suite_set
 
     suite_set, X, y = load_suite_set(name)
+    X.flags.writeable = y.flags.writeable = False
+    return suite_set, X, y
+
+
+def _held_out_split(name: str, epsilon: float, seed: int, protocol: str) -> tuple[Any, ...]:
+    """A suite set, its 70 / 30 shuffle ``seed`` and the result row to fill."""
+    suite_set, X, y = _suite_set(name)
     order = np.random.default_rng(seed).permutation(y.size)
     cut = round(0.7 * y.size)
     row: dict[str, Any] = {"set": name, "task": suite_set.task, "epsilon": epsilon,
@@ -142,9 +152,7 @@ def held_out_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
 def prequential_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """Test-then-train over the stream in its natural order (batches of 1 record)."""
     _quiet()
-    from renyiboost.experiments.suite import load_suite_set
-
-    suite_set, X, y = load_suite_set(name)
+    suite_set, X, y = _suite_set(name)
     task, schema = suite_set.task, suite_set.schema
     model = _estimator(suite_set, epsilon)
     columns = _columns(schema, X)

@@ -61,7 +61,7 @@ class SGBDT:
             raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
         #: The caller's explicit parameters; the default policy fills in the others.
         self.explicit_params: dict[str, Any] = dict(params)
-        SGBDTParams(**params)  # validate what was given, now
+        self._given = SGBDTParams(**params)  # what was given, validated now
         #: The parameters the fit uses (known at construction when the size is public).
         self.params: SGBDTParams = self._resolve(expected_records)
         #: The size estimate's ε when :meth:`fit` bought one (public; part of the guarantee).
@@ -75,19 +75,17 @@ class SGBDT:
         self.operator_history_: list[dict[str, int]] = []
 
     def _needs_size(self) -> bool:
-        task = self.explicit_params.get("task", SGBDTParams.model_fields["task"].default)
-        return bool(policy_fields(task) - self.explicit_params.keys())
+        return bool(policy_fields(self._given.task) - self.explicit_params.keys())
 
     def _resolve(self, records: float | None, epsilon: float | None = None) -> SGBDTParams:
         """Explicit parameters over the default policy at ``records`` (a provisional
         :data:`PRIOR_RECORDS` until a fit knows better), with the model's ``epsilon``."""
         explicit = dict(self.explicit_params)
-        base = SGBDTParams(**explicit)
         if epsilon is not None:
             explicit["epsilon"] = epsilon
         if not self._needs_size():
             return SGBDTParams(**explicit)
-        policy = default_params(base.task, base.epsilon,
+        policy = default_params(self._given.task, self._given.epsilon,
                                 PRIOR_RECORDS if records is None else records)
         return SGBDTParams(**(policy | explicit))
 
@@ -120,9 +118,8 @@ class SGBDT:
         self.size_estimate_epsilon = self.size_estimate_ = None
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():
-            target = SGBDTParams(**self.explicit_params)
-            if target.private:
-                split = SizeEstimate.split(float(target.epsilon))
+            if self._given.private:
+                split = SizeEstimate.split(float(self._given.epsilon))
                 self.size_estimate_ = float(y.size + noise.laplace(1, split.laplace_scale)[0])
                 self.size_estimate_epsilon = split.epsilon
                 self.params = self._resolve(self.size_estimate_, split.rest_epsilon)

@@ -18,32 +18,31 @@ whose std grows like 1/ε, so the policy reads the *effective size* m = records 
 
 * depth = round(0.6 · log2 m − 2.9), clipped to [1, 6]: one more level per ~3.2× of m
   (Adult, m ≈ 15,000: 5; Abalone at ε = 0.5, m ≈ 1,500: 3; m ≤ 70: 1);
-* classification: Newton leaves (hessian clip 0.1) with 200 rounds and no subsampling
-  (γ = 1): the individual filter lets well-fitted rows, whose gradient and hessian are
-  small, take part in many more rounds than a worst-case row, which is where S-GBDT's
-  filter pays most (Kirschte et al., Sec. 5.2); cyclic feature choice and 32 split
-  candidates per feature (as DP-EBM: every feature gets its turn);
-* regression: count leaves at γ = 0.2, rounds = 0.1 · m clipped to [100, 1000] (a squared
-  loss keeps learning from more rounds as long as each is well above the noise; at small
-  m extra rounds only add noise: Abalone at ε = 0.5 falls from R² 0.39 to −0.05 going
-  from 150 to 800 rounds, California at ε = 4 rises from 0.70 to 0.76 going from 200 to
-  1,000), λ = 100;
+* rounds = 2 · √m, clipped to [20, 200] (classification) or [20, 1000] (regression): more
+  rounds only help while each tree stays well above its noise (Abalone at ε = 0.5 falls
+  from R² 0.37 to 0.31 going from 200 to 400 rounds, California at ε = 4 rises from 0.70
+  to 0.76 going from 200 to 1,000; Friedman wants fewer, California more, and 2·√m is the
+  compromise that beats DP-EBM on both);
+* classification: Newton leaves (hessian clip 0.1) and no subsampling (γ = 1): the
+  individual filter lets well-fitted rows, whose gradient and hessian are small, take part
+  in more rounds than a worst-case row, which is where S-GBDT's filter pays most (Kirschte
+  et al., Sec. 5.2); one feature per tree in turn and 32 split candidates per feature (as
+  DP-EBM: every feature gets its turn); λ = 5;
+* regression: count leaves at γ = 0.2, λ = 100, an initial score with 10 % of the budget;
 * both: learning rate 0.2 with leaf values clipped to ±0.4 (a noisy leaf can move the
   margin by at most 0.4), gradients clipped at 0.3, and a negative noisy count taken as
   0 ('clamp') rather than zeroing the leaf.
 
-The constants were chosen on the development suite's held-out rows (70/30, three seeds)
-of Adult's training split, Abalone, California, Elec2 and scikit-learn's breast cancer,
-starting from the tuned Adult and Abalone configurations (``experiments/configs``) and
-varying only the depth and rounds rules. No data set's test split was read.
+The constants were chosen on the development suite's held-out rows (70/30, three seeds;
+:mod:`renyiboost.experiments.suite`), starting from the tuned Adult and Abalone
+configurations (``experiments/configs``) and varying only the depth, rounds, schedule and
+leaf-depth rules. No data set's official test split was read.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.stream.schedule import TriggerSchedule
 
@@ -96,21 +95,12 @@ _REGRESSION: dict[str, Any] = {
 }
 
 
-class PolicyInputs(BaseModel):
-    """The public inputs the defaults may depend on."""
-
-    model_config = ConfigDict(frozen=True)
-
-    task: str
-    epsilon: float | None = Field(description="target ε (None: no privacy)")
-    records: float = Field(gt=0, description="public or DP estimate of the records")
-
-    @property
-    def effective_size(self) -> float:
-        """m = records · ε, the scale on which signal per leaf meets noise."""
-        if self.epsilon is None:
-            return NON_PRIVATE_EFFECTIVE_SIZE
-        return self.records * self.epsilon
+def effective_size(epsilon: float | None, records: float) -> float:
+    """m = records · ε, the scale on which signal per leaf meets noise (no privacy: the
+    largest rule values)."""
+    if epsilon is None:
+        return NON_PRIVATE_EFFECTIVE_SIZE
+    return max(float(records), 1.0) * epsilon
 
 
 def default_depth(effective_size: float) -> int:
@@ -132,8 +122,7 @@ def default_params(task: str, epsilon: float | None, records: float) -> dict[str
     >>> default_params("regression", 0.5, 3_000)["rounds"]
     77
     """
-    inputs = PolicyInputs(task=task, epsilon=epsilon, records=max(float(records), 1.0))
-    m = inputs.effective_size
+    m = effective_size(epsilon, records)
     params = {**_SHARED, "depth": default_depth(m)}
     if task == "classification":
         params |= _CLASSIFICATION | {"rounds": default_rounds(m, 200)}
@@ -227,14 +216,18 @@ def stream_rounds(records: float, schedule: TriggerSchedule, trees_per_trigger: 
 __all__ = [
     "LEAF_SNR",
     "NON_PRIVATE_EFFECTIVE_SIZE",
+    "POLICY",
     "POLICY_FIELDS",
     "PRIOR_RECORDS",
     "STREAM_TRIGGER_GROWTH",
     "STREAM_WARMUP",
-    "PolicyInputs",
+    "Policy",
     "default_depth",
     "default_params",
     "default_rounds",
+    "effective_size",
+    "final_burst",
+    "policy_fields",
     "stream_rounds",
     "stream_schedule",
     "supported_depth",

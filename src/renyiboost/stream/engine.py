@@ -130,9 +130,7 @@ class EngineConfig(BaseModel):
         records = PRIOR_RECORDS if expected_records is None else expected_records
         if records < 1:
             raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
-        trigger_fields = {"train_every", "trees_per_trigger", "warmup", "trigger_growth",
-                          "max_train_every", "max_trees", "leaf_depth", "final_at",
-                          "final_trees"}
+        trigger_fields = set(cls.model_fields) - {"public_schema", "params"}
         triggers = {k: v for k, v in overrides.items() if k in trigger_fields}
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
@@ -140,8 +138,7 @@ class EngineConfig(BaseModel):
         policy = default_params(task, epsilon, records)
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
-                                   triggers.get("trigger_growth", 0.0),
-                                   triggers.get("max_train_every"))
+                                   triggers["trigger_growth"], triggers["max_train_every"])
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))

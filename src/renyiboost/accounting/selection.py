@@ -57,8 +57,8 @@ class SelectionBudget(BaseModel):
               ) -> SelectionBudget:
         """The largest per-run budget B whose selection converts to at most ``epsilon``.
 
-        ε'(α̂) is linear in B, so B = (ρ − ε'(α̂; B = 0)) / 3 − ... solved exactly from the
-        largest total RDP ρ at α̂ that converts to ``epsilon`` (bisection on the monotone
+        ε'(α̂; B) is affine in B, so B = (ρ − ε'(α̂; 0)) / (ε'(α̂; 1) − ε'(α̂; 0)), where ρ is
+        the largest total RDP at α̂ that converts to ``epsilon`` (bisection on the monotone
         conversion). Too many runs for the ε leave no budget: an error says so.
         """
         if not (epsilon > 0 and math.isfinite(epsilon)):

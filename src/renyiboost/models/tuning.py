@@ -31,7 +31,7 @@ from renyiboost.accounting import calibrate
 from renyiboost.accounting.selection import SelectionBudget
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.defaults import default_params, policy_fields
-from renyiboost.randomness import noise_source
+from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
 
 
@@ -64,7 +64,7 @@ def score_noise_std(budget: SelectionBudget) -> float:
     return math.sqrt(budget.order / (2.0 * budget.run_rdp))
 
 
-def geometric_runs(noise: Any, mean_runs: float) -> int:
+def geometric_runs(noise: NoiseSource, mean_runs: float) -> int:
     """K ≥ 1 with P(K = k) = γ(1 − γ)^(k−1), γ = 1/μ (mean μ), by inversion of a uniform."""
     gamma = 1.0 / mean_runs
     if gamma >= 1.0:

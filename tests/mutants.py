@@ -118,6 +118,10 @@ MUTATIONS = [
     Mutation("a private selection runs twice as often as accounted",
              "src/renyiboost/models/tuning.py", "gamma = 1.0 / mean_runs",
              "gamma = 0.5 / mean_runs", DEFAULTS),
+    Mutation("a stream's leaf depth reads the pool, not the positions",
+             "src/renyiboost/stream/engine.py",
+             "return supported_depth(self._positions, params.sampling_rate,",
+             "return supported_depth(len(self.pool), params.sampling_rate,", PRIVACY),
 ]
 
 

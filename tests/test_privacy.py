@@ -22,6 +22,7 @@ from renyiboost.accounting.rdp import subsampled_gaussian_rdp_many
 from renyiboost.exceptions import InvalidRecord, PrivacyLeakWarning, TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import LEAF_SNR, supported_depth
 from renyiboost.release import ModelRelease
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -260,6 +261,29 @@ def test_the_schedule_ignores_retirement_and_eligibility() -> None:
     positions = [p for p, kind in schedule if kind == "RoundEvent"]
     assert positions == sorted(list(range(120, 601, 40)) * 2)
     assert [p for p, kind in schedule if kind == "InitEvent"] == [120]
+
+
+def test_leaf_depth_and_the_end_burst_follow_positions_not_the_pool() -> None:
+    """Each released tree has as many distinct leaf values as its positions support
+    (models.defaults.supported_depth), and the end burst of a size hint fires at that
+    position. 30 keys upsert over 600 positions, so a rule reading the pool (≤ 30 records)
+    instead of the positions would give shallower trees; leaf clipping is off so distinct
+    groups have distinct (continuous) values."""
+    events = _events(600, 4, keys=30)
+    schedule, published = _run(events, rounds=4, depth=4, leaf_clip=None,
+                               expected_records=500)
+    model = SGBDTRegressor(features=SCHEMA.features, target_bounds=(0.0, 3.0), epsilon=1.0,
+                           rounds=4, depth=4, sampling_rate=0.5, train_every=40, warmup=90,
+                           trees_per_trigger=2, leaf_clip=None, expected_records=500)
+    release, params = model.engine.booster.release, model.engine.config.params
+    for (position, kind), message in zip(schedule, published, strict=True):
+        if kind != "RoundEvent":
+            continue
+        expected = supported_depth(position, params.sampling_rate, release.count_noise_std(1.0),
+                                   1.0, params.depth, LEAF_SNR["regression"])
+        assert len(set(message.trees[0].leaves)) == 2**expected, position
+    burst = [p for p, kind in schedule if kind == "RoundEvent" and p == 500]
+    assert len(burst) == params.rounds  # 500 is no regular trigger (90 + 40 k)
 
 
 def test_a_batch_fit_releases_the_same_number_of_trees_with_or_without_a_row() -> None:

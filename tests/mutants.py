@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRIVACY = ["tests/test_privacy.py"]
 LEDGER = ["tests/test_ledger.py"]
 DEFAULTS = ["tests/test_defaults.py"]
+KERNELS = ["tests/test_kernels.py"]
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,32 @@ MUTATIONS = [
              "spent[active] += cal.init_charge", "pass", PRIVACY),
     Mutation("initial score charges nobody (stream)", "src/renyiboost/stream/engine.py",
              "pool.spent + event.charge, pool.retired)", "pool.spent, pool.retired)", PRIVACY),
-    Mutation("only Poisson-sampled records are charged", "src/renyiboost/models/booster.py",
+    Mutation("only Poisson-sampled records are charged", "src/renyiboost/models/kernels.py",
+             "spent_out[i] = spent[i] + charge\n",
+             "spent_out[i] = spent[i] + (charge if sampling_rate >= 1.0 or uniforms[k] < "
+             "sampling_rate else 0.0)\n", PRIVACY),
+    Mutation("only Poisson-sampled records are charged (numpy reference)",
+             "src/renyiboost/models/booster.py",
              "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)",
              "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)"
              "\n        spent[active] = np.where(sampled, spent[active], pool.spent[active])",
-             PRIVACY),
+             KERNELS),
     Mutation("charge table rounds s^2 down", "src/renyiboost/accounting/filter.py",
-             "np.ceil(s2 * self.resolution)", "np.floor(s2 * self.resolution)", PRIVACY),
+             "np.ceil(s2 * self.resolution)", "np.floor(s2 * self.resolution)", PRIVACY,
+             also=(("src/renyiboost/accounting/filter.py", "math.ceil(s2 * resolution)",
+                    "math.floor(s2 * resolution)"),)),
     Mutation("eligibility lets a record overspend", "src/renyiboost/accounting/filter.py",
              "eligible = spent + charges <= self.budget_rdp",
              "eligible = spent + charges <= 2 * self.budget_rdp",
-             ["tests/test_accounting.py", *PRIVACY]),
+             ["tests/test_accounting.py", *PRIVACY],
+             also=(("src/renyiboost/accounting/filter.py", "return spent + charge <= budget",
+                    "return spent + charge <= 2 * budget"),)),
+    Mutation("replay lays a round's codes over the retired rows too",
+             "src/renyiboost/stream/engine.py",
+             "if codes is None or not self.pool.retired.any():", "if True:",
+             ["tests/test_stream.py"]),
+    Mutation("the compiled round routes NaN left", "src/renyiboost/models/kernels.py",
+             "below = np.int64(v < t)", "below = np.int64(not v >= t)", KERNELS),
     Mutation("no charge floor (Newton leaves never retire)", "src/renyiboost/models/booster.py",
              "max(natural_min, params.min_sensitivity2)", "max(natural_min, 1e-12)", PRIVACY),
     Mutation("a count in the public release", "src/renyiboost/stream/engine.py",

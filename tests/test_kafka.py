@@ -418,9 +418,9 @@ def test_the_trainer_feeds_a_mixed_batch_like_one_event_at_a_time(kafka_bootstra
     assert engine.offsets == reference.offsets == {f"{topic}:{p}": n for p, n in ends.items()}
     assert engine.positions == reference.positions == len(messages)
     assert engine._keys == reference._keys and engine.counters == reference.counters
-    np.testing.assert_array_equal(engine.pool_uids, reference.pool_uids)
-    for name in ("X", "target", "margin", "spent"):
-        np.testing.assert_array_equal(getattr(engine.pool, name), getattr(reference.pool, name))
+    pool, reference_pool = engine.active_pool(), reference.active_pool()
+    for name in ("uids", "X", "target", "margin", "spent"):
+        np.testing.assert_array_equal(getattr(pool, name), getattr(reference_pool, name))
     np.testing.assert_array_equal(engine.ensemble.leaves, reference.ensemble.leaves)
     assert engine.booster.rounds_done == reference.booster.rounds_done > 0
 

@@ -124,7 +124,7 @@ def test_retired_keys_are_dropped_and_counted() -> None:
 
 def engine_has_no(model: SGBDTRegressor, key: int) -> bool:
     engine = model.engine
-    return engine._keys[str(key)] not in set(engine.pool_uids.tolist())
+    return engine._keys[str(key)] not in set(engine.active_pool().uids.tolist())
 
 
 def test_cached_margins_stay_equal_to_the_model_with_upserts_and_max_trees() -> None:
@@ -133,8 +133,8 @@ def test_cached_margins_stay_equal_to_the_model_with_upserts_and_max_trees() -> 
         model.learn_one(x, y, key=i % 150)
     engine = model.engine
     assert engine.ensemble.n_trees == 4 and engine.booster.rounds_done > 4
-    np.testing.assert_allclose(engine.pool.margin, engine.predict_margin(engine.pool.X),
-                               atol=1e-12)
+    active = engine.active_pool()  # retired rows keep their last margin until compacted
+    np.testing.assert_allclose(active.margin, engine.predict_margin(active.X), atol=1e-12)
 
 
 def test_learns_a_signal_on_a_long_stream() -> None:
@@ -155,6 +155,42 @@ def test_learns_a_signal_on_a_long_stream() -> None:
 def _fill(model, data, keys) -> None:
     for (x, y), key in zip(data, keys, strict=True):
         model.learn_one(x, y, key=key)
+
+
+@pytest.mark.parametrize("snapshot_ratio", [0.0, 0.3, 1e9], ids=["every", "some", "never"])
+def test_retired_rows_wait_for_compaction_and_a_restart_continues_the_same_run(
+    tmp_path, snapshot_ratio: float
+) -> None:
+    """Retired keys' rows stay in the pool's arrays until they are a quarter of it; round
+    events charge the active rows only, so a restart (whose pool starts compacted) replays
+    the same charges and then trains exactly as the run that never stopped."""
+    data, keys = _stream(1200, seed=3), [i % 120 for i in range(1200)]
+    settings = {"rounds": 3, "sampling_rate": 1.0, "train_every": 20, "warmup": 20}
+    straight = _regressor(**settings)
+    lazy_rows_seen = compactions = 0
+    for (x, y), key in zip(data, keys, strict=True):
+        before = len(straight.engine.pool)
+        straight.learn_one(x, y, key=key)
+        engine = straight.engine
+        lazy_rows_seen += bool(engine.pool.retired.any())
+        compactions += len(engine.pool) < before
+        assert engine.n_active == int((~engine.pool.retired).sum())
+    assert lazy_rows_seen and compactions  # both happened along the way
+    path = tmp_path / "state.db"
+    first = _regressor(store=SQLiteStore(path, create=True, snapshot_ratio=snapshot_ratio),
+                       **settings)
+    stop = 0
+    while stop < 600 or not first.engine.pool.retired.any():  # stop with retired rows held
+        _fill(first, data[stop:stop + 20], keys[stop:stop + 20])  # up to a trigger: committed
+        stop += 20
+    first.engine.close()
+    again = _regressor(store=SQLiteStore(path, snapshot_ratio=snapshot_ratio), **settings)
+    _fill(again, data[stop:], keys[stop:])
+    np.testing.assert_array_equal(again.engine.ensemble.leaves, straight.engine.ensemble.leaves)
+    for name in ("uids", "X", "margin", "spent"):
+        np.testing.assert_array_equal(getattr(again.engine.active_pool(), name),
+                                      getattr(straight.engine.active_pool(), name))
+    assert again.engine.spent_rdp().tolist() == straight.engine.spent_rdp().tolist()
 
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 0.3, 1e9], ids=["every", "some", "never"])
@@ -183,9 +219,10 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
     changed = {"n_pending", "epoch", "positions", "outside_domain"}
     assert got.model_dump(exclude=changed) == report.model_dump(exclude=changed)
     assert got.epoch == report.epoch + 1
-    np.testing.assert_array_equal(again.engine.pool.margin, first.engine.pool.margin)
-    np.testing.assert_array_equal(again.engine.pool.spent, first.engine.pool.spent)
-    np.testing.assert_array_equal(again.engine.pool_uids, first.engine.pool_uids)
+    restored, live = again.engine.active_pool(), first.engine.active_pool()
+    np.testing.assert_array_equal(restored.margin, live.margin)
+    np.testing.assert_array_equal(restored.spent, live.spent)
+    np.testing.assert_array_equal(restored.uids, live.uids)
     np.testing.assert_array_equal(again.engine.ensemble.leaves, first.engine.ensemble.leaves)
     assert again.engine.offsets == first.engine.offsets
 
@@ -229,15 +266,15 @@ def test_a_failed_commit_releases_nothing(tmp_path) -> None:
     with pytest.raises(OSError, match="injected"):
         _fill(model, data, list(range(200)))
     engine = model.engine
-    n_trees, spent = engine.ensemble.n_trees, engine.pool.spent.copy()
+    n_trees, spent = engine.ensemble.n_trees, engine.active_pool().spent.copy()
     assert n_trees == 1  # commit 1: initial score, commit 2: tree 1, commit 3 failed
     with pytest.raises(StateStoreError, match="failed commit"):  # the engine stopped for good
         model.learn_one(data[0][0], data[0][1])
     engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "f.db"))
     assert again.engine.ensemble.n_trees == n_trees
-    committed = len(again.engine.pool)
-    np.testing.assert_array_equal(again.engine.pool.spent, spent[:committed])
+    committed = again.engine.n_active
+    np.testing.assert_array_equal(again.engine.active_pool().spent, spent[:committed])
     # records merged after the last commit were never charged; the source re-reads them
     assert np.all(spent[committed:] == 0.0)
 

@@ -12,6 +12,12 @@ adaptive composition, however many rounds run.
 
 Charges for whole arrays come from a table over s² ∈ [0, 1] that rounds s² *up* to the
 next grid point; the charge is increasing in s², so the table never under-charges.
+
+The rules exist twice, side by side in this module: vectorised in numpy (the classes, the
+reference) and as compiled scalar functions (:func:`charge_code`, :func:`admitted`,
+:func:`exhausted`) that the compiled training round
+(:func:`renyiboost.models.kernels.round_pass`) calls record by record. Tests run both on the
+same pool and require the same codes and spent budgets.
 """
 
 from __future__ import annotations
@@ -19,12 +25,35 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from renyiboost.accounting.rdp import subsampled_gaussian_rdp, subsampled_gaussian_rdp_many
 
 #: Charge code of a record the filter did not admit to a round (charged nothing).
 NOT_ELIGIBLE = np.uint16(65535)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def charge_code(sensitivity2: float, min_sensitivity2: float,
+                resolution: int) -> int:  # pragma: no cover - compiled
+    """Compiled twin of :meth:`ChargeTable.indices` after the floor of
+    :meth:`IndividualRenyiFilter.step`: ``min(ceil(clip(max(s², floor), 0, 1)·res), res)``,
+    the grid point at or *above* s² (rounding up never under-charges)."""
+    s2 = min(max(max(sensitivity2, min_sensitivity2), 0.0), 1.0)
+    return min(math.ceil(s2 * resolution), resolution)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def admitted(spent: float, charge: float, budget: float) -> bool:  # pragma: no cover
+    """Compiled twin of the filter's eligibility: the charge fits in what is left."""
+    return spent + charge <= budget
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def exhausted(spent: float, budget: float, min_charge: float) -> bool:  # pragma: no cover
+    """Compiled twin of :meth:`IndividualRenyiFilter.retired`."""
+    return budget - spent < min_charge
 
 
 class ChargeTable:
@@ -106,6 +135,11 @@ class IndividualRenyiFilter:
         self.table = table
         self._min_sensitivity2 = float(min_sensitivity2)
         self.min_charge = float(table.charges(np.array([min_sensitivity2]))[0])
+
+    @property
+    def min_sensitivity2(self) -> float:
+        """The charge floor (see the class docstring)."""
+        return self._min_sensitivity2
 
     def retired(self, spent: np.ndarray) -> np.ndarray:
         """Records whose remaining budget is below the smallest possible charge."""

@@ -16,6 +16,11 @@ A round is *planned* (:meth:`SGBDTBooster.plan_round`, which draws all randomnes
 computes the new spent budgets) and then *applied* (:meth:`SGBDTBooster.apply_round`),
 so a caller with a durable store can commit the charges between the two: a tree never
 becomes visible before the budget it used is recorded.
+
+Steps 1–3, the routing of step 5 and the leaf sums run as one compiled pass over the pool
+(:mod:`renyiboost.models.kernels`), step 6 as a second. ``compiled=False`` runs the numpy
+reference of the same round instead, which tests use as the oracle: with the same random
+bits both give the same charges, leaf sums and margins.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from renyiboost.accounting import (
     LeafRelease,
     calibrate,
 )
-from renyiboost.models.losses import LeafStatistics, LogisticLoss, SquaredLoss
+from renyiboost.models import kernels
+from renyiboost.models.losses import LogisticLoss, SquaredLoss
 from renyiboost.models.trees import Ensemble, FeatureSelection, RandomTreeGrower
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
@@ -172,11 +178,14 @@ class SGBDTBooster:
     seed
         ``None`` (default) draws from the OS CSPRNG; an integer makes the run reproducible
         and marks the model as for testing only.
+    compiled
+        ``True`` (default): the compiled round; ``False``: the numpy reference (tests).
     """
 
     def __init__(self, params: SGBDTParams, schema: PublicSchema, seed: int | None = None,
-                 noise: NoiseSource | None = None) -> None:
+                 noise: NoiseSource | None = None, compiled: bool = True) -> None:
         self.params = params
+        self.compiled = compiled
         self.schema = schema
         self.seed = seed
         self.noise: NoiseSource = noise if noise is not None else noise_source(seed)
@@ -259,8 +268,16 @@ class SGBDTBooster:
         small to fill ``2**depth`` leaves; it must be a function of public inputs.
         ``gradient_margin`` (batched boosting) computes the gradients — and so the charges —
         from these margins instead of the pool's current ones."""
-        active = np.flatnonzero(~pool.retired)
+        levels = self.params.depth if leaf_depth is None else int(leaf_depth)
+        if not 0 <= levels <= self.params.depth:
+            raise ValueError(f"leaf_depth must be in [0, {self.params.depth}], got {leaf_depth!r}")
         margin = pool.margin if gradient_margin is None else gradient_margin
+        plan = self._plan_compiled if self.compiled else self._plan_numpy
+        return plan(pool, levels, margin)
+
+    def _plan_numpy(self, pool: RecordPool, levels: int, margin: np.ndarray) -> RoundOutcome:
+        """The numpy reference of a round: one array pass per step."""
+        active = np.flatnonzero(~pool.retired)
         stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
         retired = pool.retired.copy()
@@ -281,23 +298,60 @@ class SGBDTBooster:
         sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
-        leaves, noisy_grad_sum, noisy_count = self._leaf_values(leaf_of_active[sampled], stats,
-                                                                sampled, leaf_depth)
+        leaf = leaf_of_active[sampled] >> (self.params.depth - levels)
+        n_leaves = 2**levels
+        grad_sum = np.bincount(leaf, stats.grad[sampled], n_leaves).astype(float)
+        den_sum = np.bincount(leaf, stats.denominator[sampled], n_leaves).astype(float)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
-        return RoundOutcome(
-            features=features,
-            thresholds=thresholds,
-            leaves=leaves,
-            leaf_of_record=leaf_of_record,
-            spent=spent,
-            retired=retired,
-            n_eligible=int(eligible.sum()),
-            n_sampled=int(sampled.sum()),
-            codes=codes,
-            noisy_grad_sum=noisy_grad_sum,
-            noisy_count=noisy_count,
-        )
+        return self._outcome(features, thresholds, grad_sum, den_sum, levels,
+                             leaf_of_record=leaf_of_record, spent=spent, retired=retired,
+                             n_eligible=int(eligible.sum()), n_sampled=int(sampled.sum()),
+                             codes=codes)
+
+    def _plan_compiled(self, pool: RecordPool, levels: int, margin: np.ndarray) -> RoundOutcome:
+        """The same round as :meth:`_plan_numpy` in one compiled pass over the pool. The
+        random draws are taken in the reference's order (the Poisson uniforms, then the
+        tree), so a seeded run is the same run on either path."""
+        params, n = self.params, len(pool)
+        n_active = n if not pool.retired.any() else int(n - pool.retired.sum())
+        uniforms = (self.noise.uniform(n_active) if params.sampling_rate < 1.0
+                    else np.empty(0))
+        features, thresholds = self.grower.grow(self.rounds_done, self.noise)
+        n_leaves = 2**levels
+        grad_sum, den_sum = np.zeros(n_leaves), np.zeros(n_leaves)
+        leaf_of_record = np.empty(n, dtype=np.uint16)
+        codes = np.empty(n, dtype=np.uint16)
+        spent, retired = np.empty(n), np.empty(n, dtype=bool)
+        flt = self.filter
+        table = flt.table.grid_charges if flt is not None else np.zeros(2)
+        if isinstance(self.loss, SquaredLoss):
+            loss = kernels.SQUARED
+        else:
+            loss = kernels.LOGISTIC if params.hess_clip is None else kernels.LOGISTIC_NEWTON
+        n_eligible, n_sampled = kernels.round_pass(
+            pool.X, features, thresholds, self.ensemble.is_categorical, params.depth,
+            margin, pool.target, pool.spent, pool.retired, loss, params.grad_clip,
+            params.hess_clip or 1.0, flt is not None,
+            not params.individual_filter or (self.release is not None and self.release.static),
+            params.count_share, 1.0 - params.count_share, table,
+            flt.min_sensitivity2 if flt is not None else 0.0,
+            flt.budget_rdp if flt is not None else 0.0,
+            flt.min_charge if flt is not None else 0.0,
+            uniforms, params.sampling_rate, params.depth - levels,
+            leaf_of_record, codes, spent, retired, grad_sum, den_sum)
+        return self._outcome(features, thresholds, grad_sum, den_sum, levels,
+                             leaf_of_record=leaf_of_record, spent=spent, retired=retired,
+                             n_eligible=n_eligible, n_sampled=n_sampled,
+                             codes=codes if flt is not None else None)
+
+    def _outcome(self, features: np.ndarray, thresholds: np.ndarray, grad_sum: np.ndarray,
+                 den_sum: np.ndarray, levels: int, **pool_side: object) -> RoundOutcome:
+        """A planned round from its tree, its exact leaf sums and the pool's new arrays."""
+        leaves, noisy_grad_sum, noisy_count = self._leaf_values(grad_sum, den_sum, levels)
+        return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
+                            noisy_grad_sum=noisy_grad_sum, noisy_count=noisy_count,
+                            **pool_side)  # type: ignore[arg-type]
 
     def replay_outcome(
         self,
@@ -325,8 +379,7 @@ class SGBDTBooster:
         )
 
     def _leaf_values(
-        self, leaf_index: np.ndarray, stats: LeafStatistics, sampled: np.ndarray,
-        leaf_depth: int | None = None,
+        self, grad_sum: np.ndarray, den_sum: np.ndarray, levels: int,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ), with the two noisy sums
         (``None`` for static leaves, which release the value itself).
@@ -346,22 +399,17 @@ class SGBDTBooster:
         With ``leaf_noise='static'`` (SLN): −lr·(Σg/(Σden + λ) + noise), see
         :meth:`LeafRelease.static_value_noise_std`.
 
-        With ``leaf_depth`` < depth the leaves are grouped by their ancestor on level
-        ``leaf_depth`` (heap order: leaf ``i``'s ancestor is ``i >> (depth − leaf_depth)``)
-        and each group is released as one leaf. A record is still in exactly one released
+        ``grad_sum`` and ``den_sum`` are the exact sums over the sampled records of each of
+        the ``2**levels`` released leaves. With ``levels`` < depth the leaves are grouped by
+        their ancestor on level ``levels`` (heap order: leaf ``i``'s ancestor is
+        ``i >> (depth − levels)``) and each group is released as one leaf. A record is still in exactly one released
         leaf, so the round costs what a full tree costs; the noisy sums returned are the
         groups'.
         """
         params = self.params
-        levels = params.depth if leaf_depth is None else int(leaf_depth)
-        if not 0 <= levels <= params.depth:
-            raise ValueError(f"leaf_depth must be in [0, {params.depth}], got {leaf_depth!r}")
         shift = params.depth - levels
-        if shift:
-            leaf_index = leaf_index >> shift
         n_leaves = 2**levels
-        grad_sum = np.bincount(leaf_index, stats.grad[sampled], n_leaves).astype(float)
-        den_sum = np.bincount(leaf_index, stats.denominator[sampled], n_leaves).astype(float)
+        grad_sum, den_sum = grad_sum.copy(), den_sum.copy()
         noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         if params.leaf_noise == "static":
             # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise
@@ -400,9 +448,14 @@ class SGBDTBooster:
         A durable caller commits these arrays before :meth:`append_tree` makes the tree
         visible (DEVELOPERS invariant 2).
         """
-        active = ~outcome.retired
-        margin = pool.margin.copy()
-        margin[active] += outcome.leaves[outcome.leaf_of_record[active]]
+        if self.compiled:
+            margin = np.empty_like(pool.margin)
+            kernels.margin_pass(pool.margin, outcome.leaves, outcome.leaf_of_record,
+                                outcome.retired, margin)
+        else:
+            active = ~outcome.retired
+            margin = pool.margin.copy()
+            margin[active] += outcome.leaves[outcome.leaf_of_record[active]]
         return RecordPool(pool.X, pool.target, margin, outcome.spent, outcome.retired)
 
     def append_tree(self, outcome: RoundOutcome) -> None:

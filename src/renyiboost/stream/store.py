@@ -96,7 +96,7 @@ class RoundEvent:
     features: np.ndarray
     thresholds: np.ndarray
     leaves: np.ndarray
-    codes: np.ndarray | None  # uint16 per pool record; None without privacy
+    codes: np.ndarray | None  # uint16 per active pool record, in pool order; None without privacy
     dropped: int  # oldest trees dropped from the model with this round (max_trees)
 
 
@@ -105,13 +105,30 @@ Event = MergeEvent | InitEvent | RoundEvent
 
 @dataclass
 class PoolState:
-    """The active pool after a commit: what a snapshot stores."""
+    """The active pool after a commit: what a snapshot stores.
+
+    ``live`` marks the rows still active when the engine keeps retired rows in its arrays
+    until it compacts them (``None``: every row is). A store that writes the state writes
+    :meth:`compacted`, so compaction costs only when a snapshot is taken."""
 
     uids: np.ndarray
     X: np.ndarray
     target: np.ndarray
     margin: np.ndarray
     spent: np.ndarray
+    live: np.ndarray | None = None
+
+    @property
+    def n_live(self) -> int:
+        return int(self.uids.size if self.live is None else np.count_nonzero(self.live))
+
+    def compacted(self) -> PoolState:
+        """The state without its retired rows (itself when it has none)."""
+        if self.live is None or self.live.all():
+            return PoolState(self.uids, self.X, self.target, self.margin, self.spent)
+        keep = self.live
+        return PoolState(self.uids[keep], self.X[keep], self.target[keep], self.margin[keep],
+                         self.spent[keep])
 
 
 @dataclass
@@ -549,8 +566,8 @@ class SQLiteStore(StateStore):
             db.execute("INSERT INTO retirements(uids, spent, crc) VALUES (?, ?, ?)",
                        (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
         after = change.after
-        if self._event_bytes > self.snapshot_ratio * 24 * max(after.uids.size, 1_000):
-            self._snapshot(after, change.first_kept_round)
+        if self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000):
+            self._snapshot(after.compacted(), change.first_kept_round)
 
     def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None) -> None:
         text = json.dumps(info)

@@ -1,0 +1,166 @@
+"""Compiled kernels of the training round (numba), one pass over the pool each.
+
+A round of :class:`~renyiboost.models.booster.SGBDTBooster` needs, per active record: its
+leaf in the new tree, its clipped gradient and leaf denominator, its squared sensitivity s²,
+the filter's charge code and new spent budget, its Poisson draw, and — for the sampled ones —
+its share of two per-leaf sums. In numpy that is about twenty passes, each writing a fresh
+array of the pool's size (159 ms at 10⁶ records, and the cost per record grew 1.6× towards
+10⁷ as the arrays left the caches). :func:`round_pass` does it in one pass that reads each
+record once and writes only what the round must keep (leaf index, charge code, spent,
+retired), and :func:`margin_pass` adds the released leaves to the cached margins in a second.
+
+The numpy path of the booster (``SGBDTBooster(..., compiled=False)``) stays the reference:
+tests run both on the same pool and the same random bits and compare the charges, leaf sums
+and margins. The accounting rules come from :mod:`renyiboost.accounting` as compiled scalar twins of
+its numpy code (s² from :func:`~renyiboost.accounting.leaf.squared_sensitivity`, the charge
+code, admission and retirement from :mod:`renyiboost.accounting.filter`); the rest is
+written in the reference's order (leaf sums accumulated in record order), so the two paths
+agree to the bit wherever the elementary functions do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from renyiboost.accounting.filter import admitted, charge_code, exhausted
+from renyiboost.accounting.leaf import squared_sensitivity
+
+#: Loss codes of :func:`round_pass`.
+SQUARED, LOGISTIC, LOGISTIC_NEWTON = 0, 1, 2
+
+#: Charge code of a record the filter did not admit (= ``accounting.filter.NOT_ELIGIBLE``).
+_NOT_ELIGIBLE = 65535
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _step(x: np.ndarray, node: int, features: np.ndarray, thresholds: np.ndarray,
+          is_categorical: np.ndarray) -> int:  # pragma: no cover - compiled
+    """One level of the heap walk: numeric ``x < t`` or categorical ``x == t`` goes left;
+    NaN fails both and goes right."""
+    f = features[node]
+    v = x[f]
+    t = thresholds[node]
+    # arithmetic, not `and`/`or`: a random tree sends half the rows each way, and a branch
+    # on the comparison is mispredicted half the time (33 ms vs 12 ms at 10^6 rows)
+    below = np.int64(v < t)
+    left = below + np.int64(is_categorical[f]) * (np.int64(v == t) - below)
+    return 2 * node + 2 - left
+
+
+@numba.njit(cache=True, nogil=True)
+def route_rows(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
+               is_categorical: np.ndarray, depth: int,
+               out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Leaf index of every row of ``X`` in one complete tree, into ``out``.
+
+    Four rows walk the tree together: a walk is a chain of dependent loads (node → feature
+    → value → node), so one row at a time leaves the core waiting on each load, while four
+    independent chains keep it busy. Measured here at 10⁶ rows, depth 6: 24.7 ms one row at
+    a time, 11.9 ms four at a time (a 64-row block kept in memory: 41.8 ms)."""
+    n = X.shape[0]
+    first_leaf = 2**depth - 1
+    n4 = n - n % 4
+    for i in range(0, n4, 4):
+        x0, x1, x2, x3 = X[i], X[i + 1], X[i + 2], X[i + 3]
+        a = b = c = d = 0
+        for _ in range(depth):
+            a = _step(x0, a, features, thresholds, is_categorical)
+            b = _step(x1, b, features, thresholds, is_categorical)
+            c = _step(x2, c, features, thresholds, is_categorical)
+            d = _step(x3, d, features, thresholds, is_categorical)
+        out[i], out[i + 1], out[i + 2], out[i + 3] = (a - first_leaf, b - first_leaf,
+                                                      c - first_leaf, d - first_leaf)
+    for i in range(n4, n):
+        node = 0
+        for _ in range(depth):
+            node = _step(X[i], node, features, thresholds, is_categorical)
+        out[i] = node - first_leaf
+
+
+@numba.njit(cache=True, nogil=True)
+def round_pass(
+    X: np.ndarray, features: np.ndarray, thresholds: np.ndarray, is_categorical: np.ndarray,
+    depth: int, margin: np.ndarray, target: np.ndarray, spent: np.ndarray,
+    retired: np.ndarray, loss: int, grad_clip: float, hess_clip: float, private: bool,
+    full_charge: bool, count_share: float, grad_share: float, grid_charges: np.ndarray,
+    min_sensitivity2: float, budget: float, min_charge: float, uniforms: np.ndarray,
+    sampling_rate: float, shift: int, leaf_out: np.ndarray, codes_out: np.ndarray,
+    spent_out: np.ndarray, retired_out: np.ndarray, grad_sum: np.ndarray, den_sum: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled; tested against the numpy reference
+    """One round over the pool: route, gradient, charge, draw, leaf sums (see module doc).
+
+    Records with ``retired[i]`` are skipped (leaf 0, code NOT_ELIGIBLE, spent unchanged).
+    ``uniforms`` holds one uniform per active record in pool order (the reference's
+    Bernoulli draws); it is ignored when ``sampling_rate >= 1``. ``margin`` is the margin
+    the gradients come from. Returns ``(n_eligible, n_sampled)``.
+    """
+    resolution = grid_charges.size - 1
+    route_rows(X, features, thresholds, is_categorical, depth, leaf_out)
+    n_eligible = 0
+    n_sampled = 0
+    k = 0  # index among the active records (the uniforms' index)
+    for i in range(X.shape[0]):
+        if retired[i]:
+            leaf_out[i] = 0
+            codes_out[i] = _NOT_ELIGIBLE
+            spent_out[i] = spent[i]
+            retired_out[i] = True
+            continue
+        leaf = leaf_out[i]
+        # the loss: clipped gradient g, leaf denominator, a = den / its sensitivity
+        if loss == SQUARED:
+            raw = margin[i] - target[i]
+            den = 1.0
+            a = 1.0
+        else:
+            # scipy's expit is this formula on libm's exp, bit for bit (e^(−m) = inf → p = 0)
+            p = 1.0 / (1.0 + math.exp(-margin[i]))
+            raw = p - target[i]
+            if loss == LOGISTIC_NEWTON:
+                den = min(p * (1.0 - p), hess_clip)
+                a = den / hess_clip
+            else:
+                den = 1.0
+                a = 1.0
+        g = min(max(raw, -grad_clip), grad_clip)
+        eligible = True
+        if private:
+            if full_charge:
+                s2 = 1.0
+            else:
+                s2 = squared_sensitivity(count_share, grad_share, a, abs(g) / grad_clip)
+            index = charge_code(s2, min_sensitivity2, resolution)
+            charge = grid_charges[index]
+            eligible = admitted(spent[i], charge, budget)
+            if eligible:
+                codes_out[i] = index
+                spent_out[i] = spent[i] + charge
+                n_eligible += 1
+            else:
+                codes_out[i] = _NOT_ELIGIBLE
+                spent_out[i] = spent[i] + 0.0
+            retired_out[i] = exhausted(spent_out[i], budget, min_charge)
+        else:
+            codes_out[i] = _NOT_ELIGIBLE
+            spent_out[i] = spent[i]
+            retired_out[i] = False
+            n_eligible += 1
+        sampled = eligible and (sampling_rate >= 1.0 or uniforms[k] < sampling_rate)
+        k += 1
+        if sampled:
+            n_sampled += 1
+            slot = leaf >> shift
+            grad_sum[slot] += g
+            den_sum[slot] += den
+    return n_eligible, n_sampled
+
+
+@numba.njit(cache=True, nogil=True)
+def margin_pass(margin: np.ndarray, leaves: np.ndarray, leaf_of_record: np.ndarray,
+                retired: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out = margin + leaves[leaf]`` for the records still in the pool, ``margin`` else."""
+    for i in range(margin.size):
+        out[i] = margin[i] if retired[i] else margin[i] + leaves[leaf_of_record[i]]

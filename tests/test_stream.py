@@ -433,3 +433,35 @@ def test_a_schema_feature_that_never_arrives_warns_or_with_strict_is_refused() -
     parser = EventParser(strict.engine.validator)
     batch = parser.parse_batch([json.dumps({"x": data[0][0], "y": 1.0}).encode()], [b"k"])
     assert batch.rejected[0][1].reason == "schema" and "absent" in batch.rejected[0][1].detail
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_KEY_SCHEMA = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.text(min_size=1, max_size=6), st.integers(-5, 5),
+                          st.binary(min_size=1, max_size=3).filter(_is_utf8)),
+                min_size=1, max_size=40))
+def test_a_batch_of_keys_gets_the_uids_of_one_key_at_a_time(keys: list) -> None:
+    """The bulk admission of new keys allocates uids in first-arrival order, exactly as the
+    one-by-one path does (the ledger's key table must not depend on how events arrived)."""
+    params = SGBDTParams(epsilon=None, rounds=1, depth=1)
+    batch, single = (StreamEngine(EngineConfig(public_schema=_KEY_SCHEMA, params=params))
+                     for _ in range(2))
+    try:
+        expected = [single._uid_for(key) for key in keys]
+    except InvalidRecord:
+        with pytest.raises(InvalidRecord):
+            batch._uids(keys, len(keys))
+        return
+    assert batch._uids(keys, len(keys)).tolist() == expected
+    assert batch._keys == single._keys
+    assert batch._uncommitted_keys == single._uncommitted_keys

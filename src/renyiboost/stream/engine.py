@@ -76,7 +76,7 @@ from renyiboost.stream.store import (
     grid_digest,
     open_store,
 )
-from renyiboost.validation import RecordValidator, normalise_key
+from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
 
 SEEN, ACTIVE, RETIRED = 0, 1, 2
 
@@ -334,10 +334,22 @@ class StreamEngine:
             return self._new_uids(n)
         get = self._keys.get
         found = [get(key) if type(key) is str else None for key in keys]
-        if None in found:  # new or non-string keys: the slow path, in order
-            found = [self._uid_for(key) if uid is None else uid
-                     for key, uid in zip(keys, found, strict=True)]
+        if None in found:
+            found = self._admit_keys(keys, found)
         return np.array(found, dtype=np.int64)
+
+    def _admit_keys(self, keys: Sequence[Any], found: list[int | None]) -> list[int]:
+        """Uids of a batch with new (or non-string) keys: the new names get fresh uids in one
+        allocation, in order of first arrival, exactly as one :meth:`_uid_for` call per key
+        would give them (2.5 µs per new key that way)."""
+        names = normalise_keys(keys)
+        known = self._keys
+        fresh = [name for name in dict.fromkeys(names) if name not in known]
+        if fresh:
+            uids = self._new_uids(len(fresh)).tolist()
+            known.update(zip(fresh, uids, strict=True))
+            self._uncommitted_keys.extend(zip(uids, fresh, strict=True))
+        return [known[name] for name in names]
 
     def _new_uid(self) -> int:
         uid = self._next_uid

@@ -156,7 +156,7 @@ def test_a_corrupt_blob_is_detected(tmp_path) -> None:
 
 
 def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path) -> None:
-    path, model = _fed(tmp_path, 100)
+    path, model = _fed(tmp_path, 100, page_size=4096)  # small pages fill up at once
     engine = model.engine
     committed = engine.release_version
     db = engine.store._db

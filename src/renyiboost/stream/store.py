@@ -69,6 +69,12 @@ from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, 
 #: Version of the SQLite layout; a store of another version is refused, never migrated silently.
 STORE_FORMAT = 2
 
+#: Page size of a new store. A round writes one blob of 2 bytes per active key (its charge
+#: codes) and a snapshot deletes them again; SQLite keeps a blob as a chain of overflow pages
+#: that a delete must walk page by page, so larger pages make both cheaper (a 2 MB blob
+#: committed with synchronous=FULL here: 8.4 ms at 4 KiB pages, 3.3–4.0 ms at 16 KiB).
+PAGE_SIZE = 16_384
+
 
 @dataclass(frozen=True)
 class MergeEvent:
@@ -311,6 +317,8 @@ class SQLiteStore(StateStore):
     snapshot_ratio
         Write a snapshot when the bytes of events since the last one exceed this many times
         the snapshot's own size (a restore then replays at most that much).
+    page_size
+        SQLite page size of a new store (see :data:`PAGE_SIZE`); an existing store keeps its.
     """
 
     durable = True
@@ -322,6 +330,7 @@ class SQLiteStore(StateStore):
         create: bool = False,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         snapshot_ratio: float = 4.0,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -335,6 +344,8 @@ class SQLiteStore(StateStore):
         self._lock = _FileLock(Path(f"{self.path}.lock"))
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if create:  # before the first write; an existing store keeps its page size
+                self._db.execute(f"PRAGMA page_size={int(page_size)}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self.identity = self._open(create)

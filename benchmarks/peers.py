@@ -210,12 +210,16 @@ def _trained(n_trees: int, depth: int, n_train: int) -> tuple[SGBDTBooster, Any]
 def bench_predict(report: Report, n_rows: int, n_trees: int = 200, depth: int = 6) -> None:
     """predict_many rows/s and predict_one calls/s vs xgboost ``Booster.inplace_predict``.
 
-    Both single-threaded (numpy; xgboost ``nthread=1``), the same float64 rows, 10 features.
+    Both single-threaded (our compiled numba kernels have no threads; xgboost ``nthread=1``),
+    the same float64 rows, 10 features. Both sides predict a few rows first, untimed: numba
+    compiles (or loads from its cache) on the first call, xgboost sets up its predictor.
     """
     booster, peer = _trained(n_trees, depth, 5000)
     ens = booster.ensemble
     leaves = sum(tree.count("leaf=") for tree in peer.get_dump()) / n_trees
     X = np.random.default_rng(2).uniform(size=(n_rows, 10))
+    ens.predict_margin(X[:100]), ens.predict_margin(X[0])  # untimed warm-up of both paths
+    peer.inplace_predict(X[:100]), peer.inplace_predict(X[:1])
     many = n_rows / best_of(lambda: ens.predict_margin(X))
     peer_many = n_rows / best_of(lambda: peer.inplace_predict(X))
     rows = X[:2000]

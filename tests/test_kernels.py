@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.models import kernels
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.schema import PublicSchema
 
@@ -78,17 +77,3 @@ def test_compiled_round_equals_the_numpy_reference(case: str) -> None:
         assert refused > 0
     if case == "regression":  # and retired for good
         assert retired > 4000 // 31 + 1
-
-
-def test_compiled_router_equals_the_numpy_walk() -> None:
-    from renyiboost.models.trees import Ensemble, RandomTreeGrower
-    from renyiboost.randomness import SeededNoise
-
-    for depth in range(8):
-        grower = RandomTreeGrower(SCHEMA, depth, split_candidates=None if depth % 2 else 4)
-        features, thresholds = grower.grow(depth, SeededNoise(depth))
-        X = _pool("regression", 1003, depth).X  # 1003: the rows after the last four
-        out = np.empty(X.shape[0], dtype=np.uint16)
-        kernels.route_rows(X, features, thresholds, SCHEMA.is_categorical, depth, out)
-        ens = Ensemble(depth=depth, is_categorical=SCHEMA.is_categorical)
-        np.testing.assert_array_equal(out, ens.route_one_tree(X, features, thresholds))

@@ -226,6 +226,7 @@ class SGBDTBooster:
             self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table,
                                                 max(natural_min, params.min_sensitivity2))
         self.rounds_done = 0
+        self._uniforms = np.empty(0)  # the compiled round's Poisson uniforms, reused
 
     # ------------------------------------------------------------------ initial score
     def initial_score(self, pool: RecordPool) -> tuple[float, np.ndarray]:
@@ -315,8 +316,11 @@ class SGBDTBooster:
         tree), so a seeded run is the same run on either path."""
         params, n = self.params, len(pool)
         n_active = n if not pool.retired.any() else int(n - pool.retired.sum())
-        uniforms = (self.noise.uniform(n_active) if params.sampling_rate < 1.0
-                    else np.empty(0))
+        uniforms = np.empty(0)
+        if params.sampling_rate < 1.0:
+            if self._uniforms.size < n_active:  # a buffer reused round after round
+                self._uniforms = np.empty(max(n_active, int(1.25 * self._uniforms.size)))
+            uniforms = self.noise.uniform_into(self._uniforms[:n_active])
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         n_leaves = 2**levels
         grad_sum, den_sum = np.zeros(n_leaves), np.zeros(n_leaves)

@@ -3,7 +3,8 @@
 A round of :class:`~renyiboost.models.booster.SGBDTBooster` needs, per active record: its
 leaf in the new tree, its clipped gradient and leaf denominator, its squared sensitivity s²,
 the filter's charge code and new spent budget, its Poisson draw, and — for the sampled ones —
-its share of two per-leaf sums. In numpy that is about twenty passes, each writing a fresh
+its share of two per-leaf sums. The leaves come from the compiled router of prediction
+(:func:`~renyiboost.models.predict_kernels.route_tree`). In numpy that is about twenty passes, each writing a fresh
 array of the pool's size (159 ms at 10⁶ records, and the cost per record grew 1.6× towards
 10⁷ as the arrays left the caches). :func:`round_pass` does it in one pass that reads each
 record once and writes only what the round must keep (leaf index, charge code, spent,
@@ -27,57 +28,13 @@ import numpy as np
 
 from renyiboost.accounting.filter import admitted, charge_code, exhausted
 from renyiboost.accounting.leaf import squared_sensitivity
+from renyiboost.models.predict_kernels import route_tree
 
 #: Loss codes of :func:`round_pass`.
 SQUARED, LOGISTIC, LOGISTIC_NEWTON = 0, 1, 2
 
 #: Charge code of a record the filter did not admit (= ``accounting.filter.NOT_ELIGIBLE``).
 _NOT_ELIGIBLE = 65535
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _step(x: np.ndarray, node: int, features: np.ndarray, thresholds: np.ndarray,
-          is_categorical: np.ndarray) -> int:  # pragma: no cover - compiled
-    """One level of the heap walk: numeric ``x < t`` or categorical ``x == t`` goes left;
-    NaN fails both and goes right."""
-    f = features[node]
-    v = x[f]
-    t = thresholds[node]
-    # arithmetic, not `and`/`or`: a random tree sends half the rows each way, and a branch
-    # on the comparison is mispredicted half the time (33 ms vs 12 ms at 10^6 rows)
-    below = np.int64(v < t)
-    left = below + np.int64(is_categorical[f]) * (np.int64(v == t) - below)
-    return 2 * node + 2 - left
-
-
-@numba.njit(cache=True, nogil=True)
-def route_rows(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
-               is_categorical: np.ndarray, depth: int,
-               out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Leaf index of every row of ``X`` in one complete tree, into ``out``.
-
-    Four rows walk the tree together: a walk is a chain of dependent loads (node → feature
-    → value → node), so one row at a time leaves the core waiting on each load, while four
-    independent chains keep it busy. Measured here at 10⁶ rows, depth 6: 24.7 ms one row at
-    a time, 11.9 ms four at a time (a 64-row block kept in memory: 41.8 ms)."""
-    n = X.shape[0]
-    first_leaf = 2**depth - 1
-    n4 = n - n % 4
-    for i in range(0, n4, 4):
-        x0, x1, x2, x3 = X[i], X[i + 1], X[i + 2], X[i + 3]
-        a = b = c = d = 0
-        for _ in range(depth):
-            a = _step(x0, a, features, thresholds, is_categorical)
-            b = _step(x1, b, features, thresholds, is_categorical)
-            c = _step(x2, c, features, thresholds, is_categorical)
-            d = _step(x3, d, features, thresholds, is_categorical)
-        out[i], out[i + 1], out[i + 2], out[i + 3] = (a - first_leaf, b - first_leaf,
-                                                      c - first_leaf, d - first_leaf)
-    for i in range(n4, n):
-        node = 0
-        for _ in range(depth):
-            node = _step(X[i], node, features, thresholds, is_categorical)
-        out[i] = node - first_leaf
 
 
 @numba.njit(cache=True, nogil=True)
@@ -98,7 +55,7 @@ def round_pass(
     the gradients come from. Returns ``(n_eligible, n_sampled)``.
     """
     resolution = grid_charges.size - 1
-    route_rows(X, features, thresholds, is_categorical, depth, leaf_out)
+    route_tree(X, features, thresholds, is_categorical, depth, leaf_out)
     n_eligible = 0
     n_sampled = 0
     k = 0  # index among the active records (the uniforms' index)

@@ -8,8 +8,11 @@ are ``2i+1`` and ``2i+2``) and ``2^d`` leaves. A node tests one feature:
 * a missing value (NaN) fails both tests and always goes right (the fixed branch).
 
 Splits are drawn without looking at any record, so growing a tree costs no privacy.
-The :class:`Ensemble` stacks trees of one depth into arrays and routes rows through all
-trees at once: prediction loops over the ``d`` levels, never over trees or records.
+The :class:`Ensemble` stacks trees of one depth into arrays. Prediction and the training
+router run compiled kernels (:mod:`renyiboost.models.predict_kernels`: blocks of rows walked
+level by level, branch-free); the numpy routing (:meth:`Ensemble._route_block`, which loops
+over the ``d`` levels, never over trees or records) stays as their reference
+(:meth:`Ensemble.leaf_sum_reference`, :meth:`Ensemble.route_one_tree_reference`).
 """
 
 from __future__ import annotations
@@ -20,13 +23,21 @@ from typing import Literal
 
 import numpy as np
 
+from renyiboost.models.predict_kernels import (
+    grow_thresholds,
+    leaf_sum_mixed,
+    leaf_sum_numeric,
+    leaf_sum_one,
+    route_tree,
+)
 from renyiboost.randomness import NoiseSource
 from renyiboost.schema import PublicSchema
 
-#: Rows × trees that :meth:`Ensemble._routed_blocks` walks per pass: small enough that its working
-#: arrays stay in a 512 KiB L2 cache. A/B on this machine, quiet: 200 trees of depth 6 predict
-#: 10⁵ rows at 97–117k rows/s (48–58k in one pass over 5 × 10⁵-element chunks), one tree
-#: routes 10⁶ rows in 38–49 ms (89–98 ms in one pass).
+#: Rows × trees that :meth:`Ensemble._routed_blocks` (the numpy reference) walks per pass:
+#: small enough that its working arrays stay in a 512 KiB L2 cache. A/B on this machine,
+#: quiet: 200 trees of depth 6 predict 10⁵ rows at 97–117k rows/s (48–58k in one pass over
+#: 5 × 10⁵-element chunks), one tree routes 10⁶ rows in 38–49 ms (89–98 ms in one pass).
+#: The compiled kernels do 1.0 million rows/s and 7 ms there (:mod:`.predict_kernels`).
 ROUTE_BLOCK = 1 << 15
 
 FeatureSelection = Literal["random", "cyclic"]
@@ -49,6 +60,9 @@ class RandomTreeGrower:
         ``None``: a numeric threshold is uniform inside the node's still open interval.
         ``m``: it is drawn among ``m`` equidistant candidates of the public range that lie
         inside that interval (among all ``m`` if none does: one child then stays empty).
+
+    A categorical node tests a code drawn uniformly among the feature's codes that no node
+    above it on its path tested on that feature (among all codes if none is left).
     """
 
     schema: PublicSchema
@@ -67,53 +81,43 @@ class RandomTreeGrower:
             raise ValueError(f"split_candidates must be >= 1, got {self.split_candidates}")
 
     def grow(self, tree_index: int, rng: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
-        """``(features, thresholds)`` of one tree, each of length ``2^depth − 1``."""
+        """``(features, thresholds)`` of one tree, each of length ``2^depth − 1``.
+
+        All randomness comes from one ``rng.uniform`` call: with random features ``2n``
+        uniforms for ``n`` internal nodes, node ``i`` taking ``u[2i]`` for its feature
+        (``⌊u·k⌋``) and ``u[2i+1]`` for its threshold; cyclic trees draw only the ``n``
+        threshold uniforms. That is the order in which the per-node Python loop this
+        replaces drew them. The thresholds are then computed node by node in
+        :func:`~renyiboost.models.predict_kernels.grow_thresholds`, which states the rules.
+        """
         schema = self.schema
         n_internal = 2**self.depth - 1
         features = np.zeros(n_internal, dtype=np.int64)
-        thresholds = np.zeros(n_internal, dtype=float)
-        # Open interval per node and feature; categorical codes already tested on the path.
-        lower = np.tile(schema.lower, (max(n_internal, 1), 1))
-        upper = np.tile(schema.upper, (max(n_internal, 1), 1))
-        tested: list[frozenset[int]] = [frozenset()] * max(n_internal, 1)
-        for node in range(n_internal):
-            if self.feature_selection == "cyclic":
-                f = tree_index % schema.n_features
-            else:
-                f = rng.choice(schema.n_features)
-            features[node] = f
-            if schema.is_categorical[f]:
-                free = [c for c in range(schema.n_categories[f]) if c not in tested[node]]
-                pool = free or list(range(schema.n_categories[f]))
-                thresholds[node] = pool[rng.choice(len(pool))]
-            else:
-                thresholds[node] = self._threshold(f, lower[node, f], upper[node, f], rng)
-            left, right = 2 * node + 1, 2 * node + 2
-            if left < n_internal:
-                lower[left], upper[left] = lower[node], upper[node]
-                lower[right], upper[right] = lower[node], upper[node]
-                if schema.is_categorical[f]:
-                    tested[left] = tested[right] = tested[node] | {int(thresholds[node])}
-                else:
-                    upper[left, f] = thresholds[node]
-                    lower[right, f] = thresholds[node]
+        thresholds = np.zeros(n_internal, dtype=np.float64)
+        if n_internal == 0:
+            return features, thresholds
+        k = schema.n_features
+        if self.feature_selection == "cyclic":
+            features[:] = tree_index % k
+            u_threshold = rng.uniform(n_internal)
+        else:
+            u = rng.uniform(2 * n_internal)
+            features[:] = np.minimum((u[0::2] * k).astype(np.int64), k - 1)
+            u_threshold = u[1::2]
+        grow_thresholds(
+            features, np.ascontiguousarray(u_threshold, dtype=np.float64),
+            np.ascontiguousarray(schema.lower, dtype=np.float64),
+            np.ascontiguousarray(schema.upper, dtype=np.float64),
+            np.ascontiguousarray(schema.is_categorical, dtype=np.bool_),
+            np.ascontiguousarray(schema.n_categories, dtype=np.int64),
+            self.split_candidates or 0, thresholds,
+        )
         return features, thresholds
-
-    def _threshold(self, f: int, low: float, high: float, rng: NoiseSource) -> float:
-        if self.split_candidates is not None:
-            lo, hi = self.schema.lower[f], self.schema.upper[f]
-            steps = np.arange(1, self.split_candidates + 1) / (self.split_candidates + 1)
-            candidates = lo + (hi - lo) * steps
-            inside = candidates[(candidates > low) & (candidates < high)]
-            # No candidate left inside: any grid point (one child stays empty, as in S-BDT).
-            pool = inside if inside.size else candidates
-            return float(pool[rng.choice(pool.size)])
-        return rng.uniform_between(low, high)
 
 
 @dataclass
 class Ensemble:
-    """Stacked complete trees of one depth, an additive initial score, vectorised routing.
+    """Stacked complete trees of one depth, an additive initial score, compiled routing.
 
     ``features``/``thresholds`` have shape ``(n_trees, 2^d − 1)``, ``leaves`` shape
     ``(n_trees, 2^d)``; ``is_categorical`` is the schema's column mask.
@@ -128,6 +132,7 @@ class Ensemble:
 
     def __post_init__(self) -> None:
         n_internal = 2**self.depth - 1
+        self.is_categorical = np.ascontiguousarray(self.is_categorical, dtype=np.bool_)
         if self.features is None:
             self.features = np.zeros((0, n_internal), dtype=np.int64)
             self.thresholds = np.zeros((0, n_internal), dtype=float)
@@ -184,16 +189,51 @@ class Ensemble:
             node = 2 * node + 2 - go_left
         return node - n_internal
 
-    def route_one_tree(self, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-        """Leaf index of every row in a single tree (the training path)."""
+    def route_one_tree(self, X: np.ndarray, features: np.ndarray,
+                       thresholds: np.ndarray) -> np.ndarray:
+        """Leaf index (``np.intp``) of every row in a single tree (the training path).
+
+        Compiled (:func:`~renyiboost.models.predict_kernels.route_tree`); equal to
+        :meth:`route_one_tree_reference` leaf by leaf."""
+        X = self._rows(X)
+        features = np.ascontiguousarray(features, dtype=np.int64)
+        thresholds = np.ascontiguousarray(thresholds, dtype=np.float64)
+        self._check_trees(features[None, :], thresholds[None, :])
+        out = np.empty(X.shape[0], dtype=np.intp)
+        route_tree(X, features, thresholds, self.is_categorical, self.depth, out)
+        return out
+
+    def route_one_tree_reference(self, X: np.ndarray, features: np.ndarray,
+                                 thresholds: np.ndarray) -> np.ndarray:
+        """:meth:`route_one_tree` by the numpy routing (the tests' oracle)."""
         out = np.empty(X.shape[0], dtype=np.intp)
         for rows, leaf in self._routed_blocks(X, features[None, :], thresholds[None, :]):
             out[rows] = leaf[:, 0]
         return out
 
     def leaf_sum(self, X: np.ndarray, trees: slice = slice(None)) -> np.ndarray:
-        """Per row, the sum of its leaf values over the trees ``trees`` (all by default),
-        block by block so the ``(rows, trees)`` leaf matrix never exists whole."""
+        """Per row, the sum of its leaf values over the trees ``trees`` (all by default).
+
+        Compiled: blocks of rows walk every tree level by level (see
+        :mod:`~renyiboost.models.predict_kernels`); the leaf values are added in tree order,
+        so the result is the sequential sum of :meth:`leaf_sum_reference`'s leaves."""
+        features = np.ascontiguousarray(self.features[trees], dtype=np.int64)
+        thresholds = np.ascontiguousarray(self.thresholds[trees], dtype=np.float64)
+        leaves = np.ascontiguousarray(self.leaves[trees], dtype=np.float64)
+        X = self._rows(X)
+        out = np.zeros(X.shape[0], dtype=np.float64)
+        if leaves.shape[0] == 0 or X.shape[0] == 0:
+            return out
+        self._check_trees(features, thresholds, leaves)
+        if self.is_categorical.any():
+            leaf_sum_mixed(X, features, thresholds, leaves, self.is_categorical, self.depth, out)
+        else:
+            leaf_sum_numeric(X, features, thresholds, leaves, self.depth, out)
+        return out
+
+    def leaf_sum_reference(self, X: np.ndarray, trees: slice = slice(None)) -> np.ndarray:
+        """:meth:`leaf_sum` by the numpy routing (the tests' oracle), block by block so the
+        ``(rows, trees)`` leaf matrix never exists whole; sums are numpy's (pairwise)."""
         features, thresholds = self.features[trees], self.thresholds[trees]
         leaves = self.leaves[trees]
         n_trees = leaves.shape[0]
@@ -206,11 +246,57 @@ class Ensemble:
         return out
 
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
-        """Initial score plus the sum of every tree's leaf value, per row."""
-        X = np.asarray(X, dtype=float)
+        """Initial score plus the sum of every tree's leaf value, per row.
+
+        A 1-D ``X`` is one row: the answer is :meth:`predict_margin_one`'s, as an array of
+        shape ``(1,)``."""
+        X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
-            X = X[None, :]
+            return np.array([self.predict_margin_one(X)])
         return self.init_score + self.leaf_sum(X)
+
+    def predict_margin_one(self, x: np.ndarray) -> float:
+        """Initial score plus the sum of every tree's leaf value for one row ``x`` (1-D).
+
+        One compiled call (:func:`~renyiboost.models.predict_kernels.leaf_sum_one`) and no
+        other numpy work when ``x`` is already a float64 array."""
+        if type(x) is not np.ndarray or x.dtype != np.float64:
+            x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 1 or x.shape[0] < self.is_categorical.shape[0]:
+            raise ValueError(
+                f"expected one row of {self.is_categorical.shape[0]} features, got shape "
+                f"{x.shape}"
+            )
+        return self.init_score + leaf_sum_one(x, self.features, self.thresholds, self.leaves,
+                                              self.is_categorical, self.depth)
+
+    def _rows(self, X: np.ndarray) -> np.ndarray:
+        """``X`` as the C-contiguous float64 matrix the kernels read, at least as wide as
+        the schema unless it has no rows (the kernels do not check bounds)."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or (X.shape[0] and X.shape[1] < self.is_categorical.shape[0]):
+            raise ValueError(
+                f"expected rows of {self.is_categorical.shape[0]} features, got shape {X.shape}"
+            )
+        return X
+
+    def _check_trees(self, features: np.ndarray, thresholds: np.ndarray,
+                     leaves: np.ndarray | None = None) -> None:
+        """Shapes of depth-``d`` trees and feature indices inside the schema: the kernels
+        index by them unchecked."""
+        n_trees, n_internal = features.shape[0], 2**self.depth - 1
+        shapes = [(features.shape, (n_trees, n_internal)),
+                  (thresholds.shape, (n_trees, n_internal))]
+        if leaves is not None:
+            shapes.append((leaves.shape, (n_trees, 2**self.depth)))
+        for got, expected in shapes:
+            if got != expected:
+                raise ValueError(f"trees of depth {self.depth}: expected arrays of shape "
+                                 f"{expected}, got {got}")
+        k = self.is_categorical.shape[0]
+        if features.size and not (0 <= features.min() and features.max() < k):
+            raise ValueError(f"feature indices must lie in [0, {k}), got "
+                             f"[{features.min()}, {features.max()}]")
 
     def to_dict(self) -> dict:
         return {

@@ -64,76 +64,54 @@ def _goes_left(x: float, threshold: float, categorical: bool) -> np.uint64:  # p
     return (c & U(x == threshold)) | ((U(1) - c) & U(x < threshold))
 
 
-@numba.njit(cache=True, nogil=True)
-def leaf_sum_numeric(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
-                     leaves: np.ndarray, depth: int,
-                     out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[i] = Σ_t leaves[t, leaf(X[i], t)]`` when no column is categorical.
+@numba.njit(cache=True, nogil=True, inline="always")
+def _walk_block(X: np.ndarray, start: int, m: int, feature: np.ndarray, threshold: np.ndarray,
+                is_categorical: np.ndarray, any_categorical: bool, depth: int,
+                node: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Walk rows ``start .. start + m`` of ``X`` through one tree, level by level: afterwards
+    ``node[r]`` is row ``start + r``'s leaf node (heap index). Without a categorical column
+    the plain ``x < t`` test runs (the branch on ``any_categorical`` is the same for the
+    whole walk, so it is predicted), and the root's feature and threshold are loaded once."""
+    if depth > 0:
+        f0 = U(feature[0])
+        t0 = threshold[0]
+        for r in range(m):
+            node[r] = U(2) - _goes_left(X[U(start + r), f0], t0, is_categorical[f0])
+    else:
+        for r in range(m):
+            node[r] = U(0)
+    for _ in range(1, depth):
+        if any_categorical:
+            for r in range(m):
+                nd = node[U(r)]
+                f = U(feature[nd])
+                node[U(r)] = (U(2) * nd + U(2)
+                              - _goes_left(X[U(start + r), f], threshold[nd], is_categorical[f]))
+        else:
+            for r in range(m):
+                nd = node[U(r)]
+                go_left = X[U(start + r), U(feature[nd])] < threshold[nd]
+                node[U(r)] = U(2) * nd + U(2) - U(1 if go_left else 0)
 
-    Interleaved blocks of :data:`BLOCK` rows (see the module docstring); the first level is
-    the same node for every row, so its feature and threshold are loaded once per tree.
-    """
+
+@numba.njit(cache=True, nogil=True)
+def sum_leaves(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
+               leaves: np.ndarray, is_categorical: np.ndarray, depth: int,
+               out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[i] = Σ_t leaves[t, leaf(X[i], t)]``, in interleaved blocks of :data:`BLOCK`
+    rows (see the module docstring), the leaf values added in tree order."""
     n_rows = X.shape[0]
-    n_trees = features.shape[0]
     n_internal = U(2**depth - 1)
+    any_categorical = is_categorical.any()
     node = np.zeros(BLOCK, dtype=np.uint64)
     acc = np.zeros(BLOCK, dtype=np.float64)
     for start in range(0, n_rows, BLOCK):
         m = min(BLOCK, n_rows - start)
         for r in range(m):
             acc[r] = 0.0
-        for t in range(n_trees):
-            feature = features[t]
-            threshold = thresholds[t]
-            if depth > 0:
-                f0 = U(feature[0])
-                t0 = threshold[0]
-                for r in range(m):
-                    node[r] = U(2) - U(1 if X[U(start + r), f0] < t0 else 0)
-            else:
-                for r in range(m):
-                    node[r] = U(0)
-            for _ in range(1, depth):
-                for r in range(m):
-                    nd = node[U(r)]
-                    go_left = X[U(start + r), U(feature[nd])] < threshold[nd]
-                    node[U(r)] = U(2) * nd + U(2) - U(1 if go_left else 0)
-            leaf = leaves[t]
-            for r in range(m):
-                acc[r] += leaf[node[U(r)] - n_internal]
-        for r in range(m):
-            out[start + r] = acc[r]
-
-
-@numba.njit(cache=True, nogil=True)
-def leaf_sum_mixed(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
-                   leaves: np.ndarray, is_categorical: np.ndarray, depth: int,
-                   out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`leaf_sum_numeric` for a schema with categorical columns (``x == t`` there).
-
-    The test is chosen per node without a branch (:func:`_goes_left`).
-    """
-    n_rows = X.shape[0]
-    n_trees = features.shape[0]
-    n_internal = U(2**depth - 1)
-    node = np.zeros(BLOCK, dtype=np.uint64)
-    acc = np.zeros(BLOCK, dtype=np.float64)
-    for start in range(0, n_rows, BLOCK):
-        m = min(BLOCK, n_rows - start)
-        for r in range(m):
-            acc[r] = 0.0
-        for t in range(n_trees):
-            feature = features[t]
-            threshold = thresholds[t]
-            for r in range(m):
-                node[r] = U(0)
-            for _ in range(depth):
-                for r in range(m):
-                    nd = node[U(r)]
-                    f = U(feature[nd])
-                    x = X[U(start + r), f]
-                    th = threshold[nd]
-                    node[U(r)] = U(2) * nd + U(2) - _goes_left(x, th, is_categorical[f])
+        for t in range(features.shape[0]):
+            _walk_block(X, start, m, features[t], thresholds[t], is_categorical,
+                        any_categorical, depth, node)
             leaf = leaves[t]
             for r in range(m):
                 acc[r] += leaf[node[U(r)] - n_internal]
@@ -188,32 +166,16 @@ def route_tree(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
                out: np.ndarray) -> None:  # pragma: no cover - compiled
     """``out[i]`` = leaf index of row ``i`` in the one tree ``(features, thresholds)``.
 
-    The training path (one tree per round over up to 10⁷ rows). Blocks of :data:`BLOCK`
-    rows advance level by level as in :func:`leaf_sum_numeric`.
+    The training path (one tree per round over up to 10⁷ rows), in the blocks of
+    :func:`sum_leaves`.
     """
-    n_rows = X.shape[0]
     n_internal = U(2**depth - 1)
-    any_categorical = False
-    for j in range(is_categorical.shape[0]):
-        any_categorical |= is_categorical[j]
+    any_categorical = is_categorical.any()
     node = np.zeros(BLOCK, dtype=np.uint64)
-    for start in range(0, n_rows, BLOCK):
-        m = min(BLOCK, n_rows - start)
-        for r in range(m):
-            node[r] = U(0)
-        for _ in range(depth):
-            if any_categorical:
-                for r in range(m):
-                    nd = node[U(r)]
-                    f = U(features[nd])
-                    x = X[U(start + r), f]
-                    th = thresholds[nd]
-                    node[U(r)] = U(2) * nd + U(2) - _goes_left(x, th, is_categorical[f])
-            else:
-                for r in range(m):
-                    nd = node[U(r)]
-                    go_left = X[U(start + r), U(features[nd])] < thresholds[nd]
-                    node[U(r)] = U(2) * nd + U(2) - U(1 if go_left else 0)
+    for start in range(0, X.shape[0], BLOCK):
+        m = min(BLOCK, X.shape[0] - start)
+        _walk_block(X, start, m, features, thresholds, is_categorical, any_categorical, depth,
+                    node)
         for r in range(m):
             out[start + r] = node[U(r)] - n_internal
 

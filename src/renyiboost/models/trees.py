@@ -25,10 +25,9 @@ import numpy as np
 
 from renyiboost.models.predict_kernels import (
     grow_thresholds,
-    leaf_sum_mixed,
-    leaf_sum_numeric,
     leaf_sum_one,
     route_tree,
+    sum_leaves,
 )
 from renyiboost.randomness import NoiseSource
 from renyiboost.schema import PublicSchema
@@ -225,10 +224,7 @@ class Ensemble:
         if leaves.shape[0] == 0 or X.shape[0] == 0:
             return out
         self._check_trees(features, thresholds, leaves)
-        if self.is_categorical.any():
-            leaf_sum_mixed(X, features, thresholds, leaves, self.is_categorical, self.depth, out)
-        else:
-            leaf_sum_numeric(X, features, thresholds, leaves, self.depth, out)
+        sum_leaves(X, features, thresholds, leaves, self.is_categorical, self.depth, out)
         return out
 
     def leaf_sum_reference(self, X: np.ndarray, trees: slice = slice(None)) -> np.ndarray:

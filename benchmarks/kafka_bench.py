@@ -1,6 +1,6 @@
 """Kafka benchmark: topic → committed rounds, against raw confluent-kafka consumption.
 
-    .venv/bin/python benchmarks/kafka_bench.py [--events 100000 200000]
+    .venv/bin/python benchmarks/kafka_bench.py [--events 100000 200000] [--parse-only]
 
 Starts a local Tansu broker and, for each topic size, produces JSON events (Abalone rows with
 unique keys) and measures (1) raw confluent-kafka consume throughput and (2) renyiboost's
@@ -9,21 +9,31 @@ the topic, the larger the active pool each round works on); then (3) latency fro
 to the publication of the first tree that used the record, with events arriving at a
 steady rate and the default triggers (train_every = 100). The last topic size gives the
 flat figures of ``results/kafka.json``; the others are under ``events_<n>``.
+
+First, without a broker, :func:`parse_micro` times the event parser alone (µs per event of
+``EventParser.parse_batch`` on batches of 1,000 Abalone events) against the pydantic path it
+replaced, in the same run (``--parse-only`` stops there).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 import time
+import types
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated, Any, NotRequired
 
 import numpy as np
 from confluent_kafka import Consumer, Producer
 
+from renyiboost.connectors.events import EventParser
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, event_json
 from renyiboost.connectors.local_broker import LocalBroker
 from renyiboost.exceptions import TestingOnlyWarning
@@ -31,8 +41,13 @@ from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
 from renyiboost.stream.store import SQLiteStore
+from renyiboost.validation import RecordValidator
 
 RESULTS = Path(__file__).parent / "results"
+
+#: The last commit whose ``connectors/events.py`` validated batches with pydantic: the peer of
+#: :func:`parse_micro`, loaded from git (the library keeps one path only).
+PYDANTIC_EVENTS = "708f0982e5d2d82594cd3876d12afc7cbf8e8254"
 
 
 def _events(n: int) -> list[tuple[bytes, bytes]]:
@@ -61,6 +76,109 @@ def _engine(state: str, train_every: int) -> StreamEngine:
     config = EngineConfig(public_schema=schema, params=params, train_every=train_every,
                           warmup=train_every)
     return StreamEngine(config, store=SQLiteStore(state, create=True), seed=0)
+
+
+def _pydantic_parser(validator: Any) -> Any | None:
+    """The ``EventParser`` of :data:`PYDANTIC_EVENTS` (``None`` without git or that commit)."""
+    root = Path(__file__).resolve().parent.parent
+    where = f"{PYDANTIC_EVENTS}:src/renyiboost/connectors/events.py"
+    try:
+        source = subprocess.run(["git", "-C", str(root), "show", where],
+                                capture_output=True, check=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    module = types.ModuleType("_pydantic_events")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    code = compile(source, f"events.py@{PYDANTIC_EVENTS[:8]}", "exec")
+    exec(code, module.__dict__)  # noqa: S102 - this repository's own source, at a pinned commit
+    return module.EventParser(validator)
+
+
+def _pydantic_array_adapter(schema: Any) -> Any:
+    """pydantic's fastest form of the same typed check: a strict ``TypeAdapter`` of a list of
+    events validating one JSON array a batch. It cannot tell which message failed (nor keep
+    one message from reaching into the next), so it is pydantic's floor, not an option."""
+    from pydantic import (
+        AllowInfNan,
+        ConfigDict,
+        Strict,
+        StrictBool,
+        StrictInt,
+        StrictStr,
+        TypeAdapter,
+    )
+    from typing_extensions import TypedDict
+
+    number = Annotated[float, Strict(), AllowInfNan(False)]
+    category = StrictStr | StrictInt | StrictBool
+
+    def typed(name: str, fields: dict[str, Any]) -> Any:
+        typed_dict = TypedDict(name, fields)  # type: ignore[operator]
+        typed_dict.__pydantic_config__ = ConfigDict(extra="forbid", cache_strings="keys")
+        return typed_dict
+
+    features = typed("EventFeatures", {
+        name: NotRequired[(category if isinstance(spec, list) else number) | None]
+        for name, spec in schema.features.items()})
+    event = typed("Event", {"x": features, "y": Annotated[float, Strict()]})
+    return TypeAdapter(list[event], config=ConfigDict(cache_strings="keys"))
+
+
+def _best_of(paths: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Best wall time of each path over ``repeats`` rounds, the paths interleaved in each
+    round (so a change of machine load hits all of them alike)."""
+    best = dict.fromkeys(paths, float("inf"))
+    for _ in range(repeats):
+        for name, run in paths.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def parse_micro(n_batches: int = 20, batch_size: int = 1000, repeats: int = 7) -> dict[str, float]:
+    """µs per event of ``EventParser.parse_batch`` on batches of Abalone events (as
+    :func:`_events` builds them, keys as message keys), broker-free, against the pydantic
+    path it replaced (:data:`PYDANTIC_EVENTS`), and the decoding step alone against pydantic's
+    ``TypeAdapter.validate_json`` of each batch as one JSON array; all in this run."""
+    events = _events(n_batches * batch_size)
+    batches = [([v for _, v in events[i:i + batch_size]], [k for k, _ in events[i:i + batch_size]])
+               for i in range(0, len(events), batch_size)]
+    arrays = [b"[" + b",".join(values) + b"]" for values, _ in batches]
+    validator = RecordValidator(InMemorySource("abalone").schema, "regression")  # the engine's
+    ours, old = EventParser(validator), _pydantic_parser(validator)
+    adapter = _pydantic_array_adapter(validator.schema)
+    decode = ours._decoder.decode  # type: ignore[union-attr]
+    paths: dict[str, Callable[[], Any]] = {
+        "ours": lambda: [ours.parse_batch(values, keys) for values, keys in batches],
+        "msgspec_decode": lambda: [list(map(decode, values)) for values, _ in batches],
+        "pydantic_validate_json": lambda: [adapter.validate_json(array) for array in arrays],
+    }
+    if old is not None:
+        for (values, keys) in batches[:2]:  # the same answer before timing it
+            new, reference = ours.parse_batch(values, keys), old.parse_batch(values, keys)
+            assert new.keys == reference.keys and new.labels == reference.labels
+            assert new.rows.tobytes() == reference.rows.tobytes()
+        paths["pydantic_path"] = lambda: [old.parse_batch(values, keys) for values, keys in batches]
+    best = _best_of(paths, repeats)
+    per_event = {name: seconds * 1e6 / len(events) for name, seconds in best.items()}
+    result = {"parse_us_per_event": per_event["ours"],
+              "parse_msgspec_decode_us_per_event": per_event["msgspec_decode"],
+              "parse_pydantic_validate_json_us_per_event": per_event["pydantic_validate_json"]}
+    print(f"parse_batch, {batch_size:,} Abalone events a batch, {len(events):,} events, best of "
+          f"{repeats} (no broker):")
+    print(f"  ours (msgspec){per_event['ours']:>30.2f} µs/event")
+    if old is not None:
+        result["parse_pydantic_path_us_per_event"] = per_event["pydantic_path"]
+        print(f"  peer: pydantic path ({PYDANTIC_EVENTS[:8]}){per_event['pydantic_path']:>14.2f} "
+              f"µs/event   ratio ours/peer {per_event['ours'] / per_event['pydantic_path']:.2f}")
+    else:
+        print("  peer: the pydantic path is not in this checkout's git history; skipped")
+    print(f"  decoding only: msgspec {per_event['msgspec_decode']:.2f} µs/event, pydantic "
+          f"TypeAdapter.validate_json (one array a batch) "
+          f"{per_event['pydantic_validate_json']:.2f} µs/event   ratio "
+          f"{per_event['msgspec_decode'] / per_event['pydantic_validate_json']:.2f}")
+    return result
 
 
 def raw_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -149,9 +267,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, nargs="+", default=[100_000, 200_000],
                         help="topic sizes; the last one gives the headline figures")
+    parser.add_argument("--parse-only", action="store_true",
+                        help="only the broker-free parser micro-benchmark (nothing written)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "kafka.json",
+                        help="where the figures go (default: %(default)s)")
     args = parser.parse_args()
     warnings.simplefilter("ignore", TestingOnlyWarning)
-    results: dict = {"events": args.events[-1]}
+    parse = parse_micro()
+    if args.parse_only:
+        return 0
+    results: dict = {"events": args.events[-1], **parse}
     with tempfile.TemporaryDirectory() as tmp, LocalBroker(Path(tmp) / "tansu.log") as bootstrap:
         for n in args.events:
             row: dict[str, float] = {}
@@ -176,8 +301,8 @@ def main() -> int:
         print(f"produce -> first published tree using the record (2,000 events/s, train_every=100): "
               f"median {lat['latency_median_s']:.3f} s, p99 {lat['latency_p99_s']:.3f} s, "
               f"max {lat['latency_max_s']:.3f} s (goal <= 2 s)")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "kafka.json").write_text(json.dumps(results, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
     return 0
 
 

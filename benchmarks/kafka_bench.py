@@ -288,9 +288,10 @@ def main() -> int:
             for every in (100, 1000, 10_000):
                 rate = trainer_throughput(bootstrap, topic, n, every, tmp)
                 row[f"trainer_per_s_train_every_{every}"] = rate
+                goal = "   (goal >= 90,000/s)" if every == 10_000 else ""
                 print(f"{n:,} events: topic -> committed rounds, train_every={every:>6}: "
                       f"{rate:10,.0f} events/s   ratio to raw consume "
-                      f"{rate / row['raw_consume_per_s']:.2f}   (goal >= 50,000/s)")
+                      f"{rate / row['raw_consume_per_s']:.2f}{goal}")
             if n == args.events[-1]:
                 results |= row  # the headline figures, flat as before
             else:

@@ -220,7 +220,8 @@ class SGBDTBooster:
             )
             self.release = LeafRelease(self.calibration.sigma, params.count_share,
                                        static=params.leaf_noise == "static")
-            table = ChargeTable(self.calibration.sigma, params.sampling_rate, self.calibration.order)
+            table = ChargeTable.cached(self.calibration.sigma, params.sampling_rate,
+                                       self.calibration.order)
             # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
             natural_min = params.count_share if params.hess_clip is None else 0.0
             self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table,

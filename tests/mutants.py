@@ -51,7 +51,8 @@ MUTATIONS = [
     Mutation("initial score charges nobody (batch)", "src/renyiboost/models/booster.py",
              "spent[active] += cal.init_charge", "pass", PRIVACY),
     Mutation("initial score charges nobody (stream)", "src/renyiboost/stream/engine.py",
-             "pool.spent + event.charge, pool.retired)", "pool.spent, pool.retired)", PRIVACY),
+             "np.where(pool.retired, pool.spent, pool.spent + event.charge)", "pool.spent",
+             PRIVACY),
     Mutation("only Poisson-sampled records are charged", "src/renyiboost/models/kernels.py",
              "spent_out[i] = spent[i] + charge\n",
              "spent_out[i] = spent[i] + (charge if sampling_rate >= 1.0 or uniforms[k] < "
@@ -74,7 +75,7 @@ MUTATIONS = [
                     "return spent + charge <= 2 * budget"),)),
     Mutation("replay lays a round's codes over the retired rows too",
              "src/renyiboost/stream/engine.py",
-             "if codes is None or not self.pool.retired.any():", "if True:",
+             "if codes is None or not self._n_retired_rows:", "if True:",
              ["tests/test_stream.py"]),
     Mutation("the compiled router sends NaN left", "src/renyiboost/models/predict_kernels.py",
              "return (c & U(x == threshold)) | ((U(1) - c) & U(x < threshold))",

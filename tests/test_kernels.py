@@ -61,7 +61,7 @@ def test_compiled_round_equals_the_numpy_reference(case: str) -> None:
         a, b = (booster.plan_round(pool, leaf_depth, None if stale is None else stale.copy())
                 for booster, pool in zip((compiled, reference), pools, strict=True))
         for field in ("spent", "retired", "leaf_of_record", "noisy_grad_sum", "noisy_count",
-                      "leaves", "n_eligible", "n_sampled"):
+                      "leaves", "n_eligible", "n_sampled", "codes_digest"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field),
                                           err_msg=f"{case}, round {r}: {field}")
         if params.private:

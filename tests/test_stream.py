@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import sqlite3
 import warnings
 
 import numpy as np
@@ -20,6 +22,7 @@ from renyiboost.exceptions import (
     StateStoreError,
     TestingOnlyWarning,
 )
+from renyiboost.models import kernels
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -183,7 +186,7 @@ def test_retired_rows_wait_for_compaction_and_a_restart_continues_the_same_run(
     while stop < 600 or not first.engine.pool.retired.any():  # stop with retired rows held
         _fill(first, data[stop:stop + 20], keys[stop:stop + 20])  # up to a trigger: committed
         stop += 20
-    first.engine.close()
+    first.engine.store.close()  # a crash: the restore replays the rounds since the snapshot
     again = _regressor(store=SQLiteStore(path, snapshot_ratio=snapshot_ratio), **settings)
     _fill(again, data[stop:], keys[stop:])
     np.testing.assert_array_equal(again.engine.ensemble.leaves, straight.engine.ensemble.leaves)
@@ -191,6 +194,45 @@ def test_retired_rows_wait_for_compaction_and_a_restart_continues_the_same_run(
         np.testing.assert_array_equal(getattr(again.engine.active_pool(), name),
                                       getattr(straight.engine.active_pool(), name))
     assert again.engine.spent_rdp().tolist() == straight.engine.spent_rdp().tolist()
+
+
+def test_a_replay_that_computes_other_charges_is_refused(tmp_path, monkeypatch) -> None:
+    """A round's charges are stored as a digest and computed again on restore; a restore
+    whose computation differs (here: one code changed) must refuse, not restore budgets
+    that are not the committed ones."""
+    from renyiboost.models.booster import SGBDTBooster
+
+    path = tmp_path / "state.db"
+    first = _regressor(store=SQLiteStore(path, create=True, snapshot_ratio=1e9))
+    _fill(first, _stream(300), [i % 50 for i in range(300)])
+    first.engine.store.close()  # a crash: every round is replayed
+    assert _regressor(store=SQLiteStore(path)).engine.booster.rounds_done > 3  # replays fine
+    replay = SGBDTBooster.replay_outcome
+
+    def other_machine(self, pool, features, thresholds, leaves):
+        outcome = replay(self, pool, features, thresholds, leaves)
+        codes = outcome.codes.copy()
+        active = np.flatnonzero(~pool.retired)
+        codes[active[0]] ^= 1  # one key charged one grid step differently
+        digest = int(kernels.codes_digest(codes[active]))
+        return dataclasses.replace(outcome, codes=codes, codes_digest=digest)
+
+    monkeypatch.setattr(SGBDTBooster, "replay_outcome", other_machine)
+    with pytest.raises(StateStoreError, match="does not reproduce the charges"):
+        _regressor(store=SQLiteStore(path))
+
+
+def test_a_clean_close_leaves_nothing_to_replay(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    first = _regressor(store=SQLiteStore(path, create=True, snapshot_ratio=1e9))
+    _fill(first, _stream(300), [i % 50 for i in range(300)])
+    ledger = {k: first.operator_budget_of(k) for k in range(50)}
+    first.engine.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
+    db.close()
+    again = _regressor(store=SQLiteStore(path))
+    assert {k: again.operator_budget_of(k) for k in range(50)} == ledger
 
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 0.3, 1e9], ids=["every", "some", "never"])
@@ -209,7 +251,7 @@ def test_restart_from_sqlite_restores_ledger_trees_and_predictions(
     expected = [first.predict_one(x) for x in probe]
     ledger = {k: first.operator_budget_of(k) for k in range(300)}
     report = first.operator_telemetry()
-    first.engine.close()
+    first.engine.store.close()  # a crash (a clean close would leave nothing to replay)
 
     again = _regressor(store=f"sqlite:///{path}", max_trees=8)
     assert [again.predict_one(x) for x in probe] == expected

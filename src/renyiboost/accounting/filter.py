@@ -166,10 +166,8 @@ class IndividualRenyiFilter:
                           self.retired(new_spent), codes)
 
     def charge(self, spent: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """Spent RDP after charging recorded codes; the only place spent grows.
-
-        Replaying the codes of committed rounds with the committed grid reproduces the
-        spent budgets bit for bit (the same additions in the same order).
-        """
+        """Spent RDP after charging the codes of one round (the numpy path): each admitted
+        record adds its grid charge, in the order the compiled round adds it, so both paths
+        give the same spent budgets bit for bit."""
         eligible = codes != NOT_ELIGIBLE
         return spent + np.where(eligible, self.table.grid_charges[np.where(eligible, codes, 0)], 0.0)

@@ -164,6 +164,8 @@ class RoundOutcome:
     #: sum and the noisy count (or hessian sum). The leaf values are post-processing of them.
     noisy_grad_sum: np.ndarray | None = None
     noisy_count: np.ndarray | None = None
+    #: :func:`~renyiboost.models.kernels.codes_digest` of the active records' codes.
+    codes_digest: int | None = None
 
 
 class SGBDTBooster:
@@ -283,7 +285,7 @@ class SGBDTBooster:
         stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
         retired = pool.retired.copy()
-        codes = None
+        codes, digest = None, None
         if self.filter is not None:
             if self.params.individual_filter:
                 s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
@@ -295,6 +297,7 @@ class SGBDTBooster:
             retired[active] = step.retired
             codes = np.full(len(pool), NOT_ELIGIBLE, dtype=np.uint16)
             codes[active] = step.codes
+            digest = int(kernels.codes_digest(step.codes))
         else:
             eligible = np.ones(active.size, dtype=bool)
         sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
@@ -309,7 +312,7 @@ class SGBDTBooster:
         return self._outcome(features, thresholds, grad_sum, den_sum, levels,
                              leaf_of_record=leaf_of_record, spent=spent, retired=retired,
                              n_eligible=int(eligible.sum()), n_sampled=int(sampled.sum()),
-                             codes=codes)
+                             codes=codes, codes_digest=digest)
 
     def _plan_compiled(self, pool: RecordPool, levels: int, margin: np.ndarray) -> RoundOutcome:
         """The same round as :meth:`_plan_numpy` in one compiled pass over the pool. The
@@ -323,6 +326,16 @@ class SGBDTBooster:
                 self._uniforms = np.empty(max(n_active, int(1.25 * self._uniforms.size)))
             uniforms = self.noise.uniform_into(self._uniforms[:n_active])
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
+        sums, pool_side = self._charge_pass(pool, features, thresholds, margin, uniforms, levels)
+        return self._outcome(features, thresholds, *sums, levels, **pool_side)
+
+    def _charge_pass(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
+                     margin: np.ndarray, uniforms: np.ndarray, levels: int,
+                     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
+        """The compiled pass of a round (:func:`~renyiboost.models.kernels.round_pass`):
+        the exact leaf sums and the pool side of its outcome. Without ``uniforms`` (a
+        replay) every eligible record counts as sampled; the charges do not depend on it."""
+        params, n = self.params, len(pool)
         n_leaves = 2**levels
         grad_sum, den_sum = np.zeros(n_leaves), np.zeros(n_leaves)
         leaf_of_record = np.empty(n, dtype=np.uint16)
@@ -334,7 +347,7 @@ class SGBDTBooster:
             loss = kernels.SQUARED
         else:
             loss = kernels.LOGISTIC if params.hess_clip is None else kernels.LOGISTIC_NEWTON
-        n_eligible, n_sampled = kernels.round_pass(
+        n_eligible, n_sampled, digest = kernels.round_pass(
             pool.X, features, thresholds, self.ensemble.is_categorical, params.depth,
             margin, pool.target, pool.spent, pool.retired, loss, params.grad_clip,
             params.hess_clip or 1.0, flt is not None,
@@ -343,12 +356,13 @@ class SGBDTBooster:
             flt.min_sensitivity2 if flt is not None else 0.0,
             flt.budget_rdp if flt is not None else 0.0,
             flt.min_charge if flt is not None else 0.0,
-            uniforms, params.sampling_rate, params.depth - levels,
+            uniforms, params.sampling_rate if uniforms.size else 1.0, params.depth - levels,
             leaf_of_record, codes, spent, retired, grad_sum, den_sum)
-        return self._outcome(features, thresholds, grad_sum, den_sum, levels,
-                             leaf_of_record=leaf_of_record, spent=spent, retired=retired,
-                             n_eligible=n_eligible, n_sampled=n_sampled,
-                             codes=codes if flt is not None else None)
+        return (grad_sum, den_sum), {
+            "leaf_of_record": leaf_of_record, "spent": spent, "retired": retired,
+            "n_eligible": n_eligible, "n_sampled": n_sampled,
+            "codes": codes if flt is not None else None,
+            "codes_digest": int(digest) if flt is not None else None}
 
     def _outcome(self, features: np.ndarray, thresholds: np.ndarray, grad_sum: np.ndarray,
                  den_sum: np.ndarray, levels: int, **pool_side: object) -> RoundOutcome:
@@ -358,30 +372,21 @@ class SGBDTBooster:
                             noisy_grad_sum=noisy_grad_sum, noisy_count=noisy_count,
                             **pool_side)  # type: ignore[arg-type]
 
-    def replay_outcome(
-        self,
-        pool: RecordPool,
-        features: np.ndarray,
-        thresholds: np.ndarray,
-        leaves: np.ndarray,
-        codes: np.ndarray | None,
-    ) -> RoundOutcome:
-        """Rebuild a committed round's outcome from its tree and charge codes (no noise).
+    def replay_outcome(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
+                       leaves: np.ndarray) -> RoundOutcome:
+        """A committed round's outcome rebuilt from the state before it and its tree.
 
-        Spent budgets come from :meth:`IndividualRenyiFilter.charge` exactly as in
-        :meth:`plan_round`, so a restored state equals the state that was committed.
+        The charges are a function of the committed state alone (margins, targets, spent
+        budgets, the tree), so they are computed again, exactly as :meth:`plan_round` did;
+        the caller compares :attr:`RoundOutcome.codes_digest` with the committed digest and
+        refuses a replay that differs. No noise is drawn and the leaves are the committed ones.
         """
-        spent, retired = pool.spent.copy(), pool.retired.copy()
-        n_eligible = len(pool)
-        if self.filter is not None and codes is not None:
-            spent = self.filter.charge(pool.spent, codes)
-            retired = pool.retired | self.filter.retired(spent)
-            n_eligible = int((codes != NOT_ELIGIBLE).sum())
-        return RoundOutcome(
-            features=features, thresholds=thresholds, leaves=leaves,
-            leaf_of_record=self.ensemble.route_one_tree(pool.X, features, thresholds),
-            spent=spent, retired=retired, n_eligible=n_eligible, n_sampled=0, codes=codes,
-        )
+        sums, pool_side = self._charge_pass(pool, features, thresholds, pool.margin,
+                                            np.empty(0), self.params.depth)
+        del sums
+        pool_side["n_sampled"] = 0
+        return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
+                            **pool_side)  # type: ignore[arg-type]
 
     def _leaf_values(
         self, grad_sum: np.ndarray, den_sum: np.ndarray, levels: int,

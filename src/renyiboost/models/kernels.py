@@ -36,6 +36,27 @@ SQUARED, LOGISTIC, LOGISTIC_NEWTON = 0, 1, 2
 #: Charge code of a record the filter did not admit (= ``accounting.filter.NOT_ELIGIBLE``).
 _NOT_ELIGIBLE = 65535
 
+#: FNV-1a (Fowler, Noll, Vo) 64-bit offset basis and prime, for :func:`codes_digest`.
+_FNV_BASIS = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _digest_step(digest: np.uint64, code: int) -> np.uint64:  # pragma: no cover - compiled
+    return (digest ^ np.uint64(code)) * _FNV_PRIME
+
+
+@numba.njit(cache=True, nogil=True)
+def codes_digest(codes: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
+    """FNV-1a over the charge codes of the active records, in pool order (one 16-bit code a
+    step). A committed round stores it instead of the codes: a restore recomputes the codes
+    from the committed state and must find the same digest (not a cryptographic hash: it
+    detects a replay that computes differently, nobody forges a store)."""
+    digest = _FNV_BASIS
+    for code in codes:
+        digest = _digest_step(digest, code)
+    return digest
+
 
 @numba.njit(cache=True, nogil=True)
 def round_pass(
@@ -46,18 +67,20 @@ def round_pass(
     min_sensitivity2: float, budget: float, min_charge: float, uniforms: np.ndarray,
     sampling_rate: float, shift: int, leaf_out: np.ndarray, codes_out: np.ndarray,
     spent_out: np.ndarray, retired_out: np.ndarray, grad_sum: np.ndarray, den_sum: np.ndarray,
-) -> tuple[int, int]:  # pragma: no cover - compiled; tested against the numpy reference
+) -> tuple[int, int, np.uint64]:  # pragma: no cover - compiled; tested against numpy
     """One round over the pool: route, gradient, charge, draw, leaf sums (see module doc).
 
     Records with ``retired[i]`` are skipped (leaf 0, code NOT_ELIGIBLE, spent unchanged).
     ``uniforms`` holds one uniform per active record in pool order (the reference's
     Bernoulli draws); it is ignored when ``sampling_rate >= 1``. ``margin`` is the margin
-    the gradients come from. Returns ``(n_eligible, n_sampled)``.
+    the gradients come from. Returns ``(n_eligible, n_sampled, digest)``, the digest being
+    :func:`codes_digest` of the active records' codes.
     """
     resolution = grid_charges.size - 1
     route_tree(X, features, thresholds, is_categorical, depth, leaf_out)
     n_eligible = 0
     n_sampled = 0
+    digest = _FNV_BASIS
     k = 0  # index among the active records (the uniforms' index)
     for i in range(X.shape[0]):
         if retired[i]:
@@ -100,6 +123,7 @@ def round_pass(
                 codes_out[i] = _NOT_ELIGIBLE
                 spent_out[i] = spent[i] + 0.0
             retired_out[i] = exhausted(spent_out[i], budget, min_charge)
+            digest = _digest_step(digest, codes_out[i])
         else:
             codes_out[i] = _NOT_ELIGIBLE
             spent_out[i] = spent[i]
@@ -112,7 +136,7 @@ def round_pass(
             slot = leaf >> shift
             grad_sum[slot] += g
             den_sum[slot] += den
-    return n_eligible, n_sampled
+    return n_eligible, n_sampled, digest
 
 
 @numba.njit(cache=True, nogil=True)

@@ -49,7 +49,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from renyiboost.accounting import NOT_ELIGIBLE
 from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
 from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import (
@@ -616,11 +615,8 @@ class StreamEngine:
         outcome = booster.plan_round(self.pool, self._leaf_depth())
         max_trees = self.config.max_trees
         dropped = 0 if max_trees is None else max(0, self.ensemble.n_trees + 1 - max_trees)
-        codes = outcome.codes
-        if codes is not None and self._n_retired_rows:
-            codes = codes[~self.pool.retired]  # the event charges the active rows, in order
         event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
-                           outcome.leaves, codes, dropped)
+                           outcome.leaves, outcome.codes_digest, self.n_active, dropped)
         after = self._round_state(event, outcome)
         newly = self._newly_retired(after)
         self._commit(event, after, newly)
@@ -646,7 +642,7 @@ class StreamEngine:
         return np.flatnonzero(after.retired ^ self.pool.retired)
 
     def _commit(self, event: InitEvent | RoundEvent | None, after: RecordPool,
-                newly: np.ndarray | None = None) -> None:
+                newly: np.ndarray | None = None, snapshot: bool = False) -> None:
         """Make the output and the merges before it durable (before anything is visible)."""
         retired = self._newly_retired(after) if newly is None else newly
         rounds_done = self.booster.rounds_done + isinstance(event, RoundEvent)
@@ -662,6 +658,7 @@ class StreamEngine:
             new_keys=list(self._uncommitted_keys),
             retired=(self.pool_uids[retired], after.spent[retired]) if retired.size else None,
             first_kept_round=rounds_done - n_trees,
+            snapshot=snapshot,
         )
         self._pending_events, self._uncommitted_keys = [], []
         if self._deferred is not None:
@@ -791,8 +788,8 @@ class StreamEngine:
                 self._install(event, self._init_state(event))
             else:
                 outcome = self.booster.replay_outcome(self.pool, event.features,
-                                                      event.thresholds, event.leaves,
-                                                      self._pool_codes(event.codes))
+                                                      event.thresholds, event.leaves)
+                self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
         self.offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self.offsets)
@@ -801,13 +798,15 @@ class StreamEngine:
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
 
-    def _pool_codes(self, codes: np.ndarray | None) -> np.ndarray | None:
-        """A round event's codes (one per active row) laid over the pool's rows."""
-        if codes is None or not self._n_retired_rows:
-            return codes
-        full = np.full(len(self.pool), NOT_ELIGIBLE, dtype=np.uint16)
-        full[~self.pool.retired] = codes
-        return full
+    def _check_replay(self, event: RoundEvent, outcome: RoundOutcome) -> None:
+        """Refuse a replayed round whose charges differ from the committed ones."""
+        if outcome.codes_digest != event.codes_digest:
+            raise StateStoreError(
+                f"replaying round {event.round} from the store {self.store!r} does not "
+                "reproduce the charges it committed (their digest differs), so the restored "
+                "budgets would not be the committed ones. Restore with the renyiboost (and "
+                "numba, numpy) version that wrote the store; closing it cleanly there writes "
+                "a snapshot that no later version needs to replay.")
 
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
@@ -903,6 +902,12 @@ class StreamEngine:
         )
 
     def close(self) -> None:
+        """Release the store. A healthy engine on a durable store first commits what it
+        merged with a snapshot, so a restart replays nothing (and a later renyiboost never has
+        to recompute this one's charges); records not yet merged are re-read from the
+        source, as after a crash."""
+        if self._broken is None and self._deferred is None and self.store.durable:
+            self._commit(None, self.pool, snapshot=True)
         self.store.close()
 
 

@@ -27,18 +27,25 @@ checked when it is read back.
 The engine hands the store one :class:`Commit` per released output (the initial score or a
 round) and makes the output visible only after :meth:`StateStore.commit` returned. The
 commit is one SQLite transaction holding the output's *events* — records merged into the
-pool, the initial score, the round's tree and every record's charge code — the keys first
+pool, the initial score, the round's tree and the digest of its charges — the keys first
 seen, the retirements and the source offsets (DEVELOPERS invariant 4). A crash before the
 commit loses the round, never its charges; a crash after it loses nothing. A commit that
 fails (e.g. ``database or disk is full``) is rolled back as a whole and reported as a
 :class:`~renyiboost.exceptions.StateStoreError` naming the file and the cause.
 
-The store is event-sourced so that a round writes little: the charge codes (2 bytes per
-active record) instead of the spent budgets and margins (16 bytes). Restoring replays the
-events after the last *snapshot* with the same code paths the live engine used, so spent
-budgets and margins come back bit for bit. A snapshot (uids, margins, spent) is written when
-the events since the last one outweigh it four times; old events, dead feature rows and
-trees outside ``max_trees`` are deleted then.
+The store is event-sourced so that a round writes little: its tree and an 8-byte digest of
+its charges, not the spent budgets and margins (16 bytes per active key). A round's charges
+are a function of the committed state before it (margins, targets, spent budgets) and its
+tree, so restoring replays the events after the last *snapshot* with the code the live
+engine used — the charges are computed again — and compares each round's digest: a replay
+that computes one charge differently (another renyiboost, numba or libm that rounds
+otherwise) is refused (:class:`~renyiboost.exceptions.StateStoreError`), never restored
+under-charged. Spent budgets and margins so come back bit for bit or not at all. (Format 2
+stored the 2-byte charge code of every active key with every round: 2 MB a round at 10⁶
+keys, which made the commit 0.37 of a compiled round.) A snapshot (uids, margins, spent) is
+written when the events since the last one would cost ``snapshot_ratio`` times its size to
+replay (a round counts 2 bytes per active key); old events, dead feature rows and trees
+outside ``max_trees`` are deleted then.
 
 Tables: ``meta`` (JSON), ``keys`` (per commit, the user keys first seen and their uids: one
 row a commit, not a row a key), ``retirements`` (blobs of
@@ -67,13 +74,17 @@ import numpy as np
 from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
 
 #: Version of the SQLite layout; a store of another version is refused, never migrated silently.
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 
-#: Page size of a new store. A round writes one blob of 2 bytes per active key (its charge
-#: codes) and a snapshot deletes them again; SQLite keeps a blob as a chain of overflow pages
-#: that a delete must walk page by page, so larger pages make both cheaper (a 2 MB blob
-#: committed with synchronous=FULL here: 8.4 ms at 4 KiB pages, 3.3–4.0 ms at 16 KiB).
+#: Page size of a new store. Merges and snapshots write blobs of 8–80 bytes per key, and a
+#: snapshot deletes old ones; SQLite keeps a blob as a chain of overflow pages that a delete
+#: must walk page by page, so larger pages make both cheaper (a 2 MB blob committed with
+#: synchronous=FULL here: 8.4 ms at 4 KiB pages, 3.3–4.0 ms at 16 KiB).
 PAGE_SIZE = 16_384
+
+#: What a replayed round costs, in the bytes the snapshot policy weighs against a snapshot's
+#: size: per active key, as much as storing its charge code did.
+REPLAY_BYTES_PER_KEY = 2
 
 
 @dataclass(frozen=True)
@@ -96,13 +107,14 @@ class InitEvent:
 
 @dataclass(frozen=True)
 class RoundEvent:
-    """A round released tree ``round`` and charged the pool by ``codes``."""
+    """A round released tree ``round``; its charges have the digest ``codes_digest``."""
 
     round: int
     features: np.ndarray
     thresholds: np.ndarray
     leaves: np.ndarray
-    codes: np.ndarray | None  # uint16 per active pool record, in pool order; None without privacy
+    codes_digest: int | None  # kernels.codes_digest of the active keys' codes; None: no privacy
+    n_charged: int  # active keys the round charged (what a replay recomputes)
     dropped: int  # oldest trees dropped from the model with this round (max_trees)
 
 
@@ -147,6 +159,7 @@ class Commit:
     new_keys: list[tuple[int, str]] = field(default_factory=list)
     retired: tuple[np.ndarray, np.ndarray] | None = None  # uids, final spent
     first_kept_round: int = 0  # trees of earlier rounds are no longer in the model
+    snapshot: bool = False  # write a snapshot with it (a clean close: nothing left to replay)
 
 
 @dataclass
@@ -315,8 +328,9 @@ class SQLiteStore(StateStore):
         ``"FULL"`` (default) syncs every commit to disk: a power loss cannot undo a commit
         whose tree was already published. ``"NORMAL"`` survives process crashes only.
     snapshot_ratio
-        Write a snapshot when the bytes of events since the last one exceed this many times
-        the snapshot's own size (a restore then replays at most that much).
+        Write a snapshot when the events since the last one outweigh it this many times (a
+        replayed round weighs :data:`REPLAY_BYTES_PER_KEY` per active key): a restore then
+        replays at most about ``12 · snapshot_ratio`` rounds.
     page_size
         SQLite page size of a new store (see :data:`PAGE_SIZE`); an existing store keeps its.
     """
@@ -329,7 +343,7 @@ class SQLiteStore(StateStore):
         *,
         create: bool = False,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        snapshot_ratio: float = 4.0,
+        snapshot_ratio: float = 8.0,
         page_size: int = PAGE_SIZE,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
@@ -353,7 +367,8 @@ class SQLiteStore(StateStore):
             self._lock.release()
             raise
         self._event_bytes = int(self._db.execute(
-            "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM events").fetchone()[0])
+            "SELECT COALESCE(SUM(CASE kind WHEN 'round' THEN ? * json_extract(info, '$.charged')"
+            " ELSE LENGTH(data) END), 0) FROM events", (REPLAY_BYTES_PER_KEY,)).fetchone()[0])
         self._segment_rows = int(self._db.execute(
             "SELECT COALESCE(SUM(LENGTH(uids)), 0) / 8 FROM segments").fetchone()[0])
 
@@ -493,7 +508,8 @@ class SQLiteStore(StateStore):
                                (info["round"],)).fetchone()
         return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
                           _array(row[1], "<f8"), _array(row[2], "<f8"),
-                          None if data is None else _array(data, "<u2"), int(info["dropped"]))
+                          None if data is None else int(_array(data, "<u8")[0]),
+                          int(info["charged"]), int(info["dropped"]))
 
     def _rows(self, uids: np.ndarray, k: int, max_seg: int) -> tuple[np.ndarray, np.ndarray]:
         """Features and targets of ``uids``: each uid's newest row in segments ≤ ``max_seg``."""
@@ -577,14 +593,17 @@ class SQLiteStore(StateStore):
             db.execute("INSERT INTO retirements(uids, spent, crc) VALUES (?, ?, ?)",
                        (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
         after = change.after
-        if self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000):
+        due = self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000)
+        if due or (change.snapshot and self._event_bytes > 0):
             self._snapshot(after.compacted(), change.first_kept_round)
 
-    def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None) -> None:
+    def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None,
+                      weight: int | None = None) -> None:
+        """One event row; ``weight`` (default: the data's length) counts towards a snapshot."""
         text = json.dumps(info)
         self._db.execute("INSERT INTO events(kind, info, data, crc) VALUES (?, ?, ?, ?)",
                          (kind, text, data, _crc(kind, text, data)))
-        self._event_bytes += 0 if data is None else len(data)
+        self._event_bytes += (0 if data is None else len(data)) if weight is None else weight
 
     def _append(self, event: Event) -> None:
         if isinstance(event, MergeEvent):
@@ -598,8 +617,11 @@ class SQLiteStore(StateStore):
             self._db.execute(
                 "INSERT INTO trees(round, features, thresholds, leaves, crc) "
                 "VALUES (?, ?, ?, ?, ?)", (event.round, *blobs, _crc(*blobs)))
-            self._insert_event("round", {"round": event.round, "dropped": event.dropped},
-                               None if event.codes is None else _blob(event.codes, "<u2"))
+            digest = (None if event.codes_digest is None
+                      else _blob(np.array([event.codes_digest], dtype=np.uint64), "<u8"))
+            self._insert_event("round", {"round": event.round, "dropped": event.dropped,
+                                         "charged": event.n_charged}, digest,
+                               REPLAY_BYTES_PER_KEY * event.n_charged)
 
     def _insert_segment(self, uids: np.ndarray, X: np.ndarray, target: np.ndarray) -> int:
         blobs = (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8"))

@@ -159,8 +159,9 @@ def bench_fit(report: Report, n_trees: int, depth: int, repeats: int) -> None:
 
     Best of ``repeats``, one thread each, production noise (``seed=None``). Our fit includes
     a cold privacy calibration (timed on its own as well); a refit with the same public
-    inputs takes it from the cache and is timed too. DP-EBM boosts cyclically, one ≤3-leaf tree per feature per round,
-    so its ``max_rounds`` is not a number of trees: it runs with its defaults.
+    inputs takes it from the cache and is timed too. DP-EBM boosts cyclically, one ≤3-leaf
+    tree per feature per round, so its ``max_rounds`` is not a number of trees: it runs with
+    its defaults.
     """
     data = load("adult")
     params = SGBDTParams(task="classification", epsilon=1.0, delta=1e-6, rounds=n_trees,

@@ -412,9 +412,9 @@ class SGBDTBooster:
         ``grad_sum`` and ``den_sum`` are the exact sums over the sampled records of each of
         the ``2**levels`` released leaves. With ``levels`` < depth the leaves are grouped by
         their ancestor on level ``levels`` (heap order: leaf ``i``'s ancestor is
-        ``i >> (depth − levels)``) and each group is released as one leaf. A record is still in exactly one released
-        leaf, so the round costs what a full tree costs; the noisy sums returned are the
-        groups'.
+        ``i >> (depth − levels)``) and each group is released as one leaf. A record is still
+        in exactly one released leaf, so the round costs what a full tree costs; the noisy
+        sums returned are the groups'.
         """
         params = self.params
         shift = params.depth - levels

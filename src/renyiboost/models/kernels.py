@@ -4,16 +4,17 @@ A round of :class:`~renyiboost.models.booster.SGBDTBooster` needs, per active re
 leaf in the new tree, its clipped gradient and leaf denominator, its squared sensitivity s²,
 the filter's charge code and new spent budget, its Poisson draw, and — for the sampled ones —
 its share of two per-leaf sums. The leaves come from the compiled router of prediction
-(:func:`~renyiboost.models.predict_kernels.route_tree`). In numpy that is about twenty passes, each writing a fresh
-array of the pool's size (159 ms at 10⁶ records, and the cost per record grew 1.6× towards
-10⁷ as the arrays left the caches). :func:`round_pass` does it in one pass that reads each
-record once and writes only what the round must keep (leaf index, charge code, spent,
-retired), and :func:`margin_pass` adds the released leaves to the cached margins in a second.
+(:func:`~renyiboost.models.predict_kernels.route_tree`). In numpy that is about twenty
+passes, each writing a fresh array of the pool's size (159 ms at 10⁶ records, and the cost
+per record grew 1.6× towards 10⁷ as the arrays left the caches). :func:`round_pass` does it
+in one pass that reads each record once and writes only what the round must keep (leaf
+index, charge code, spent, retired), and :func:`margin_pass` adds the released leaves to the
+cached margins in a second.
 
 The numpy path of the booster (``SGBDTBooster(..., compiled=False)``) stays the reference:
 tests run both on the same pool and the same random bits and compare the charges, leaf sums
-and margins. The accounting rules come from :mod:`renyiboost.accounting` as compiled scalar twins of
-its numpy code (s² from :func:`~renyiboost.accounting.leaf.squared_sensitivity`, the charge
+and margins. The accounting rules come from :mod:`renyiboost.accounting` as compiled scalar
+twins of its numpy code (s² from :func:`~renyiboost.accounting.leaf.squared_sensitivity`, the charge
 code, admission and retirement from :mod:`renyiboost.accounting.filter`); the rest is
 written in the reference's order (leaf sums accumulated in record order), so the two paths
 agree to the bit wherever the elementary functions do.
@@ -26,15 +27,14 @@ import math
 import numba
 import numpy as np
 
-from renyiboost.accounting.filter import admitted, charge_code, exhausted
+from renyiboost.accounting.filter import NOT_ELIGIBLE, admitted, charge_code, exhausted
 from renyiboost.accounting.leaf import squared_sensitivity
 from renyiboost.models.predict_kernels import route_tree
 
 #: Loss codes of :func:`round_pass`.
 SQUARED, LOGISTIC, LOGISTIC_NEWTON = 0, 1, 2
 
-#: Charge code of a record the filter did not admit (= ``accounting.filter.NOT_ELIGIBLE``).
-_NOT_ELIGIBLE = 65535
+_NOT_ELIGIBLE = int(NOT_ELIGIBLE)  # a plain int: a compile-time constant of the kernels
 
 #: FNV-1a (Fowler, Noll, Vo) 64-bit offset basis and prime, for :func:`codes_digest`.
 _FNV_BASIS = np.uint64(0xCBF29CE484222325)

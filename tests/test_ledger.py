@@ -267,3 +267,21 @@ def test_learn_many_learns_the_valid_rows_and_names_the_first_bad_one() -> None:
     with pytest.raises(InvalidRecord, match="2 of 4 rows were not learned; row 1"):
         model.learn_many(frame, pd.Series([1.0, 1.0, 1.0, 2.0]), keys=["p", "q", "r", "s"])
     assert model.engine.n_pending == 2 and model.engine.positions == 4
+
+
+def test_close_is_idempotent_and_releases_the_lock_when_its_snapshot_fails(
+    tmp_path, monkeypatch
+) -> None:
+    path, model = _fed(tmp_path, 100)
+    engine = model.engine
+
+    def failing(change) -> None:
+        raise StateStoreError("injected: the closing snapshot could not be written")
+
+    monkeypatch.setattr(engine.store, "commit", failing)
+    with pytest.raises(StateStoreError, match="injected"):
+        engine.close()
+    engine.close()  # a second close does nothing
+    again = _model(str(path))  # the lock is free, the last commit intact
+    assert again.engine.release_version == engine.release_version
+    again.engine.close()

@@ -254,6 +254,7 @@ class StreamEngine:
         self._deferred: list[Commit] | None = None
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
         self._broken: BaseException | None = None
+        self._closed = False
         self._warned_keyless = False
         self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
         self.store = open_store(store)
@@ -906,9 +907,14 @@ class StreamEngine:
         merged with a snapshot, so a restart replays nothing (and a later renyiboost never has
         to recompute this one's charges); records not yet merged are re-read from the
         source, as after a crash."""
-        if self._broken is None and self._deferred is None and self.store.durable:
-            self._commit(None, self.pool, snapshot=True)
-        self.store.close()
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._broken is None and self._deferred is None and self.store.durable:
+                self._commit(None, self.pool, snapshot=True)
+        finally:
+            self.store.close()  # the lock is released even when that commit fails
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

@@ -33,7 +33,7 @@ paper: $(VENV)/.installed
 	$(VENV)/bin/renyiboost experiment --preset paper --repeats 2 --workers 2 --out results/paper
 
 # The defaults table: our defaults beside DP-EBM's and the trivial baseline on the
-# development suite (about 6 minutes on 2 cores); writes benchmarks/results/defaults.md.
+# development suite (about 1.5 minutes on 2 cores); writes benchmarks/results/defaults.md.
 defaults: $(VENV)/.installed
 	$(PY) benchmarks/defaults.py
 

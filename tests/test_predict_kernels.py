@@ -9,13 +9,15 @@ seeded stream, and its splits must have the stated distributions.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from renyiboost.models.predict_kernels import BLOCK
+from renyiboost.models.predict_kernels import BLOCK, route_tree
 from renyiboost.models.trees import Ensemble, RandomTreeGrower
 from renyiboost.randomness import NoiseSource, SeededNoise
 from renyiboost.schema import PublicSchema
@@ -77,10 +79,19 @@ def _check(ens: Ensemble, X: np.ndarray, trees: slice = slice(None)) -> None:
             assert ens.predict_margin_one(list(X[i])) == margin[i]
     for t in range(ens.features[trees].shape[0]):
         f, th = ens.features[trees][t], ens.thresholds[trees][t]
-        routed = ens.route_one_tree(X, f, th)
-        assert routed.dtype == np.intp
+        routed = _compiled_route(ens, X, f, th)
         np.testing.assert_array_equal(routed, leaf[:, t])
-        np.testing.assert_array_equal(routed, ens.route_one_tree_reference(X, f, th))
+        np.testing.assert_array_equal(routed, ens.route_one_tree(X, f, th))
+
+
+def _compiled_route(ens: Ensemble, X: np.ndarray, features: np.ndarray,
+                    thresholds: np.ndarray) -> np.ndarray:
+    """The compiled training router (the compiled round's), on validated inputs."""
+    out = np.empty(X.shape[0], dtype=np.uint16)
+    route_tree(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(features),
+               np.ascontiguousarray(thresholds, dtype=np.float64), ens.is_categorical,
+               ens.depth, out)
+    return out
 
 
 # --------------------------------------------------------------------- prediction
@@ -120,10 +131,11 @@ def test_rows_at_thresholds_and_nan() -> None:
                    leaves=np.array([[1.0, 10.0], [100.0, 1000.0]]))
     X = np.array([[0.5, 2.0], [np.nextafter(0.5, 0.0), 1.0], [np.nan, np.nan], [0.7, 3.0],
                   [-np.inf, np.inf]])
-    np.testing.assert_array_equal(ens.route_one_tree(X, ens.features[0], ens.thresholds[0]),
-                                  [1, 0, 1, 1, 0])
-    np.testing.assert_array_equal(ens.route_one_tree(X, ens.features[1], ens.thresholds[1]),
-                                  [0, 1, 1, 1, 1])
+    for route in (ens.route_one_tree, partial(_compiled_route, ens)):
+        np.testing.assert_array_equal(route(X, ens.features[0], ens.thresholds[0]),
+                                      [1, 0, 1, 1, 0])
+        np.testing.assert_array_equal(route(X, ens.features[1], ens.thresholds[1]),
+                                      [0, 1, 1, 1, 1])
     expected = [10.0 + 100.0, 1.0 + 1000.0, 10.0 + 1000.0, 10.0 + 1000.0, 1.0 + 1000.0]
     np.testing.assert_array_equal(ens.predict_margin(X), expected)
     assert [ens.predict_margin_one(row) for row in X] == expected
@@ -151,10 +163,6 @@ def test_rows_narrower_than_the_schema_or_bad_features_raise() -> None:
         ens.predict_margin(X[:, :-1])
     with pytest.raises(ValueError, match="features"):
         ens.predict_margin(X[0, :-1])
-    with pytest.raises(ValueError, match="features"):
-        ens.route_one_tree(X[:, :-1], ens.features[0], ens.thresholds[0])
-    with pytest.raises(ValueError, match="shape"):
-        ens.route_one_tree(X, ens.features[0, :-1], ens.thresholds[0, :-1])
     assert ens.predict_margin(np.empty((0, 0))).shape == (0,)
     short = Ensemble(depth=3, is_categorical=ens.is_categorical, features=ens.features[:, :6],
                      thresholds=ens.thresholds[:, :6], leaves=ens.leaves[:, :7])
@@ -169,8 +177,6 @@ def test_rows_narrower_than_the_schema_or_bad_features_raise() -> None:
         bad.predict_margin(X)
     with pytest.raises(ValueError, match="feature ind"):
         bad.predict_margin_one(X[0])
-    with pytest.raises(ValueError, match="feature ind"):
-        bad.route_one_tree(X, bad.features[0], bad.thresholds[0])
 
 
 # --------------------------------------------------------------------- growth

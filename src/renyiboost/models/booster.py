@@ -318,23 +318,24 @@ class SGBDTBooster:
         """The same round as :meth:`_plan_numpy` in one compiled pass over the pool. The
         random draws are taken in the reference's order (the Poisson uniforms, then the
         tree), so a seeded run is the same run on either path."""
-        params, n = self.params, len(pool)
-        n_active = n if not pool.retired.any() else int(n - pool.retired.sum())
+        params = self.params
+        n_active = len(pool) - int(np.count_nonzero(pool.retired))
         uniforms = np.empty(0)
         if params.sampling_rate < 1.0:
             if self._uniforms.size < n_active:  # a buffer reused round after round
                 self._uniforms = np.empty(max(n_active, int(1.25 * self._uniforms.size)))
             uniforms = self.noise.uniform_into(self._uniforms[:n_active])
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
-        sums, pool_side = self._charge_pass(pool, features, thresholds, margin, uniforms, levels)
+        sums, pool_side = self._charge_pass(pool, features, thresholds, margin, uniforms,
+                                            params.sampling_rate, levels)
         return self._outcome(features, thresholds, *sums, levels, **pool_side)
 
     def _charge_pass(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
-                     margin: np.ndarray, uniforms: np.ndarray, levels: int,
-                     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
+                     margin: np.ndarray, uniforms: np.ndarray, sampling_rate: float,
+                     levels: int) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
         """The compiled pass of a round (:func:`~renyiboost.models.kernels.round_pass`):
-        the exact leaf sums and the pool side of its outcome. Without ``uniforms`` (a
-        replay) every eligible record counts as sampled; the charges do not depend on it."""
+        the exact leaf sums and the pool side of its outcome. A replay passes rate 1 and no
+        uniforms: the charges do not depend on the Poisson draw."""
         params, n = self.params, len(pool)
         n_leaves = 2**levels
         grad_sum, den_sum = np.zeros(n_leaves), np.zeros(n_leaves)
@@ -356,7 +357,7 @@ class SGBDTBooster:
             flt.min_sensitivity2 if flt is not None else 0.0,
             flt.budget_rdp if flt is not None else 0.0,
             flt.min_charge if flt is not None else 0.0,
-            uniforms, params.sampling_rate if uniforms.size else 1.0, params.depth - levels,
+            uniforms, sampling_rate, params.depth - levels,
             leaf_of_record, codes, spent, retired, grad_sum, den_sum)
         return (grad_sum, den_sum), {
             "leaf_of_record": leaf_of_record, "spent": spent, "retired": retired,
@@ -381,9 +382,8 @@ class SGBDTBooster:
         the caller compares :attr:`RoundOutcome.codes_digest` with the committed digest and
         refuses a replay that differs. No noise is drawn and the leaves are the committed ones.
         """
-        sums, pool_side = self._charge_pass(pool, features, thresholds, pool.margin,
-                                            np.empty(0), self.params.depth)
-        del sums
+        _, pool_side = self._charge_pass(pool, features, thresholds, pool.margin, np.empty(0),
+                                         1.0, self.params.depth)
         pool_side["n_sampled"] = 0
         return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
                             **pool_side)  # type: ignore[arg-type]
@@ -410,7 +410,8 @@ class SGBDTBooster:
         :meth:`LeafRelease.static_value_noise_std`.
 
         ``grad_sum`` and ``den_sum`` are the exact sums over the sampled records of each of
-        the ``2**levels`` released leaves. With ``levels`` < depth the leaves are grouped by
+        the ``2**levels`` released leaves (arrays of the caller's round: the noise is added
+        into them). With ``levels`` < depth the leaves are grouped by
         their ancestor on level ``levels`` (heap order: leaf ``i``'s ancestor is
         ``i >> (depth − levels)``) and each group is released as one leaf. A record is still
         in exactly one released leaf, so the round costs what a full tree costs; the noisy
@@ -419,7 +420,6 @@ class SGBDTBooster:
         params = self.params
         shift = params.depth - levels
         n_leaves = 2**levels
-        grad_sum, den_sum = grad_sum.copy(), den_sum.copy()
         noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         if params.leaf_noise == "static":
             # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise

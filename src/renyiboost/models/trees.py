@@ -12,7 +12,7 @@ The :class:`Ensemble` stacks trees of one depth into arrays. Prediction and the 
 router run compiled kernels (:mod:`renyiboost.models.predict_kernels`: blocks of rows walked
 level by level, branch-free); the numpy routing (:meth:`Ensemble._route_block`, which loops
 over the ``d`` levels, never over trees or records) stays as their reference
-(:meth:`Ensemble.leaf_sum_reference`, :meth:`Ensemble.route_one_tree_reference`).
+(:meth:`Ensemble.leaf_sum_reference`, :meth:`Ensemble.route_one_tree`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from renyiboost.models.predict_kernels import (
-    grow_thresholds,
-    leaf_sum_one,
-    route_tree,
-    sum_leaves,
-)
+from renyiboost.models.predict_kernels import grow_thresholds, leaf_sum_one, sum_leaves
 from renyiboost.randomness import NoiseSource
 from renyiboost.schema import PublicSchema
 
@@ -190,21 +185,10 @@ class Ensemble:
 
     def route_one_tree(self, X: np.ndarray, features: np.ndarray,
                        thresholds: np.ndarray) -> np.ndarray:
-        """Leaf index (``np.intp``) of every row in a single tree (the training path).
-
-        Compiled (:func:`~renyiboost.models.predict_kernels.route_tree`); equal to
-        :meth:`route_one_tree_reference` leaf by leaf."""
-        X = self._rows(X)
-        features = np.ascontiguousarray(features, dtype=np.int64)
-        thresholds = np.ascontiguousarray(thresholds, dtype=np.float64)
-        self._check_trees(features[None, :], thresholds[None, :])
-        out = np.empty(X.shape[0], dtype=np.intp)
-        route_tree(X, features, thresholds, self.is_categorical, self.depth, out)
-        return out
-
-    def route_one_tree_reference(self, X: np.ndarray, features: np.ndarray,
-                                 thresholds: np.ndarray) -> np.ndarray:
-        """:meth:`route_one_tree` by the numpy routing (the tests' oracle)."""
+        """Leaf index (``np.intp``) of every row in a single tree, by the numpy routing: the
+        reference round's router (``SGBDTBooster(compiled=False)``) and the tests' oracle of
+        the compiled :func:`~renyiboost.models.predict_kernels.route_tree`, which the
+        compiled round calls."""
         out = np.empty(X.shape[0], dtype=np.intp)
         for rows, leaf in self._routed_blocks(X, features[None, :], thresholds[None, :]):
             out[rows] = leaf[:, 0]

@@ -725,13 +725,11 @@ class StreamEngine:
 
     def _compact(self) -> None:
         """Drop the retired rows from the pool's arrays (the rows keep their order)."""
-        keep = ~self.pool.retired
-        pool = self.pool
-        uids, X, target, margin, spent = _kept(keep, self.pool_uids, pool.X, pool.target,
-                                               pool.margin, pool.spent)
-        self.pool = RecordPool(X, target, margin, spent, np.zeros(uids.size, dtype=bool))
-        self.pool_uids = uids
-        self._slot[uids] = np.arange(uids.size)
+        kept = self.active_pool()
+        self.pool = RecordPool(kept.X, kept.target, kept.margin, kept.spent,
+                               np.zeros(kept.uids.size, dtype=bool))
+        self.pool_uids = kept.uids
+        self._slot[kept.uids] = np.arange(kept.uids.size)
         self._n_retired_rows = 0
 
     def active_pool(self) -> PoolState:
@@ -922,11 +920,3 @@ def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:
     if not chunked:
         return np.asarray(parts, dtype=dtype)
     return np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts])
-
-
-def _kept(keep: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
-    """The rows of ``arrays`` that ``keep`` selects; the arrays themselves when it keeps all
-    (most rounds retire nobody, and copying the pool's features every round is the cost)."""
-    if keep.all():
-        return list(arrays)
-    return [a[keep] for a in arrays]

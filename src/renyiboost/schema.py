@@ -148,22 +148,17 @@ class PublicSchema(BaseModel):
             for name, lo, hi in zip(self.names, self.lower, self.upper, strict=True)
         ]
 
-    def encode_validated(self, rows: Sequence[Mapping[str, Any]],
-                         outside: np.ndarray | None = None) -> np.ndarray:
-        """Encode many dicts whose values were already validated (finite numbers for numeric
-        features, e.g. by the Kafka event model): one numpy pass per column, no checks.
-        ``outside`` (per column), if given, is increased by the values outside the public
-        bounds or domain (clipped, or sent to "other")."""
-        return self.encode_columns({name: [row.get(name) for row in rows]
-                                    for name in self.names}, outside)
-
     def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray],
                        outside: np.ndarray | None = None) -> np.ndarray:
         """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
 
         Vectorised per column; a missing column is all-missing, and so is ``None`` (or NaN)
         in a numeric column: the values are trusted here, :class:`~renyiboost.validation.
-        RecordValidator` judges them first. ``outside`` as in :meth:`encode_validated`.
+        RecordValidator` judges them first. Values are encoded as
+        :meth:`RecordValidator.features` encodes one record, bit for bit (a value inside the
+        bounds is kept as it is: ``np.clip`` would turn −0.0 on a bound of 0 into 0.0).
+        ``outside`` (per column), if given, is increased by the values outside the public
+        bounds or domain (clipped, or sent to "other").
         """
         lengths = {len(c) for c in columns.values()}
         if len(lengths) > 1:
@@ -182,9 +177,11 @@ class PublicSchema(BaseModel):
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
                 raw = np.asarray(col, dtype=float)
-                out[:, j] = np.clip(raw, spec[0], spec[1])
+                lo, hi = float(spec[0]), float(spec[1])
+                below, above = raw < lo, raw > hi  # NaN (missing): neither
+                out[:, j] = np.where(below, lo, np.where(above, hi, raw))
                 if outside is not None:
-                    outside[j] += np.count_nonzero((raw < spec[0]) | (raw > spec[1]))
+                    outside[j] += np.count_nonzero(below | above)
         return out
 
     def clip_encoded(self, X: np.ndarray) -> np.ndarray:

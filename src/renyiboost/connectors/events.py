@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -199,16 +198,14 @@ class EventParser:
         self._fields = {fmt.features_field, fmt.label_field} | (
             {fmt.key_field} if fmt.key_field is not None else set())
         self._decoder = _event_decoder(validator, fmt)
-        # Column plans of the batch encoder: the numeric columns with their public bounds
-        # (one float matrix), and per categorical column its domain index (None: missing).
-        encoders = self.schema._encoders
-        self._numeric = [j for j, (_, index, _, _) in enumerate(encoders) if index is None]
+        # The structs' columns: the numeric ones read together into one float matrix, each
+        # categorical one by itself (the schema's encode_columns encodes both).
+        names, categorical = self.schema.names, self.schema.is_categorical
+        self._numeric = [j for j in range(len(names)) if not categorical[j]]
         #: A struct's numeric features: a tuple, or the value itself if there is one.
         self._numeric_of = attrgetter(*[f"f{j}" for j in self._numeric] or ["f0"])
-        self._lo = np.array([encoders[j][2] for j in self._numeric])
-        self._hi = np.array([encoders[j][3] for j in self._numeric])
-        self._categorical = [(j, attrgetter(f"f{j}"), {**index, None: math.nan}, hi)
-                             for j, (_, index, _, hi) in enumerate(encoders) if index is not None]
+        self._categorical = [(names[j], attrgetter(f"f{j}"))
+                             for j in range(len(names)) if categorical[j]]
 
     # ------------------------------------------------------------------ one message
     def parse(self, value: bytes | None, message_key: bytes | None = None) -> Parsed | Rejected:
@@ -388,20 +385,13 @@ class EventParser:
 
     def _encode(self, features: Sequence[Any], numbers: np.ndarray,
                 outside: np.ndarray) -> np.ndarray:
-        """The encoded rows of accepted structs, as :meth:`RecordValidator.features` encodes
-        each (bit for bit: a value on a bound is kept, not replaced by the bound); values
-        outside the public bounds or domain are counted in ``outside``."""
-        rows = np.empty((len(features), self.schema.n_features))
-        if self._numeric:
-            below, above = numbers < self._lo, numbers > self._hi  # NaN (missing): neither
-            rows[:, self._numeric] = np.where(below, self._lo, np.where(above, self._hi, numbers))
-            outside[self._numeric] += np.count_nonzero(below | above, axis=0)
-        for j, value_of, index, other in self._categorical:
-            codes = np.array(list(map(index.get, map(value_of, features), repeat(other))),
-                             dtype=float)
-            rows[:, j] = codes
-            outside[j] += np.count_nonzero(codes == other)
-        return rows
+        """The encoded rows of accepted structs by :meth:`PublicSchema.encode_columns` (as
+        :meth:`RecordValidator.features` encodes each); values outside the public bounds or
+        domain are counted in ``outside``."""
+        columns: dict[str, Any] = {self.schema.names[j]: numbers[:, i]
+                                   for i, j in enumerate(self._numeric)}
+        columns |= {name: list(map(value_of, features)) for name, value_of in self._categorical}
+        return self.schema.encode_columns(columns, outside)
 
     def _judge_alone(self, values: list[bytes | None], message_keys: list[bytes | None],
                      batch: ParsedBatch, outside: np.ndarray) -> None:

@@ -246,21 +246,23 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         The (ε, δ) guarantee per key; ``epsilon=None`` trains without privacy.
     expected_records
         A *public* estimate of how many records the stream will bring (``None``: 10,000,
-        :data:`~renyiboost.models.defaults.PRIOR_RECORDS`). The defaults of every parameter
-        left as ``None`` below come from it and ε (:mod:`renyiboost.models.defaults`).
+        :data:`~renyiboost.models.defaults.PRIOR_RECORDS`). Every parameter below that is
+        left out takes the default policy's value for it and ε
+        (:mod:`renyiboost.models.defaults`).
     rounds
         Nominal rounds T a full-sensitivity record can afford (small gradients buy more).
     depth, learning_rate, sampling_rate, count_share, init_share, grad_clip, hess_clip,
     reg_lambda, leaf_clip, feature_selection, split_candidates, individual_filter
         The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
-        Left out (``POLICY``), each takes the default policy's value; ``None`` is passed on
+        left out (``POLICY``), each takes the default policy's value; ``None`` is passed on
         (``hess_clip=None``: count leaves, ``leaf_clip=None``: no leaf clipping).
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
-        Triggers and model size (``final_trees``: extra rounds at ``expected_records``,
-        by default ``rounds`` with a hint; 0 switches the end burst off); left out, the
-        policy's :func:`~renyiboost.models.defaults.stream_schedule`. (see :class:`renyiboost.stream.engine.EngineConfig`);
-        ``None`` takes :func:`~renyiboost.models.defaults.stream_schedule`'s.
+        Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;
+        ``final_trees``: extra rounds at ``expected_records``, by default ``rounds`` with a
+        hint; 0 switches the end burst off). Left out, each takes the policy's
+        :func:`~renyiboost.models.defaults.stream_schedule`; an explicit ``train_every``
+        without ``trigger_growth`` is a fixed interval.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it

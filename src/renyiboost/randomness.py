@@ -120,8 +120,10 @@ class SecureNoise(NoiseSource):
     def words(self, size: int, out: np.ndarray | None = None) -> np.ndarray:
         """``size`` uniform 64-bit words (into ``out`` if given): the keystream XORed into
         zeros, in place."""
-        words = np.zeros(size, dtype=np.uint64) if out is None else out
-        if out is not None:
+        if out is None:
+            words = np.zeros(size, dtype=np.uint64)  # calloc'd pages: zero already
+        else:
+            words = out
             words.fill(0)
         chunk = REKEY_BYTES // 8  # a request larger than one key's share is drawn in parts
         for start in range(0, size, chunk):

@@ -74,7 +74,8 @@ def _collect(name: str, streams: list, schema: PublicSchema, task: str) -> Datas
         for x, y in stream:
             xs.append({f"x{k}" if isinstance(k, int) else k: v for k, v in x.items()})
             ys.append(float(y))
-    return Dataset(name, schema.encode_validated(xs), np.asarray(ys), schema, task)
+    columns = {name: [x.get(name) for x in xs] for name in schema.names}
+    return Dataset(name, schema.encode_columns(columns), np.asarray(ys), schema, task)
 
 
 def agrawal_switch(n: int = 20_000, seed: int = 0) -> Dataset:

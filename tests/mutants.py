@@ -25,6 +25,8 @@ PRIVACY = ["tests/test_privacy.py"]
 LEDGER = ["tests/test_ledger.py"]
 DEFAULTS = ["tests/test_defaults.py"]
 KERNELS = ["tests/test_kernels.py"]
+WRITE_BEHIND = [
+    "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,18 @@ MUTATIONS = [
              "src/renyiboost/stream/engine.py",
              "return supported_depth(self._positions, params.sampling_rate,",
              "return supported_depth(len(self.pool), params.sampling_rate,", PRIVACY),
+    Mutation("write-behind announces a round before its commit returns",
+             "src/renyiboost/stream/engine.py", "                flight.done.result()\n",
+             "                flight.done.done()\n", WRITE_BEHIND),
+    Mutation("predictions do not wait for the commit in flight",
+             "src/renyiboost/stream/engine.py",
+             "is durable\")\n        self.wait_durable()\n        return self._predict(X)",
+             "is durable\")\n        return self._predict(X)", WRITE_BEHIND),
+    Mutation("a second reader skips the wait for the commit in flight",
+             "src/renyiboost/stream/engine.py",
+             "            flight = self._in_flight\n            if flight is None:\n",
+             "            flight, self._in_flight = self._in_flight, None\n"
+             "            if flight is None:\n", WRITE_BEHIND),
 ]
 
 

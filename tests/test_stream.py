@@ -6,6 +6,7 @@ import contextlib
 import copy
 import dataclasses
 import sqlite3
+import threading
 import warnings
 
 import numpy as np
@@ -300,25 +301,95 @@ class _FailingStore(SQLiteStore):
         super().commit(change)
 
 
-def test_a_failed_commit_releases_nothing(tmp_path) -> None:
-    """Invariant 2: the tree of a round whose commit failed is never visible."""
+@pytest.mark.parametrize("write_behind", [True, False], ids=["write-behind", "in-line"])
+def test_a_failed_commit_releases_nothing(tmp_path, write_behind: bool) -> None:
+    """Invariant 4: the tree of a round whose commit failed is never visible, nor announced;
+    the store keeps exactly what was announced."""
     store = _FailingStore(tmp_path / "f.db", fail_at=3)
     model = _regressor(store=store)
+    engine = model.engine
+    engine.write_behind = write_behind
+    announced: list[tuple[int, np.ndarray]] = []
+    engine.listeners.append(lambda event: announced.append(
+        (engine.booster.ensemble.n_trees, engine.pool.spent[~engine.pool.retired].copy())))
     data = _stream(200)
     with pytest.raises(OSError, match="injected"):
         _fill(model, data, list(range(200)))
-    engine = model.engine
-    n_trees, spent = engine.ensemble.n_trees, engine.active_pool().spent.copy()
-    assert n_trees == 1  # commit 1: initial score, commit 2: tree 1, commit 3 failed
-    with pytest.raises(StateStoreError, match="failed commit"):  # the engine stopped for good
-        model.learn_one(data[0][0], data[0][1])
+    # commit 1: initial score, commit 2: tree 1, commit 3 (tree 2) failed
+    assert [n for n, _ in announced] == [0, 1]
+    for output in (lambda: engine.ensemble, lambda: model.predict_one(data[0][0]),
+                   lambda: engine.release(), lambda: engine.release_version,
+                   lambda: model.learn_one(data[0][0], data[0][1])):
+        with pytest.raises(StateStoreError, match="failed commit"):  # stopped for good
+            output()
     engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "f.db"))
-    assert again.engine.ensemble.n_trees == n_trees
+    assert again.engine.ensemble.n_trees == 1
+    spent = announced[-1][1]
     committed = again.engine.n_active
     np.testing.assert_array_equal(again.engine.active_pool().spent, spent[:committed])
     # records merged after the last commit were never charged; the source re-reads them
     assert np.all(spent[committed:] == 0.0)
+    again.engine.close()
+
+
+class _GatedStore(SQLiteStore):
+    """A store whose commits wait for the test to open the gate (a slow disk)."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path, create=True)
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.committed = 0
+
+    def commit(self, change) -> None:
+        self.entered.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        super().commit(change)
+        self.committed += 1
+
+
+def test_write_behind_keeps_a_round_invisible_until_its_commit_returns(tmp_path) -> None:
+    """Invariant 4 with write-behind: while a round's commit is in flight the round is
+    computed (the next one can start) but no reader sees it: predictions, releases, the
+    version and the listeners all wait for the commit."""
+    store = _GatedStore(tmp_path / "w.db")
+    model = _regressor(store=store, train_every=10**6, warmup=1)
+    engine = model.engine
+    assert engine.write_behind  # the default for a durable store
+    announced: list[int] = []
+    engine.listeners.append(lambda event: announced.append(store.committed))
+    data = _stream(60)
+    for i, (x, y) in enumerate(data[:59]):
+        model.learn_one(x, y, key=i)
+    store.gate.set()
+    engine.train(1)  # the initial score and a first tree, committed
+    assert engine.release_version == 2 and announced == [1, 2]
+    before = model.predict_one(data[0][0])
+    store.gate.clear()
+    store.entered.clear()
+    engine.train(1)  # returns with its commit in flight
+    assert store.entered.wait(10) and engine.booster.rounds_done == 2
+    seen: dict[str, object] = {}
+    reads = {"version": lambda: engine.release_version,
+             "prediction": lambda: model.predict_one(data[0][0]),
+             "trees": lambda: len(engine.release().trees),
+             "offsets": lambda: engine.offsets}
+    readers = [threading.Thread(target=lambda n=name, f=read: seen.update({n: f()}))
+               for name, read in reads.items()]
+    for reader in readers:
+        reader.start()
+    readers[-1].join(0.3)
+    assert all(r.is_alive() for r in readers) and not seen and announced == [1, 2]
+    store.gate.set()
+    for reader in readers:
+        reader.join(10)
+    assert seen["version"] == 3 and seen["trees"] == 2 and announced == [1, 2, 3]
+    assert seen["prediction"] != before
+    engine.close()
+    again = _regressor(store=SQLiteStore(tmp_path / "w.db"), train_every=10**6, warmup=1)
+    assert again.engine.release_version == 3
+    assert again.predict_one(data[0][0]) == seen["prediction"]
+    again.engine.close()
 
 
 # --------------------------------------------------------------------- bad input

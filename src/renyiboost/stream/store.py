@@ -45,7 +45,11 @@ stored the 2-byte charge code of every active key with every round: 2 MB a round
 keys, which made the commit 0.37 of a compiled round.) A snapshot (uids, margins, spent) is
 written when the events since the last one would cost ``snapshot_ratio`` times its size to
 replay (a round counts 2 bytes per active key); old events, dead feature rows and trees
-outside ``max_trees`` are deleted then.
+outside ``max_trees`` are deleted then. Only a restart after a crash replays (a clean close
+writes a snapshot), so the default ratio, 32, favours the steady state: at 10⁵ keys a snapshot
+costs 10–20 ms, 5–10 rounds' time, and with ratio 8 it took 0.1–0.2 ms of every round's
+commit; a crash restart replays up to ~380 rounds instead of ~90 (0.7 s at 10⁵ keys, 7 s at
+10⁶).
 
 Tables: ``meta`` (JSON), ``keys`` (per commit, the user keys first seen and their uids: one
 row a commit, not a row a key), ``retirements`` (blobs of
@@ -85,6 +89,9 @@ PAGE_SIZE = 16_384
 #: What a replayed round costs, in the bytes the snapshot policy weighs against a snapshot's
 #: size: per active key, as much as storing its charge code did.
 REPLAY_BYTES_PER_KEY = 2
+
+#: Default ``snapshot_ratio`` of :class:`SQLiteStore` (see the module docstring).
+SNAPSHOT_RATIO = 32.0
 
 
 @dataclass(frozen=True)
@@ -343,7 +350,7 @@ class SQLiteStore(StateStore):
         *,
         create: bool = False,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        snapshot_ratio: float = 8.0,
+        snapshot_ratio: float = SNAPSHOT_RATIO,
         page_size: int = PAGE_SIZE,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):

@@ -259,7 +259,7 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;
-        ``final_trees``: extra rounds at ``expected_records``, by default ``rounds`` with a
+        ``final_trees``: extra rounds at ``expected_records``, by default ``rounds // 2`` with a
         hint; 0 switches the end burst off). Left out, each takes the policy's
         :func:`~renyiboost.models.defaults.stream_schedule`; an explicit ``train_every``
         without ``trigger_growth`` is a fixed interval.

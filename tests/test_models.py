@@ -217,7 +217,8 @@ def test_a_negative_noisy_count_zeroes_the_leaf_or_is_clamped_to_zero() -> None:
         booster.noise = _ScriptedNoise(np.array([1.0, -1.0]), np.array([-5.0, 1.5]))
         grad_sum = np.bincount(leaf_index[sampled], stats.grad[sampled], 2)
         den_sum = np.bincount(leaf_index[sampled], stats.denominator[sampled], 2)
-        leaves, noisy_sum, noisy_count = booster._leaf_values(grad_sum, den_sum, 1)
+        leaves, noisy_sum, noisy_count = booster._leaf_values(grad_sum, den_sum, 1,
+                                                                booster.release)
         np.testing.assert_allclose(noisy_sum, [1.3, -1.0])  # the two releases themselves
         np.testing.assert_allclose(noisy_count, [-3.0, 3.5])
         np.testing.assert_allclose(leaves, expected, err_msg=f"{rule}, lambda {reg_lambda}")

@@ -210,8 +210,8 @@ def test_a_replay_that_computes_other_charges_is_refused(tmp_path, monkeypatch) 
     assert _regressor(store=SQLiteStore(path)).engine.booster.rounds_done > 3  # replays fine
     replay = SGBDTBooster.replay_outcome
 
-    def other_machine(self, pool, features, thresholds, leaves):
-        outcome = replay(self, pool, features, thresholds, leaves)
+    def other_machine(self, pool, features, thresholds, leaves, stage=None):
+        outcome = replay(self, pool, features, thresholds, leaves, stage)
         codes = outcome.codes.copy()
         active = np.flatnonzero(~pool.retired)
         codes[active[0]] ^= 1  # one key charged one grid step differently

@@ -53,13 +53,18 @@ class PrivacyGuarantee(BaseModel):
     #: ε of the Laplace count a batch fit bought to choose its defaults (included in
     #: ``epsilon``; the trees got the rest), or ``None``.
     size_estimate_epsilon: float | None = None
+    #: A stream's earlier noise stages: ``(last stream position, σ)`` of each; rounds after
+    #: the last have ``sigma``. The same order and budget cover all of them.
+    stage_sigmas: list[tuple[int, float]] | None = None
 
     @classmethod
     def of(cls, calibration: Calibration | None, unit: Literal["key", "row"],
-           seeded: bool, size_estimate_epsilon: float | None = None) -> PrivacyGuarantee:
+           seeded: bool, size_estimate_epsilon: float | None = None,
+           stage_sigmas: list[tuple[int, float]] | None = None) -> PrivacyGuarantee:
         cal = calibration
         extra = size_estimate_epsilon or 0.0
         return cls(
+            stage_sigmas=stage_sigmas or None,
             private=cal is not None, unit=unit,
             epsilon=cal.epsilon + extra if cal else None, delta=cal.delta if cal else None,
             order=cal.order if cal else None, sigma=cal.sigma if cal else None,

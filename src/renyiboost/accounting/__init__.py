@@ -3,7 +3,12 @@
 All privacy math of renyiboost lives in this package; models ask it for numbers.
 """
 
-from renyiboost.accounting.calibration import BUDGET_SLACK, Calibration, calibrate
+from renyiboost.accounting.calibration import (
+    BUDGET_SLACK,
+    Calibration,
+    calibrate,
+    stage_calibrations,
+)
 from renyiboost.accounting.conversion import dp_epsilon_at_orders, rdp_to_dp
 from renyiboost.accounting.events import (
     DEFAULT_ORDERS,
@@ -48,5 +53,6 @@ __all__ = [
     "gaussian_rdp",
     "laplace_rdp",
     "rdp_to_dp",
+    "stage_calibrations",
     "subsampled_gaussian_rdp",
 ]

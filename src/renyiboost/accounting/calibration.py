@@ -210,3 +210,30 @@ def _calibration(
         init_charge=init_charge,
         budget_rdp=budget,
     )
+
+
+def stage_calibrations(main: Calibration, stage_rounds: tuple[int, ...]) -> list[Calibration]:
+    """The noise scales of a stream's earlier stages, each for ``stage_rounds[k]`` nominal
+    rounds, at the order of ``main``.
+
+    A stream without a size hint does not know how long it will be. Its rounds are split
+    into stages by public positions; the rounds of stage k use the σ that a stream of
+    ``stage_rounds[k]`` nominal rounds would get, so a short stream gets trees as precise as
+    its length allows, and a long one ends at ``main``'s σ. The individual Rényi filter
+    (Feldman & Zrnic 2020, Thm. 3.3: the budget holds for any sequence of mechanisms chosen
+    from public information before each round) charges every record the RDP of the σ of the
+    round it takes part in, at the single order α̂ = ``main.order``, against ``main``'s
+    budget B. Each stage's σ is calibrated at that same order (an order chosen for ``main``,
+    not for the stage), so its own budget converts to the same ε: a full-sensitivity record
+    present from the start of stage k affords about ``stage_rounds[k]`` of its rounds, and
+    what it does not spend there it keeps for later ones.
+
+    >>> main = calibrate(epsilon=1.0, delta=1e-6, rounds=200, sampling_rate=1.0)
+    >>> early, = stage_calibrations(main, (40,))
+    >>> early.order == main.order and early.sigma < main.sigma
+    True
+    """
+    return [calibrate(epsilon=main.target_epsilon, delta=main.delta, rounds=int(rounds),
+                      sampling_rate=main.sampling_rate, count_share=main.count_share,
+                      init_share=main.init_share, order=main.order)
+            for rounds in stage_rounds]

@@ -39,6 +39,7 @@ from renyiboost.accounting import (
     IndividualRenyiFilter,
     LeafRelease,
     calibrate,
+    stage_calibrations,
 )
 from renyiboost.models import kernels
 from renyiboost.models.losses import LogisticLoss, SquaredLoss
@@ -148,6 +149,17 @@ class RecordPool:
 
 
 @dataclass(frozen=True)
+class NoiseStage:
+    """The noise of one stage of rounds: its calibration, leaf release and filter (all of
+    a booster's stages share one order α̂ and one budget B, see
+    :func:`~renyiboost.accounting.stage_calibrations`)."""
+
+    calibration: Calibration
+    release: LeafRelease
+    filter: IndividualRenyiFilter
+
+
+@dataclass(frozen=True)
 class RoundOutcome:
     """Everything one planned round decided; applying it mutates pool and ensemble."""
 
@@ -182,10 +194,15 @@ class SGBDTBooster:
         and marks the model as for testing only.
     compiled
         ``True`` (default): the compiled round; ``False``: the numpy reference (tests).
+    stage_rounds
+        Nominal rounds of the earlier noise stages of a stream (see
+        :func:`~renyiboost.accounting.stage_calibrations`); a round names its stage in
+        :meth:`plan_round`. Empty (default): every round has ``params.rounds``' noise.
     """
 
     def __init__(self, params: SGBDTParams, schema: PublicSchema, seed: int | None = None,
-                 noise: NoiseSource | None = None, compiled: bool = True) -> None:
+                 noise: NoiseSource | None = None, compiled: bool = True,
+                 stage_rounds: tuple[int, ...] = ()) -> None:
         self.params = params
         self.compiled = compiled
         self.schema = schema
@@ -209,6 +226,10 @@ class SGBDTBooster:
         self.calibration: Calibration | None = None
         self.release: LeafRelease | None = None
         self.filter: IndividualRenyiFilter | None = None
+        #: The noise stages, earliest first; the last is the main one (``calibration``).
+        self.stages: tuple[NoiseStage, ...] = ()
+        if stage_rounds and not params.private:
+            raise ValueError("stage_rounds are noise stages: they need a private model")
         if params.private:
             self.calibration = calibrate(
                 epsilon=params.epsilon,
@@ -220,14 +241,20 @@ class SGBDTBooster:
                 max_order=params.max_order,
                 order=params.rdp_order,
             )
-            self.release = LeafRelease(self.calibration.sigma, params.count_share,
-                                       static=params.leaf_noise == "static")
-            table = ChargeTable.cached(self.calibration.sigma, params.sampling_rate,
-                                       self.calibration.order)
             # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
             natural_min = params.count_share if params.hess_clip is None else 0.0
-            self.filter = IndividualRenyiFilter(self.calibration.budget_rdp, table,
-                                                max(natural_min, params.min_sensitivity2))
+            floor = max(natural_min, params.min_sensitivity2)
+            budget = self.calibration.budget_rdp  # one budget B for every stage
+
+            def stage(cal: Calibration) -> NoiseStage:
+                table = ChargeTable.cached(cal.sigma, params.sampling_rate, cal.order)
+                return NoiseStage(cal, LeafRelease(cal.sigma, params.count_share,
+                                                   static=params.leaf_noise == "static"),
+                                  IndividualRenyiFilter(budget, table, floor))
+
+            self.stages = (*map(stage, stage_calibrations(self.calibration, stage_rounds)),
+                           stage(self.calibration))
+            self.release, self.filter = self.stages[-1].release, self.stages[-1].filter
         self.rounds_done = 0
         self._uniforms = np.empty(0)  # the compiled round's Poisson uniforms, reused
 
@@ -263,35 +290,50 @@ class SGBDTBooster:
         return 0.0
 
     # ------------------------------------------------------------------ one round
+    def stage(self, index: int | None = None) -> NoiseStage | None:
+        """Noise stage ``index`` (``None``: the main, last one); ``None`` without privacy."""
+        if not self.stages:
+            return None
+        if index is None:
+            return self.stages[-1]
+        if not 0 <= index < len(self.stages):
+            raise ValueError(f"noise stage {index} does not exist: this model has "
+                             f"{len(self.stages)} stages")
+        return self.stages[index]
+
     def plan_round(self, pool: RecordPool, leaf_depth: int | None = None,
-                   gradient_margin: np.ndarray | None = None) -> RoundOutcome:
+                   gradient_margin: np.ndarray | None = None,
+                   stage: int | None = None) -> RoundOutcome:
         """Draw and compute one round without changing any state (see module docstring).
 
         ``leaf_depth`` < ``depth`` releases the leaves of the tree's first ``leaf_depth``
         levels only (each released value repeated over the leaves below it), for a pool too
         small to fill ``2**depth`` leaves; it must be a function of public inputs.
         ``gradient_margin`` (batched boosting) computes the gradients — and so the charges —
-        from these margins instead of the pool's current ones."""
+        from these margins instead of the pool's current ones. ``stage`` is the noise stage
+        of the round (a public function of the stream's positions; ``None``: the main one):
+        its σ noises the leaves and its charge table charges the records."""
         levels = self.params.depth if leaf_depth is None else int(leaf_depth)
         if not 0 <= levels <= self.params.depth:
             raise ValueError(f"leaf_depth must be in [0, {self.params.depth}], got {leaf_depth!r}")
         margin = pool.margin if gradient_margin is None else gradient_margin
         plan = self._plan_compiled if self.compiled else self._plan_numpy
-        return plan(pool, levels, margin)
+        return plan(pool, levels, margin, self.stage(stage))
 
-    def _plan_numpy(self, pool: RecordPool, levels: int, margin: np.ndarray) -> RoundOutcome:
+    def _plan_numpy(self, pool: RecordPool, levels: int, margin: np.ndarray,
+                    stage: NoiseStage | None) -> RoundOutcome:
         """The numpy reference of a round: one array pass per step."""
         active = np.flatnonzero(~pool.retired)
         stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
         retired = pool.retired.copy()
         codes, digest = None, None
-        if self.filter is not None:
+        if stage is not None:
             if self.params.individual_filter:
-                s2 = self.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
+                s2 = stage.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
             else:
                 s2 = np.ones(active.size)  # data-independent: everyone pays full price
-            step = self.filter.step(pool.spent[active], s2)
+            step = stage.filter.step(pool.spent[active], s2)
             eligible = step.eligible
             spent[active] = step.spent
             retired[active] = step.retired
@@ -309,12 +351,13 @@ class SGBDTBooster:
         den_sum = np.bincount(leaf, stats.denominator[sampled], n_leaves).astype(float)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
-        return self._outcome(features, thresholds, grad_sum, den_sum, levels,
+        return self._outcome(features, thresholds, grad_sum, den_sum, levels, stage,
                              leaf_of_record=leaf_of_record, spent=spent, retired=retired,
                              n_eligible=int(eligible.sum()), n_sampled=int(sampled.sum()),
                              codes=codes, codes_digest=digest)
 
-    def _plan_compiled(self, pool: RecordPool, levels: int, margin: np.ndarray) -> RoundOutcome:
+    def _plan_compiled(self, pool: RecordPool, levels: int, margin: np.ndarray,
+                       stage: NoiseStage | None) -> RoundOutcome:
         """The same round as :meth:`_plan_numpy` in one compiled pass over the pool. The
         random draws are taken in the reference's order (the Poisson uniforms, then the
         tree), so a seeded run is the same run on either path."""
@@ -327,12 +370,13 @@ class SGBDTBooster:
             uniforms = self.noise.uniform_into(self._uniforms[:n_active])
         features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         sums, pool_side = self._charge_pass(pool, features, thresholds, margin, uniforms,
-                                            params.sampling_rate, levels)
-        return self._outcome(features, thresholds, *sums, levels, **pool_side)
+                                            params.sampling_rate, levels, stage)
+        return self._outcome(features, thresholds, *sums, levels, stage, **pool_side)
 
     def _charge_pass(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
                      margin: np.ndarray, uniforms: np.ndarray, sampling_rate: float,
-                     levels: int) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
+                     levels: int, stage: NoiseStage | None,
+                     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
         """The compiled pass of a round (:func:`~renyiboost.models.kernels.round_pass`):
         the exact leaf sums and the pool side of its outcome. A replay passes rate 1 and no
         uniforms: the charges do not depend on the Poisson draw."""
@@ -342,7 +386,7 @@ class SGBDTBooster:
         leaf_of_record = np.empty(n, dtype=np.uint16)
         codes = np.empty(n, dtype=np.uint16)
         spent, retired = np.empty(n), np.empty(n, dtype=bool)
-        flt = self.filter
+        flt = stage.filter if stage is not None else None
         table = flt.table.grid_charges if flt is not None else np.zeros(2)
         if isinstance(self.loss, SquaredLoss):
             loss = kernels.SQUARED
@@ -352,7 +396,7 @@ class SGBDTBooster:
             pool.X, features, thresholds, self.ensemble.is_categorical, params.depth,
             margin, pool.target, pool.spent, pool.retired, loss, params.grad_clip,
             params.hess_clip or 1.0, flt is not None,
-            not params.individual_filter or (self.release is not None and self.release.static),
+            not params.individual_filter or (stage is not None and stage.release.static),
             params.count_share, 1.0 - params.count_share, table,
             flt.min_sensitivity2 if flt is not None else 0.0,
             flt.budget_rdp if flt is not None else 0.0,
@@ -366,30 +410,34 @@ class SGBDTBooster:
             "codes_digest": int(digest) if flt is not None else None}
 
     def _outcome(self, features: np.ndarray, thresholds: np.ndarray, grad_sum: np.ndarray,
-                 den_sum: np.ndarray, levels: int, **pool_side: object) -> RoundOutcome:
+                 den_sum: np.ndarray, levels: int, stage: NoiseStage | None,
+                 **pool_side: object) -> RoundOutcome:
         """A planned round from its tree, its exact leaf sums and the pool's new arrays."""
-        leaves, noisy_grad_sum, noisy_count = self._leaf_values(grad_sum, den_sum, levels)
+        leaves, noisy_grad_sum, noisy_count = self._leaf_values(
+            grad_sum, den_sum, levels, None if stage is None else stage.release)
         return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
                             noisy_grad_sum=noisy_grad_sum, noisy_count=noisy_count,
                             **pool_side)  # type: ignore[arg-type]
 
     def replay_outcome(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
-                       leaves: np.ndarray) -> RoundOutcome:
+                       leaves: np.ndarray, stage: int | None = None) -> RoundOutcome:
         """A committed round's outcome rebuilt from the state before it and its tree.
 
         The charges are a function of the committed state alone (margins, targets, spent
         budgets, the tree), so they are computed again, exactly as :meth:`plan_round` did;
         the caller compares :attr:`RoundOutcome.codes_digest` with the committed digest and
         refuses a replay that differs. No noise is drawn and the leaves are the committed ones.
+        ``stage`` is the noise stage the round ran at.
         """
         _, pool_side = self._charge_pass(pool, features, thresholds, pool.margin, np.empty(0),
-                                         1.0, self.params.depth)
+                                         1.0, self.params.depth, self.stage(stage))
         pool_side["n_sampled"] = 0
         return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
                             **pool_side)  # type: ignore[arg-type]
 
     def _leaf_values(
         self, grad_sum: np.ndarray, den_sum: np.ndarray, levels: int,
+        release: LeafRelease | None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ), with the two noisy sums
         (``None`` for static leaves, which release the value itself).
@@ -425,17 +473,15 @@ class SGBDTBooster:
             # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise
             values = np.divide(grad_sum, den_sum + params.reg_lambda, out=np.zeros(n_leaves),
                                where=den_sum + params.reg_lambda > 0)
-            if self.release is not None:
-                values += self.noise.normal(n_leaves, self.release.static_value_noise_std(
+            if release is not None:
+                values += self.noise.normal(n_leaves, release.static_value_noise_std(
                     params.grad_clip, params.reg_lambda))
             values *= -params.learning_rate
         else:
-            if self.release is not None:
-                grad_sum += self.noise.normal(n_leaves,
-                                              self.release.sum_noise_std(params.grad_clip))
+            if release is not None:
+                grad_sum += self.noise.normal(n_leaves, release.sum_noise_std(params.grad_clip))
                 den_sum += self.noise.normal(
-                    n_leaves, self.release.count_noise_std(self.count_sensitivity)
-                )
+                    n_leaves, release.count_noise_std(self.count_sensitivity))
             noisy_sums = (grad_sum.copy(), den_sum.copy())
             if params.negative_count == "clamp":
                 den_sum = np.maximum(den_sum, 0.0)

@@ -67,6 +67,8 @@ STREAM_TRIGGER_GROWTH = 0.05
 LEAF_SNR: dict[str, float] = {"classification": 0.25, "regression": 1.0}
 #: Positions before a stream's initial score.
 STREAM_WARMUP = 100
+#: Where the noise stages of a stream without a size hint end (see :func:`noise_stages`).
+NOISE_STAGE_ENDS = (1_000, 4_000)
 #: Effective size used when training without privacy (ε = None): the largest rule values.
 NON_PRIVATE_EFFECTIVE_SIZE = 1e9
 
@@ -221,6 +223,7 @@ def stream_rounds(records: float, schedule: TriggerSchedule, trees_per_trigger: 
 
 __all__ = [
     "LEAF_SNR",
+    "NOISE_STAGE_ENDS",
     "NON_PRIVATE_EFFECTIVE_SIZE",
     "POLICY",
     "POLICY_FIELDS",
@@ -233,8 +236,37 @@ __all__ = [
     "default_rounds",
     "effective_size",
     "final_burst",
+    "noise_stages",
     "policy_fields",
     "stream_rounds",
     "stream_schedule",
     "supported_depth",
 ]
+
+
+def noise_stages(schedule: TriggerSchedule, trees_per_trigger: int,
+                 main_rounds: int) -> list[tuple[int, int]]:
+    """The noise stages of a stream without a size hint: ``(until, rounds)`` for each end in
+    :data:`NOISE_STAGE_ENDS` whose nominal rounds are fewer than the main calibration's.
+
+    Without a hint the stream is calibrated for :data:`PRIOR_RECORDS`, which makes every
+    tree of a short stream as noisy as a tree of a long one: a 400-row stream sees a few
+    dozen trees, each with the noise of the prior's 200. With stages, the rounds up to
+    position 1,000 have the σ of a stream expected to end there (the trees this
+    ``schedule`` releases by then, :func:`stream_rounds`), those up to 4,000 the σ of one
+    ending there, and later ones the prior's. Records present early spend their budget
+    on the early, precise trees (the filter retires them sooner); a long stream's later
+    records pay the prior's price, as before. The ends are public constants, so a round's
+    stage is a function of its position. Chosen on the development suite's ``learn_one``
+    runs without a hint (README, "Defaults").
+
+    >>> noise_stages(TriggerSchedule(10, 100, 0.05, 50), 1, 223)
+    [(1000, 43), (4000, 103)]
+    """
+    stages = []
+    for until in NOISE_STAGE_ENDS:
+        rounds = stream_rounds(until, schedule, trees_per_trigger)
+        if rounds < main_rounds:
+            stages.append((until, rounds))
+    return stages
+

@@ -71,6 +71,7 @@ from renyiboost.models.defaults import (
     PRIOR_RECORDS,
     default_params,
     final_burst,
+    noise_stages,
     stream_rounds,
     stream_schedule,
     supported_depth,
@@ -110,6 +111,15 @@ class _InFlight(NamedTuple):
     outputs: list[InitEvent | RoundEvent]
 
 
+class NoiseStageSpec(BaseModel):
+    """One earlier noise stage of a stream: its rounds and its nominal round count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    until: int = Field(ge=1, description="rounds released at stream positions up to this one")
+    rounds: int = Field(ge=1, description="nominal rounds the stage's σ is calibrated for")
+
+
 class EngineConfig(BaseModel):
     """Everything that fixes the meaning of a budget; a store refuses a different one."""
 
@@ -133,7 +143,21 @@ class EngineConfig(BaseModel):
     leaf_depth: Literal["fixed", "from_positions"] = Field(
         "fixed", description="'from_positions': each round releases only the levels its "
         "positions can fill above the noise (models.defaults.supported_depth)")
+    noise_stages: tuple[NoiseStageSpec, ...] = Field(
+        (), description="earlier noise stages, by increasing position: a round at a position "
+        "up to a stage's `until` has the σ of `rounds` nominal rounds (accounting."
+        "stage_calibrations); later rounds have params.rounds'. A stream without a size hint "
+        "has them (models.defaults.noise_stages)")
 
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> EngineConfig:
+        ends = [stage.until for stage in self.noise_stages]
+        if ends != sorted(set(ends)):
+            raise ValueError(f"noise_stages must end at increasing positions, got {ends}")
+        if self.noise_stages and not self.params.private:
+            raise ValueError("noise_stages need a private model (epsilon is None)")
+        return self
 
     @model_validator(mode="after")
     def _batch_only_options(self) -> EngineConfig:
@@ -173,6 +197,10 @@ class EngineConfig(BaseModel):
                                 | learner))
         if expected_records is not None:  # a public hint: the burst at its end
             triggers = final_burst(expected_records, params.rounds) | triggers
+        elif params.private and "noise_stages" not in triggers:  # no hint: start precise
+            triggers["noise_stages"] = tuple(
+                NoiseStageSpec(until=until, rounds=rounds) for until, rounds in
+                noise_stages(schedule, triggers["trees_per_trigger"], params.rounds))
         return cls(public_schema=public_schema, params=params,
                    **({"leaf_depth": "from_positions"} | triggers))
 
@@ -244,7 +272,8 @@ class StreamEngine:
     ) -> None:
         self.config = config
         self.schema = config.public_schema
-        self.booster = SGBDTBooster(config.params, self.schema, seed)
+        self.booster = SGBDTBooster(config.params, self.schema, seed, stage_rounds=tuple(
+            stage.rounds for stage in config.noise_stages))
         self.validator = RecordValidator(self.schema, config.params.task, strict)
         k = self.schema.n_features
         self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0))
@@ -308,12 +337,21 @@ class StreamEngine:
     def _fingerprint(self) -> dict[str, Any]:
         """What fixes the meaning of a spent budget: the store pins it (see there)."""
         cal, budget_filter = self.booster.calibration, self.booster.filter
-        return {
-            "config": json.loads(self.config.model_dump_json()),
+        config = json.loads(self.config.model_dump_json())
+        fingerprint = {
+            "config": config,
             "calibration": None if cal is None else cal.model_dump(mode="json"),
             "charge_grid_sha256": grid_digest(
                 None if budget_filter is None else budget_filter.table.grid_charges),
         }
+        if not config["noise_stages"]:
+            del config["noise_stages"]  # a store written before stages existed still opens
+        else:
+            fingerprint["stages"] = [
+                {"calibration": stage.calibration.model_dump(mode="json"),
+                 "charge_grid_sha256": grid_digest(stage.filter.table.grid_charges)}
+                for stage in self.booster.stages[:-1]]
+        return fingerprint
 
     # ------------------------------------------------------------------ properties
     @property
@@ -667,22 +705,32 @@ class StreamEngine:
         spent = np.where(pool.retired, pool.spent, pool.spent + event.charge)
         return RecordPool(pool.X, pool.target, pool.margin + event.score, spent, pool.retired)
 
-    def _leaf_depth(self) -> int | None:
+    def _noise_stage(self) -> int | None:
+        """The noise stage of a round now (a function of the positions: public)."""
+        stages = self.config.noise_stages
+        if not stages:
+            return None
+        return next((k for k, stage in enumerate(stages) if self._positions <= stage.until),
+                    len(stages))
+
+    def _leaf_depth(self, stage: int | None) -> int | None:
         """The levels this round releases (a function of the positions: public)."""
         booster, params = self.booster, self.config.params
-        if self.config.leaf_depth == "fixed" or booster.release is None or booster.release.static:
+        noise = booster.stage(stage)
+        if self.config.leaf_depth == "fixed" or noise is None or noise.release.static:
             return None
         return supported_depth(self._positions, params.sampling_rate,
-                               booster.release.count_noise_std(booster.count_sensitivity),
+                               noise.release.count_noise_std(booster.count_sensitivity),
                                booster.count_sensitivity, params.depth, LEAF_SNR[params.task])
 
     def _round(self) -> None:
         booster = self.booster
-        outcome = booster.plan_round(self.pool, self._leaf_depth())
+        stage = self._noise_stage()
+        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)
         max_trees = self.config.max_trees
         dropped = 0 if max_trees is None else max(0, self.booster.ensemble.n_trees + 1 - max_trees)
         event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
-                           outcome.leaves, outcome.codes_digest, self.n_active, dropped)
+                           outcome.leaves, outcome.codes_digest, self.n_active, dropped, stage)
         after = self._round_state(event, outcome)
         newly = self._newly_retired(after)
         self._commit(event, after, newly)
@@ -891,7 +939,8 @@ class StreamEngine:
                 self._install(event, self._init_state(event))
             else:
                 outcome = self.booster.replay_outcome(self.pool, event.features,
-                                                      event.thresholds, event.leaves)
+                                                      event.thresholds, event.leaves,
+                                                      event.stage)
                 self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
         self._offsets = dict(meta["offsets"] or {})
@@ -924,8 +973,12 @@ class StreamEngine:
 
     # ------------------------------------------------------------------ the public release
     def privacy_guarantee(self) -> PrivacyGuarantee:
-        """ε, δ, α̂, σ and B per key: functions of the configuration only (public)."""
-        return PrivacyGuarantee.of(self.booster.calibration, "key", self.booster.noise.seeded)
+        """ε, δ, α̂, σ (and the σ of earlier noise stages) and B per key: functions of the
+        configuration only (public)."""
+        stages = [(spec.until, stage.calibration.sigma) for spec, stage in
+                  zip(self.config.noise_stages, self.booster.stages, strict=False)]
+        return PrivacyGuarantee.of(self.booster.calibration, "key", self.booster.noise.seeded,
+                                   stage_sigmas=stages)
 
     def release(self, model: str = "model", after: int = 0,
                 upto: int | None = None) -> ModelRelease:

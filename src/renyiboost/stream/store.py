@@ -123,6 +123,7 @@ class RoundEvent:
     codes_digest: int | None  # kernels.codes_digest of the active keys' codes; None: no privacy
     n_charged: int  # active keys the round charged (what a replay recomputes)
     dropped: int  # oldest trees dropped from the model with this round (max_trees)
+    stage: int | None = None  # the noise stage the round ran at (None: the only one)
 
 
 Event = MergeEvent | InitEvent | RoundEvent
@@ -516,7 +517,7 @@ class SQLiteStore(StateStore):
         return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
                           _array(row[1], "<f8"), _array(row[2], "<f8"),
                           None if data is None else int(_array(data, "<u8")[0]),
-                          int(info["charged"]), int(info["dropped"]))
+                          int(info["charged"]), int(info["dropped"]), info.get("stage"))
 
     def _rows(self, uids: np.ndarray, k: int, max_seg: int) -> tuple[np.ndarray, np.ndarray]:
         """Features and targets of ``uids``: each uid's newest row in segments ≤ ``max_seg``."""
@@ -626,9 +627,10 @@ class SQLiteStore(StateStore):
                 "VALUES (?, ?, ?, ?, ?)", (event.round, *blobs, _crc(*blobs)))
             digest = (None if event.codes_digest is None
                       else _blob(np.array([event.codes_digest], dtype=np.uint64), "<u8"))
-            self._insert_event("round", {"round": event.round, "dropped": event.dropped,
-                                         "charged": event.n_charged}, digest,
-                               REPLAY_BYTES_PER_KEY * event.n_charged)
+            info = {"round": event.round, "dropped": event.dropped, "charged": event.n_charged}
+            if event.stage is not None:  # which σ and charge table a replay must use
+                info["stage"] = event.stage
+            self._insert_event("round", info, digest, REPLAY_BYTES_PER_KEY * event.n_charged)
 
     def _insert_segment(self, uids: np.ndarray, X: np.ndarray, target: np.ndarray) -> int:
         blobs = (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8"))

@@ -25,6 +25,7 @@ PRIVACY = ["tests/test_privacy.py"]
 LEDGER = ["tests/test_ledger.py"]
 DEFAULTS = ["tests/test_defaults.py"]
 KERNELS = ["tests/test_kernels.py"]
+STAGES = ["tests/test_stages.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -143,6 +144,23 @@ MUTATIONS = [
              "src/renyiboost/stream/engine.py",
              "return supported_depth(self._positions, params.sampling_rate,",
              "return supported_depth(len(self.pool), params.sampling_rate,", PRIVACY),
+    Mutation("a stage round charges at the main stage's table",
+             "src/renyiboost/models/booster.py",
+             "flt = stage.filter if stage is not None else None", "flt = self.filter", STAGES,
+             also=(("src/renyiboost/models/booster.py", "step = stage.filter.step(",
+                    "step = self.filter.step("),)),
+    Mutation("every round gets the least noise of any stage",
+             "src/renyiboost/models/booster.py",
+             "None if stage is None else stage.release)",
+             "self.stages[0].release if self.stages else None)", STAGES),
+    Mutation("a round's noise stage reads the pool, not the positions",
+             "src/renyiboost/stream/engine.py", "if self._positions <= stage.until),",
+             "if len(self.pool) <= stage.until),", STAGES),
+    Mutation("a replay recomputes every round at the main stage",
+             "src/renyiboost/stream/engine.py",
+             "event.thresholds, event.leaves,\n                                                      event.stage)",
+             "event.thresholds, event.leaves,\n                                                      None)",
+             STAGES),
     Mutation("write-behind announces a round before its commit returns",
              "src/renyiboost/stream/engine.py", "                flight.done.result()\n",
              "                flight.done.done()\n", WRITE_BEHIND),

@@ -43,11 +43,11 @@ class Mutation:
 
 MUTATIONS = [
     Mutation("gradient-sum noise x 0.1", "src/renyiboost/models/booster.py",
-             "self.release.sum_noise_std(params.grad_clip)",
-             "0.1 * self.release.sum_noise_std(params.grad_clip)", PRIVACY),
+             "release.sum_noise_std(params.grad_clip))",
+             "0.1 * release.sum_noise_std(params.grad_clip))", PRIVACY),
     Mutation("count noise x 0.1", "src/renyiboost/models/booster.py",
-             "self.release.count_noise_std(self.count_sensitivity)",
-             "0.1 * self.release.count_noise_std(self.count_sensitivity)", PRIVACY),
+             "n_leaves, release.count_noise_std(self.count_sensitivity))",
+             "n_leaves, 0.1 * release.count_noise_std(self.count_sensitivity))", PRIVACY),
     Mutation("initial score without its sum noise", "src/renyiboost/models/booster.py",
              "total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])",
              "total += 0.0", PRIVACY),
@@ -91,8 +91,8 @@ MUTATIONS = [
              "max_trees=self.config.max_trees if self.config.max_trees else len(self._keys),",
              PRIVACY),
     Mutation("a round is skipped when nobody is eligible", "src/renyiboost/stream/engine.py",
-             "        outcome = booster.plan_round(self.pool, self._leaf_depth())\n",
-             "        outcome = booster.plan_round(self.pool, self._leaf_depth())\n"
+             "        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)\n",
+             "        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)\n"
              "        if outcome.n_eligible == 0:\n            return\n", PRIVACY),
     Mutation("the warm-up counts pooled records", "src/renyiboost/stream/engine.py",
              "if self._positions < self.config.warmup:",
@@ -128,8 +128,8 @@ MUTATIONS = [
              "extra = 0.0", DEFAULTS),
     Mutation("merged leaves get the noise of one fine leaf split four ways",
              "src/renyiboost/models/booster.py",
-             "self.release.sum_noise_std(params.grad_clip))",
-             "self.release.sum_noise_std(params.grad_clip) / 2**shift)", DEFAULTS),
+             "release.sum_noise_std(params.grad_clip))",
+             "release.sum_noise_std(params.grad_clip) / 2**shift)", DEFAULTS),
     Mutation("the selection leaves out the log of its expected runs",
              "src/renyiboost/accounting/selection.py", "log_mean = math.log(mean_runs)",
              "log_mean = 0.0", DEFAULTS),

@@ -392,6 +392,34 @@ def test_write_behind_keeps_a_round_invisible_until_its_commit_returns(tmp_path)
     again.engine.close()
 
 
+def test_a_listener_that_raises_leaves_the_ledger_whole(tmp_path) -> None:
+    """A listener's exception reaches the caller, but nothing the pool holds is missing from
+    the store (every record a new key, so a lost merge would leave keys the store never
+    saw): a restart replays to the very same ledger."""
+    path = tmp_path / "listener.db"
+    model = _regressor(store=SQLiteStore(path, create=True, snapshot_ratio=1e9))
+    calls = []
+
+    def flaky(event) -> None:
+        calls.append(event)
+        if len(calls) == 3:
+            raise RuntimeError("listener failed (injected)")
+
+    model.engine.listeners.append(flaky)
+    failed = 0
+    for i, (x, y) in enumerate(_stream(300)):
+        try:
+            model.learn_one(x, y, key=i)
+        except RuntimeError:
+            failed += 1
+    assert failed == 1 and len(calls) > 5
+    ledger = {k: model.operator_budget_of(k) for k in range(300)}
+    model.engine.store.close()  # a crash: every round is replayed
+    again = _regressor(store=SQLiteStore(path))
+    assert {k: again.operator_budget_of(k) for k in range(300)} == ledger
+    again.engine.close()
+
+
 # --------------------------------------------------------------------- bad input
 
 

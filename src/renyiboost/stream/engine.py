@@ -41,8 +41,8 @@ nothing outside sees it before its commit returns: every reader of the model or 
 (:meth:`predict_margin`, :meth:`release`, :attr:`ensemble`, :attr:`release_version`,
 :attr:`offsets`, :attr:`store`, the operator telemetry, :meth:`flush`, :meth:`close`, the
 listeners) first waits for the commit in flight, so invariant 4 holds as before. At most one
-commit is in flight, and commits reach the store in order. A merge that overwrites pool rows
-in place waits too, since the commit may still be reading them. A failed commit is raised by
+commit is in flight, and commits reach the store in order. A merge waits too, since an upsert
+overwrites pool rows the commit may still be reading. A failed commit is raised by
 the next call that waits; the engine then holds a tree the store lacks and refuses every
 further output.
 
@@ -576,8 +576,12 @@ class StreamEngine:
         """Move pending records into the pool (upserts replace rows, keep spent).
 
         The merge is applied at once and committed with the next output; until then nothing
-        visible depends on it, and after a crash the source re-reads these records.
+        visible depends on it, and after a crash the source re-reads these records. It first
+        waits for the commit in flight: an upsert overwrites pool rows that commit may still
+        be reading, and a listener it announces to may raise (before any buffer is touched).
         """
+        if self._n_pending:
+            self._drain()
         self._merged_offsets.update(self._pending_offsets)
         self._pending_offsets = {}
         self._merged_positions = self._positions
@@ -615,7 +619,6 @@ class StreamEngine:
         upsert = slots >= 0
         pool = self.pool
         if upsert.any():
-            self._drain()  # the commit in flight may still be reading these arrays
             pool.X[slots[upsert]] = event.X[upsert]
             pool.target[slots[upsert]] = event.target[upsert]
             pool.margin[slots[upsert]] = event.margin[upsert]
@@ -752,6 +755,7 @@ class StreamEngine:
     def _commit(self, event: InitEvent | RoundEvent | None, after: RecordPool,
                 newly: np.ndarray | None = None, snapshot: bool = False) -> None:
         """Make the output and the merges before it durable (before anything is visible)."""
+        self._drain()  # announcements first: a listener that raises leaves nothing half-built
         retired = self._newly_retired(after) if newly is None else newly
         rounds_done = self.booster.rounds_done + isinstance(event, RoundEvent)
         n_trees = self.booster.ensemble.n_trees

@@ -121,3 +121,18 @@ def test_a_hintless_stream_runs_each_round_at_the_stage_of_its_position(tmp_path
     assert again.booster.rounds_done == len(rounds)
     np.testing.assert_array_equal(again.spent_rdp(), spent)
     again.close()
+
+
+def test_the_estimators_take_stages_or_none() -> None:
+    """``noise_stages=()`` switches them off (a store written before stages existed pins a
+    config without them); explicit pairs replace the policy's."""
+    from renyiboost import SGBDTRegressor
+
+    features = dict(SCHEMA.features)
+    default = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1)
+    assert [s.until for s in default.engine.config.noise_stages] == list(NOISE_STAGE_ENDS)
+    off = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1, noise_stages=())
+    assert off.engine.config.noise_stages == () and len(off.engine.booster.stages) == 1
+    mine = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1, noise_stages=((500, 20),))
+    assert mine.engine.config.noise_stages == (NoiseStageSpec(until=500, rounds=20),)
+    assert mine.engine.privacy_guarantee().stage_sigmas[0][0] == 500

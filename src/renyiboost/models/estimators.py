@@ -29,7 +29,7 @@ _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
     "split_candidates", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
-    "max_train_every", "final_trees",
+    "max_train_every", "final_trees", "noise_stages",
 )
 
 
@@ -64,6 +64,7 @@ class _SGBDTEstimator:
         trigger_growth: float | Policy = POLICY,
         max_train_every: int | None | Policy = POLICY,
         final_trees: int | Policy = POLICY,
+        noise_stages: tuple[tuple[int, int], ...] | Policy = POLICY,
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
@@ -93,6 +94,7 @@ class _SGBDTEstimator:
         self.trigger_growth = trigger_growth
         self.max_train_every = max_train_every
         self.final_trees = final_trees
+        self.noise_stages = noise_stages
         self.max_trees = max_trees
         self.store = store
         self.seed = seed
@@ -263,6 +265,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         hint; 0 switches the end burst off). Left out, each takes the policy's
         :func:`~renyiboost.models.defaults.stream_schedule`; an explicit ``train_every``
         without ``trigger_growth`` is a fixed interval.
+    noise_stages
+        ``((until, rounds), ...)``: the rounds up to stream position ``until`` have the noise
+        of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the
+        default of a stream without a size hint); ``()`` switches them off, e.g. to resume a
+        store written before stages existed.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it

@@ -198,9 +198,13 @@ class EngineConfig(BaseModel):
         if expected_records is not None:  # a public hint: the burst at its end
             triggers = final_burst(expected_records, params.rounds) | triggers
         elif params.private and "noise_stages" not in triggers:  # no hint: start precise
+            triggers["noise_stages"] = noise_stages(schedule, triggers["trees_per_trigger"],
+                                                    params.rounds)
+        if "noise_stages" in triggers:  # (until, rounds) pairs or specs
             triggers["noise_stages"] = tuple(
-                NoiseStageSpec(until=until, rounds=rounds) for until, rounds in
-                noise_stages(schedule, triggers["trees_per_trigger"], params.rounds))
+                stage if isinstance(stage, NoiseStageSpec)
+                else NoiseStageSpec(until=stage[0], rounds=stage[1])
+                for stage in triggers["noise_stages"])
         return cls(public_schema=public_schema, params=params,
                    **({"leaf_depth": "from_positions"} | triggers))
 

@@ -24,7 +24,9 @@ message (:meth:`StreamEngine.empty_event`). ``train_every`` positions fire a tri
 when anything is released depends on positions only — never on validity, key status,
 eligibility or the number of distinct keys — and every scheduled round releases a tree, with
 noise-only leaves when nobody is eligible. :meth:`StreamEngine.train` runs rounds on request
-(a batch boundary chosen by the caller, as public as the positions).
+(a batch boundary chosen by the caller, as public as the positions). The noise of a round is
+public too: with ``noise_stages`` (the default without a size hint) a round's σ is the one of
+the stage its position falls in.
 
 **Durability** (invariant 4). Every released output is committed to the store (charges,
 retirements, the tree, the source offsets and positions it covers) before it becomes visible

@@ -503,6 +503,28 @@ def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
     assert again.engine.booster.rounds_done == 3 and again.engine.ensemble.n_trees == 3
 
 
+def test_an_exception_inside_a_group_after_its_rounds_stops_the_engine(tmp_path) -> None:
+    """The group's rounds ran in memory and will never commit; continuing (or a closing
+    snapshot) would build on state the store does not have."""
+    path = tmp_path / "raise.db"
+    model = _regressor(store=SQLiteStore(path, create=True), train_every=20, warmup=20)
+    engine = model.engine
+    data = _stream(200)
+    _fill(model, data[:60], list(range(60)))
+    committed = engine.release_version
+    with pytest.raises(KeyError, match="the caller's own failure"), engine.group_commit():
+        _fill(model, data[60:120], list(range(60, 120)))  # three more rounds
+        raise KeyError("the caller's own failure")
+    with pytest.raises(StateStoreError, match="stopped"):
+        model.learn_one(data[0][0], data[0][1])
+    with pytest.raises(StateStoreError, match="stopped"):
+        model.predict_one(data[0][0])
+    engine.close()
+    again = _regressor(store=SQLiteStore(path), train_every=20, warmup=20)
+    assert again.engine.release_version == committed
+    again.engine.close()
+
+
 # --------------------------------------------------------------------- schema guardrails
 
 

@@ -844,7 +844,9 @@ class StreamEngine:
         Rounds inside still run one after the other on the in-memory state, but nothing is
         published and :meth:`predict_margin` refuses to answer until the group is durable,
         so invariant 4 holds with one disk sync per block instead of one per round. A crash
-        inside the block loses the whole group, and the source re-reads its records.
+        inside the block loses the whole group, and the source re-reads its records. So does
+        an exception out of the block once a round of it ran: the engine then holds rounds
+        the store never will, and stops like after a failed commit.
         """
         if self._deferred is not None:
             yield
@@ -855,6 +857,12 @@ class StreamEngine:
             yield
             if self._deferred:
                 self._store_commit(self._deferred, self._deferred_outputs)
+        except BaseException as error:
+            if self._deferred and self._broken is None:
+                # Rounds of the group ran and will never commit: the engine is ahead of the
+                # store, so it stops (a close must not snapshot that state).
+                self._broken = error
+            raise
         finally:
             self._deferred, self._deferred_outputs = None, []
         self._drain()

@@ -224,8 +224,6 @@ class SGBDTBooster:
         )
         self.ensemble = Ensemble(depth=params.depth, is_categorical=schema.is_categorical)
         self.calibration: Calibration | None = None
-        self.release: LeafRelease | None = None
-        self.filter: IndividualRenyiFilter | None = None
         #: The noise stages, earliest first; the last is the main one (``calibration``).
         self.stages: tuple[NoiseStage, ...] = ()
         if stage_rounds and not params.private:
@@ -254,7 +252,6 @@ class SGBDTBooster:
 
             self.stages = (*map(stage, stage_calibrations(self.calibration, stage_rounds)),
                            stage(self.calibration))
-            self.release, self.filter = self.stages[-1].release, self.stages[-1].filter
         self.rounds_done = 0
         self._uniforms = np.empty(0)  # the compiled round's Poisson uniforms, reused
 
@@ -290,6 +287,16 @@ class SGBDTBooster:
         return 0.0
 
     # ------------------------------------------------------------------ one round
+    @property
+    def release(self) -> LeafRelease | None:
+        """The main stage's leaf release (``None`` without privacy)."""
+        return self.stages[-1].release if self.stages else None
+
+    @property
+    def filter(self) -> IndividualRenyiFilter | None:
+        """The main stage's individual Rényi filter (``None`` without privacy)."""
+        return self.stages[-1].filter if self.stages else None
+
     def stage(self, index: int | None = None) -> NoiseStage | None:
         """Noise stage ``index`` (``None``: the main, last one); ``None`` without privacy."""
         if not self.stages:

@@ -251,8 +251,8 @@ def noise_stages(schedule: TriggerSchedule, trees_per_trigger: int,
 
     Without a hint the stream is calibrated for :data:`PRIOR_RECORDS`, which makes every
     tree of a short stream as noisy as a tree of a long one: a 400-row stream sees a few
-    dozen trees, each with the noise of the prior's 200. With stages, the rounds up to
-    position 1,000 have the σ of a stream expected to end there (the trees this
+    dozen trees, each with the noise of the prior's 223 nominal rounds. With stages, the
+    rounds up to position 1,000 have the σ of a stream expected to end there (the trees this
     ``schedule`` releases by then, :func:`stream_rounds`), those up to 4,000 the σ of one
     ending there, and later ones the prior's. Records present early spend their budget
     on the early, precise trees (the filter retires them sooner); a long stream's later

@@ -106,10 +106,10 @@ KEY_STATUS = {SEEN: "pending", ACTIVE: "active", RETIRED: "retired"}
 
 
 class _InFlight(NamedTuple):
-    """A commit handed to the store and the outputs it makes durable."""
+    """A commit handed to the store: its state meta and the outputs it makes durable."""
 
     done: Future[None]
-    change: Commit | list[Commit]
+    state: dict[str, Any]
     outputs: list[InitEvent | RoundEvent]
 
 
@@ -805,7 +805,8 @@ class StreamEngine:
                 self._broken = error
                 raise
             done.set_result(None)
-        self._in_flight = _InFlight(done, change, outputs)
+        last = change[-1] if isinstance(change, list) else change
+        self._in_flight = _InFlight(done, last.meta["state"], outputs)
 
     def _drain(self) -> None:
         """Wait for the commit in flight; then its outputs are durable: record its offsets
@@ -824,9 +825,8 @@ class StreamEngine:
                 raise
             finally:
                 self._in_flight = None  # only now: a reader checking without the lock waits
-            last = (flight.change[-1] if isinstance(flight.change, list) else flight.change)
-            self._offsets = dict(last.meta["state"]["offsets"])
-            self._committed_positions = int(last.meta["state"]["positions"])
+            self._offsets = dict(flight.state["offsets"])
+            self._committed_positions = int(flight.state["positions"])
             for event in flight.outputs:  # a listener may read the model: the lock re-enters
                 for listener in self.listeners:
                     listener(event)
@@ -994,7 +994,7 @@ class StreamEngine:
         """ε, δ, α̂, σ (and the σ of earlier noise stages) and B per key: functions of the
         configuration only (public)."""
         stages = [(spec.until, stage.calibration.sigma) for spec, stage in
-                  zip(self.config.noise_stages, self.booster.stages, strict=False)]
+                  zip(self.config.noise_stages, self.booster.stages[:-1], strict=True)]
         return PrivacyGuarantee.of(self.booster.calibration, "key", self.booster.noise.seeded,
                                    stage_sigmas=stages)
 

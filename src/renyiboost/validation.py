@@ -74,11 +74,22 @@ def normalise_key(key: Any) -> str:
     return name
 
 
+def already_canonical(keys: Sequence[str]) -> bool:
+    """Whether every key (a ``str``) is non-empty ASCII of allowed length: each is then its
+    own canonical form (the NFC form of ASCII is itself), so :func:`normalise_key` can be
+    skipped for the whole batch (0.5 µs per key less; one string join, not a loop)."""
+    if not keys:
+        return True
+    lengths = list(map(len, keys))
+    return min(lengths) > 0 and max(lengths) <= MAX_KEY_CHARS and "".join(keys).isascii()
+
+
 def normalise_keys(keys: Sequence[Any]) -> list[str]:
-    """:func:`normalise_key` of every key; an ASCII string of allowed length is already its
-    own canonical form, so it skips the checks (a batch of new keys: 0.5 µs per key less)."""
-    return [key if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_CHARS
-            else normalise_key(key) for key in keys]
+    """:func:`normalise_key` of every key, skipped for a batch that is
+    :func:`already_canonical`."""
+    if set(map(type, keys)) <= {str} and already_canonical(keys):
+        return list(keys)
+    return [normalise_key(key) for key in keys]
 
 
 def _is_real(value: Any) -> bool:

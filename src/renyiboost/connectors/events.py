@@ -41,7 +41,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.exceptions import InvalidRecord
-from renyiboost.validation import MAX_KEY_CHARS, RecordValidator, normalise_key
+from renyiboost.validation import RecordValidator, already_canonical, normalise_key
 
 
 class EventFormat(BaseModel):
@@ -296,9 +296,13 @@ class EventParser:
         payload = self.format.key_field is not None
         kind = str if payload else bytes
         if set(map(type, raw)) == {kind}:  # the common case: all ASCII (so NFC), none too long
-            lengths = list(map(len, raw))
-            if min(lengths) > 0 and max(lengths) <= MAX_KEY_CHARS and kind().join(raw).isascii():
-                return list(raw) if payload else list(map(bytes.decode, raw))
+            if payload:
+                if already_canonical(raw):
+                    return list(raw)
+            elif b"".join(raw).isascii():  # ASCII bytes decode, one byte a character
+                decoded = list(map(bytes.decode, raw))
+                if already_canonical(decoded):
+                    return decoded  # type: ignore[return-value]
         keys: list[str | None] = []
         for key in raw:
             try:

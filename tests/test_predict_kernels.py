@@ -216,7 +216,7 @@ def _grow_reference(grower: RandomTreeGrower, tree_index: int,
                 pool_ = inside if inside.size else candidates
                 thresholds[node] = float(pool_[rng.choice(pool_.size)])
             else:
-                thresholds[node] = rng.uniform_between(low, high)
+                thresholds[node] = float(low + (high - low) * rng.uniform(1)[0])
         left, right = 2 * node + 1, 2 * node + 2
         if left < n_internal:
             lower[left], upper[left] = lower[node], upper[node]

@@ -63,9 +63,6 @@ class NoiseSource:
             return np.ones(size, dtype=bool)
         return self.uniform(size) < probability
 
-    def uniform_between(self, low: float, high: float) -> float:
-        return float(low + (high - low) * self.uniform(1)[0])
-
     def choice(self, n: int) -> int:
         """A uniform integer in ``[0, n)``."""
         return min(int(self.uniform(1)[0] * n), n - 1)

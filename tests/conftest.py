@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,3 +43,18 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 20.0)
         got += [m for m in consumer.consume(500, 1.0) if not m.error()]
     consumer.close()
     return got
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator:
+    """A real PostgreSQL server (Debian's binaries) for the whole test run; it fails, never
+    skips, when the server cannot start: CI must run the PostgreSQL tests."""
+    from pg_server import LocalPostgres
+
+    try:
+        server = LocalPostgres()
+        server.start()
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
+        pytest.fail(f"PostgreSQL did not start: {error}")
+    yield server
+    server.remove()

@@ -26,6 +26,7 @@ LEDGER = ["tests/test_ledger.py"]
 DEFAULTS = ["tests/test_defaults.py"]
 KERNELS = ["tests/test_kernels.py"]
 STAGES = ["tests/test_stages.py"]
+POSTGRES = ["tests/test_postgres_store.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -109,8 +110,17 @@ MUTATIONS = [
              also=(("src/renyiboost/stream/engine.py", "if self._status[uid] == RETIRED:",
                     "if False:"),)),
     Mutation("a missing state file becomes a new store", "src/renyiboost/stream/store.py",
-             "        return SQLiteStore(store)\n",
-             "        return SQLiteStore(store, create=not Path(str(store)).exists())\n", LEDGER),
+             "    return SQLiteStore(location, create=create)\n",
+             "    return SQLiteStore(location, create=create or not Path(str(location)).exists())\n",
+             LEDGER),
+    Mutation("a missing PostgreSQL store becomes a new one", "src/renyiboost/stream/postgres.py",
+             '                raise StoreNotFound(f"no state store at {self.location}. '
+             '{NEVER_IMPLICIT}")\n',
+             "                create = True\n                self._check_absent()\n", POSTGRES),
+    Mutation("no lock on the PostgreSQL store", "src/renyiboost/stream/postgres.py",
+             "            self._lock()\n", "            pass\n", POSTGRES),
+    Mutation("a PostgreSQL server without fsync is accepted", "src/renyiboost/stream/postgres.py",
+             'if fsync != "on":', "if False:", POSTGRES),
     Mutation("no lock on the state file", "src/renyiboost/stream/store.py",
              "fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)", "pass", LEDGER),
     Mutation("a changed calibration is accepted", "src/renyiboost/stream/store.py",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,21 +174,28 @@ def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path) -> None:
     again.engine.close()
 
 
-def test_the_command_line_reports_errors_as_one_line_and_exit_code_1(tmp_path, capsys) -> None:
+def abalone_config(path: Path, state: Path | None = None) -> Path:
+    """A ``renyiboost train`` config at ``path`` for ``memory:abalone`` (its ``state`` if
+    given), with Abalone's public schema."""
     from renyiboost.stream.sources import InMemorySource
 
     features = "\n".join(f"{name} = {json.dumps(list(spec))}"
                          for name, spec in InMemorySource("abalone").schema.features.items())
-    config = tmp_path / "c.toml"
-    config.write_text(f"""
+    state_line = "" if state is None else f'state = "{state}"'
+    path.write_text(f"""
 source = "memory:abalone"
-state = "{tmp_path / 'missing.db'}"
+{state_line}
 [model]
 task = "regression"
 target_bounds = [0, 30]
 [model.features]
 {features}
 """)
+    return path
+
+
+def test_the_command_line_reports_errors_as_one_line_and_exit_code_1(tmp_path, capsys) -> None:
+    config = abalone_config(tmp_path / "c.toml", state=tmp_path / "missing.db")
     assert cli(["train", "--config", str(config)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("renyiboost: error: no state store at")

@@ -26,7 +26,8 @@ def _train(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="renyiboost train", description=COMMANDS["train"])
     parser.add_argument("--config", required=True, help="TOML config (see connectors.service)")
     parser.add_argument("--source", help="kafka://host:port/topic or memory:DATASET")
-    parser.add_argument("--state", help="SQLite state file (must exist, see --new-state)")
+    parser.add_argument("--state", help="state store: a SQLite file or a "
+                        "postgresql://…[?schema=name] URL (must exist, see --new-state)")
     parser.add_argument("--new-state", action="store_true",
                         help="create the state file first (refused if it exists): only for a "
                              "model that was never published")
@@ -55,15 +56,16 @@ def _state(argv: list[str]) -> int:
                         help="init: create the config's state store (refused if it exists); "
                              "info: print its operator telemetry as JSON (not for release)")
     parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
-    parser.add_argument("--state", help="state file (default: the config's)")
+    parser.add_argument("--state", help="state store, a SQLite file or a postgresql:// URL "
+                        "(default: the config's)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, {"state": args.state})
     except ValueError as error:
         parser.error(str(error))
     if args.action == "init":
-        identity = init_state(config)
-        print(f"created state store {config.state} (store id {identity.store_id})")
+        identity, location = init_state(config)
+        print(f"created state store {location} (store id {identity.store_id})")
         return 0
     engine = StreamEngine(engine_config(config.model), store=config.state,
                           seed=config.model.seed)

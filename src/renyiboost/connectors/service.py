@@ -43,7 +43,7 @@ from renyiboost.exceptions import BrokerUnavailable
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.store import SQLiteStore, StoreIdentity
+from renyiboost.stream.store import StoreIdentity, store_at
 
 #: The learner's fields a ``[model]`` table may set; each left out takes the default
 #: policy's value (:mod:`renyiboost.models.defaults`), not a field default of its own.
@@ -130,26 +130,27 @@ def parse_kafka_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
-def init_state(config: ServiceConfig) -> StoreIdentity:
-    """Create the config's state store (refused if the file exists) and pin its
-    configuration and calibration: ``renyiboost state init``."""
-    engine = StreamEngine(engine_config(config.model),
-                          store=SQLiteStore(config.state, create=True), seed=config.model.seed)
+def init_state(config: ServiceConfig) -> tuple[StoreIdentity, str]:
+    """Create the config's state store (refused if one is there) and pin its configuration
+    and calibration: ``renyiboost state init``. Returns its identity and where it is (a
+    URL without its password)."""
+    store = store_at(config.state, create=True)
+    engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
     identity = engine.store.identity
     engine.close()
-    return identity
+    return identity, store.location
 
 
 def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: bool = False,
               new_state: bool = False) -> int:
     """Train from the configured source until stopped (SIGINT/SIGTERM) or idle.
 
-    The state store must exist unless ``new_state`` (then it must not): see
-    :class:`~renyiboost.stream.store.SQLiteStore`.
+    The state store (a SQLite path or a ``postgresql://`` URL) must exist unless
+    ``new_state`` (then it must not): see :func:`~renyiboost.stream.store.store_at`.
     """
     from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
 
-    store = SQLiteStore(config.state, create=new_state)
+    store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
     try:
         if config.source.startswith("memory:"):

@@ -273,7 +273,8 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it
-        with the same arguments. A path is never created implicitly: a lost state file
+        with the same arguments. ``PostgresStore(url, create=True)`` and then
+        ``store="postgresql://…"`` do the same on a PostgreSQL server. A path is never created implicitly: a lost state file
         would otherwise hand every key a fresh budget.
     seed
         ``None`` (default): CSPRNG noise. An integer makes runs reproducible and the model

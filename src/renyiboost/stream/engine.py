@@ -256,9 +256,10 @@ class StreamEngine:
     config
         The public schema, learner parameters and triggers (:class:`EngineConfig`).
     store
-        ``None`` (memory), the path / ``sqlite:///`` URL of an existing SQLite store, or a
-        :class:`StateStore` (e.g. ``SQLiteStore(path, create=True)`` for a new one). A store
-        is resumed; it refuses a different configuration or calibration.
+        ``None`` (memory), the path / ``sqlite:///`` URL of an existing SQLite store, the
+        ``postgresql://…`` URL of an existing PostgreSQL store, or a :class:`StateStore`
+        (e.g. ``SQLiteStore(path, create=True)`` for a new one). A store is resumed; it
+        refuses a different configuration or calibration.
     seed
         ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
     strict

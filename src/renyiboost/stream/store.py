@@ -1,6 +1,6 @@
 """State stores: where the engine's ledger, pool, model and source offsets live.
 
-One small interface, two implementations:
+One small interface, three implementations:
 
 * :class:`MemoryStore` keeps nothing (the engine's own arrays are the state): the default
   for River use in a notebook. Its ledger dies with the process, so nothing that outlives
@@ -8,6 +8,9 @@ One small interface, two implementations:
 * :class:`SQLiteStore` (stdlib ``sqlite3``, WAL mode, ``synchronous=FULL`` by default) is
   the durable default for the CLI and the Kafka service. Everything a restart needs is in
   one file.
+* :class:`~renyiboost.stream.postgres.PostgresStore` keeps the same layout in a schema of a
+  PostgreSQL database (:class:`SQLStateStore` holds what the two share), for a trainer
+  that must resume on another host.
 
 **One key, one ledger, forever** (DEVELOPERS invariant 5). A durable store is never created
 implicitly: opening a path that does not exist, is empty (0 bytes) or holds no store
@@ -92,6 +95,12 @@ REPLAY_BYTES_PER_KEY = 2
 
 #: Default ``snapshot_ratio`` of :class:`SQLiteStore` (see the module docstring).
 SNAPSHOT_RATIO = 32.0
+
+#: Why a missing store is an error, said by every store that refuses one.
+NEVER_IMPLICIT = (
+    "A store is never created implicitly: if it was lost, so were its keys' budgets, and a "
+    "new one would hand them fresh ones. Create a store with `renyiboost state init` (or "
+    "create=True) only for a model that was never published.")
 
 
 @dataclass(frozen=True)
@@ -252,7 +261,7 @@ class MemoryStore(StateStore):
         self._values[name] = value
 
 
-_SCHEMA = """
+_SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS keys(batch INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
                                 names TEXT NOT NULL, crc INTEGER NOT NULL);
@@ -322,7 +331,311 @@ class _FileLock:
             self._file.close()  # closing drops the flock
 
 
-class SQLiteStore(StateStore):
+class SQLStateStore(StateStore):
+    """The event-sourced layout of the module docstring on a SQL database: everything but
+    the connection, the lock and the dialect, which :class:`SQLiteStore` and
+    :class:`~renyiboost.stream.postgres.PostgresStore` supply.
+
+    Statements are written once, with ``?`` placeholders and SQL that both SQLite (≥ 3.35)
+    and PostgreSQL accept (``INSERT … ON CONFLICT … DO UPDATE``, ``RETURNING``); a subclass
+    translates the placeholders (:meth:`_sql`) and says how to begin a transaction, whether
+    one is open, which errors are the database's, and whether a table exists.
+    """
+
+    durable = True
+    snapshot_ratio: float
+    _db: Any
+    #: The database driver's error class (wrapped into :class:`StateStoreError` on commit).
+    _database_error: type[BaseException] = sqlite3.Error
+    #: ``CREATE TABLE`` statements of the layout in this dialect.
+    _schema: str = ""
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages (a path, or a URL without its password)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ dialect
+    def _sql(self, statement: str) -> str:
+        return statement
+
+    def _begin(self) -> None:
+        self._db.execute("BEGIN")
+
+    def _in_transaction(self) -> bool:
+        raise NotImplementedError
+
+    def _has_table(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _execute(self, statement: str, params: tuple = ()) -> Any:
+        return self._db.execute(self._sql(statement), params)
+
+    def _rollback(self) -> None:
+        if self._in_transaction():
+            self._db.execute("ROLLBACK")
+
+    # ------------------------------------------------------------------ identity
+    def _start(self, create: bool) -> None:
+        """After connecting and locking: check (or create) the identity, count what the
+        snapshot policy weighs."""
+        self.identity = self._open(create)
+        self._event_bytes = 0
+        for kind, info, length in self._execute("SELECT kind, info, LENGTH(data) FROM events"):
+            self._event_bytes += (REPLAY_BYTES_PER_KEY * int(json.loads(info)["charged"])
+                                  if kind == "round" else int(length or 0))
+        self._segment_rows = int(self._execute(
+            "SELECT COALESCE(SUM(LENGTH(uids)), 0) / 8 FROM segments").fetchone()[0])
+
+    def _open(self, create: bool) -> StoreIdentity:
+        """Create or check the identity, then move to the next epoch (one transaction)."""
+        self._begin()
+        try:
+            if create:
+                for statement in filter(str.strip, self._schema.split(";")):
+                    self._execute(statement)
+                self._write_meta({"identity": {"store_id": str(uuid.uuid4()),
+                                               "format": STORE_FORMAT,
+                                               "created": time.time()}, "epoch": 0})
+            identity = self._meta("identity") if self._has_table("meta") else None
+            if identity is None:
+                raise StoreNotFound(
+                    f"{self.location} is not an initialised renyiboost state store (no "
+                    "identity; an empty database, or its write-ahead log was lost). Refusing to "
+                    "start a new ledger in its place.")
+            if identity.get("format") != STORE_FORMAT:
+                raise StateStoreError(
+                    f"{self.location} has store format {identity.get('format')}, this "
+                    f"renyiboost reads format {STORE_FORMAT}")
+            epoch = int(self._meta("epoch")) + 1
+            self._write_meta({"epoch": epoch})
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        return StoreIdentity(str(identity["store_id"]), epoch)
+
+    # ------------------------------------------------------------------ reading
+    def _meta(self, name: str) -> Any:
+        row = self._execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def _checked(self, table: str, row: tuple, *parts: bytes | str | None) -> None:
+        if _crc(*parts) != row[-1]:
+            raise StateStoreError(
+                f"the state store {self.location} is corrupt: a row of table {table!r} fails its "
+                "checksum. Restore the file from a backup taken after its last commit.")
+
+    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+        stored = {name: self._meta(name) for name in fingerprint}
+        if all(value is None for value in stored.values()):
+            self._write_meta(json.loads(json.dumps(fingerprint)))
+            return None
+        for name, given in json.loads(json.dumps(fingerprint)).items():
+            if stored[name] != given:
+                raise LedgerConflict(
+                    f"the store {self.location} was created with a different {name}; a key's "
+                    "budget cannot be re-based. Use the same arguments (and renyiboost "
+                    "version) or a new store for a new model.\n"
+                    f"stored: {json.dumps(stored[name], sort_keys=True)}\n"
+                    f"given:  {json.dumps(given, sort_keys=True)}")
+        meta = self._meta("state")
+        if meta is None:
+            return None
+        k = int(meta["n_features"])
+        depth = int(meta["depth"])
+        trees = {}
+        for row in self._execute(
+                "SELECT round, features, thresholds, leaves, crc FROM trees ORDER BY round"):
+            self._checked("trees", row, *row[1:4])
+            trees[int(row[0])] = (_array(row[1], "<i8"), _array(row[2], "<f8"),
+                                  _array(row[3], "<f8"))
+        snap = self._execute(
+            "SELECT seq, last_seg, uids, margin, spent, crc FROM snapshot WHERE id = 0").fetchone()
+        if snap:
+            self._checked("snapshot", snap, *snap[2:5])
+        seq, last_seg = (snap[0], snap[1]) if snap else (0, 0)
+        uids = _array(snap[2], "<i8") if snap else np.zeros(0, np.int64)
+        X, target = self._rows(uids, k, max_seg=last_seg)
+        pool = PoolState(uids, X, target,
+                         _array(snap[3], "<f8") if snap else np.zeros(0),
+                         _array(snap[4], "<f8") if snap else np.zeros(0))
+        events = []
+        for row in self._execute(
+                "SELECT kind, info, data, crc FROM events WHERE seq > ? ORDER BY seq", (seq,)):
+            self._checked("events", row, row[0], row[1], row[2])
+            events.append(self._event(row[0], json.loads(row[1]), row[2], k, 2**depth - 1))
+        keys: dict[str, int] = {}
+        for row in self._execute("SELECT uids, names, crc FROM keys ORDER BY batch"):
+            self._checked("keys", row, row[0], row[1])
+            keys.update(zip(json.loads(row[1]), _array(row[0], "<i8").tolist(), strict=True))
+        batches = self._execute(
+            "SELECT uids, spent, crc FROM retirements ORDER BY batch").fetchall()
+        for row in batches:
+            self._checked("retirements", row, row[0], row[1])
+        return Snapshot(
+            meta=meta, trees=trees, pool=pool, events=events, keys=keys,
+            retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
+                                        or [np.zeros(0, np.int64)]),
+            retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
+        )
+
+    def _event(self, kind: str, info: dict, data: bytes | None, k: int, n_internal: int) -> Event:
+        if kind == "merge":
+            seg = self._execute("SELECT uids, X, target, crc FROM segments WHERE seg = ?",
+                                   (info["seg"],)).fetchone()
+            self._checked("segments", seg, *seg[:3])
+            return MergeEvent(_array(seg[0], "<i8"), _array(seg[1], "<f8").reshape(-1, k),
+                              _array(seg[2], "<f8"), _array(data, "<f8"))
+        if kind == "init":
+            return InitEvent(float(info["score"]), float(info["charge"]))
+        row = self._execute("SELECT features, thresholds, leaves FROM trees WHERE round = ?",
+                               (info["round"],)).fetchone()
+        return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
+                          _array(row[1], "<f8"), _array(row[2], "<f8"),
+                          None if data is None else int(_array(data, "<u8")[0]),
+                          int(info["charged"]), int(info["dropped"]), info.get("stage"))
+
+    def _rows(self, uids: np.ndarray, k: int, max_seg: int) -> tuple[np.ndarray, np.ndarray]:
+        """Features and targets of ``uids``: each uid's newest row in segments ≤ ``max_seg``."""
+        if uids.size == 0:
+            return np.zeros((0, k)), np.zeros(0)
+        segs = self._execute(
+            "SELECT uids, X, target, crc FROM segments WHERE seg <= ? ORDER BY seg", (max_seg,)
+        ).fetchall()
+        for seg in segs:
+            self._checked("segments", seg, *seg[:3])
+        all_uids = np.concatenate([_array(s[0], "<i8") for s in segs])
+        all_X = np.concatenate([_array(s[1], "<f8").reshape(-1, k) for s in segs])
+        all_target = np.concatenate([_array(s[2], "<f8") for s in segs])
+        unique, first_in_reversed = np.unique(all_uids[::-1], return_index=True)
+        last = all_uids.size - 1 - first_in_reversed
+        where = np.minimum(np.searchsorted(unique, uids), unique.size - 1)
+        if np.any(unique[where] != uids):
+            raise StateStoreError(f"the state store {self.location} is inconsistent: pool rows "
+                                  "without data")
+        return all_X[last[where]], all_target[last[where]]
+
+    # ------------------------------------------------------------------ writing
+    def get_meta(self, name: str) -> Any:
+        return self._meta(f"side:{name}")
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self._transaction(lambda: self._write_meta({f"side:{name}": value}))
+
+    def _write_meta(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            self._execute("INSERT INTO meta(name, value) VALUES (?, ?) ON CONFLICT (name) "
+                          "DO UPDATE SET value = excluded.value", (name, json.dumps(value)))
+
+    def _transaction(self, write: Any) -> None:
+        """Run ``write()`` in one transaction; a failure rolls all of it back and is
+        reported with its cause (SQLite may already have rolled back, e.g. when full)."""
+        try:
+            self._begin()
+            write()
+            self._db.execute("COMMIT")
+        except self._database_error as error:
+            self._rollback()
+            raise StateStoreError(
+                f"could not commit to the state store {self.location}: {error}. Nothing of this "
+                "commit was written; fix the cause and restart from the store.") from error
+        except BaseException:
+            self._rollback()
+            raise
+
+    def commit(self, change: Commit | list[Commit]) -> None:
+        changes = change if isinstance(change, list) else [change]
+        event_bytes = self._event_bytes
+
+        def write() -> None:
+            for one in changes:
+                self._apply(one)
+            self._write_meta(changes[-1].meta)  # each change's meta replaces the one before
+
+        try:
+            self._transaction(write)
+        except BaseException:
+            self._event_bytes = event_bytes
+            raise
+
+    def _apply(self, change: Commit) -> None:
+        if change.new_keys:
+            uids, names = zip(*change.new_keys, strict=True)
+            blob, text = _blob(np.asarray(uids), "<i8"), json.dumps(names)
+            self._execute("INSERT INTO keys(uids, names, crc) VALUES (?, ?, ?)",
+                       (blob, text, _crc(blob, text)))
+        for event in change.events:
+            self._append(event)
+        if change.retired is not None and change.retired[0].size:
+            uids_blob = _blob(change.retired[0], "<i8")
+            spent_blob = _blob(change.retired[1], "<f8")
+            self._execute("INSERT INTO retirements(uids, spent, crc) VALUES (?, ?, ?)",
+                       (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
+        after = change.after
+        due = self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000)
+        if due or (change.snapshot and self._event_bytes > 0):
+            self._snapshot(after.compacted(), change.first_kept_round)
+
+    def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None,
+                      weight: int | None = None) -> None:
+        """One event row; ``weight`` (default: the data's length) counts towards a snapshot."""
+        text = json.dumps(info)
+        self._execute("INSERT INTO events(kind, info, data, crc) VALUES (?, ?, ?, ?)",
+                         (kind, text, data, _crc(kind, text, data)))
+        self._event_bytes += (0 if data is None else len(data)) if weight is None else weight
+
+    def _append(self, event: Event) -> None:
+        if isinstance(event, MergeEvent):
+            seg = self._insert_segment(event.uids, event.X, event.target)
+            self._insert_event("merge", {"seg": seg}, _blob(event.margin, "<f8"))
+        elif isinstance(event, InitEvent):
+            self._insert_event("init", {"score": event.score, "charge": event.charge}, None)
+        else:
+            blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
+                     _blob(event.leaves, "<f8"))
+            self._execute(
+                "INSERT INTO trees(round, features, thresholds, leaves, crc) "
+                "VALUES (?, ?, ?, ?, ?)", (event.round, *blobs, _crc(*blobs)))
+            digest = (None if event.codes_digest is None
+                      else _blob(np.array([event.codes_digest], dtype=np.uint64), "<u8"))
+            info = {"round": event.round, "dropped": event.dropped, "charged": event.n_charged}
+            if event.stage is not None:  # which σ and charge table a replay must use
+                info["stage"] = event.stage
+            self._insert_event("round", info, digest, REPLAY_BYTES_PER_KEY * event.n_charged)
+
+    def _insert_segment(self, uids: np.ndarray, X: np.ndarray, target: np.ndarray) -> int:
+        blobs = (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8"))
+        (seg,) = self._execute(
+            "INSERT INTO segments(uids, X, target, crc) VALUES (?, ?, ?, ?) RETURNING seg",
+            (*blobs, _crc(*blobs))).fetchone()
+        self._segment_rows += int(uids.size)
+        return int(seg)
+
+    def _snapshot(self, after: PoolState, first_kept_round: int) -> None:
+        """Write the pool as of this commit; drop what no restore will need again."""
+        if self._segment_rows > 2 * after.uids.size + 10_000:
+            # Most stored rows are dead (retired or replaced): keep only the live ones.
+            self._execute("DELETE FROM segments")
+            self._segment_rows = 0
+            self._insert_segment(after.uids, after.X, after.target)
+        last_seg = int(self._execute("SELECT COALESCE(MAX(seg), 0) FROM segments").fetchone()[0])
+        seq = int(self._execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        blobs = (_blob(after.uids, "<i8"), _blob(after.margin, "<f8"), _blob(after.spent, "<f8"))
+        self._execute(
+            "INSERT INTO snapshot(id, seq, last_seg, uids, margin, spent, crc) "
+            "VALUES (0, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, "
+            "last_seg = excluded.last_seg, uids = excluded.uids, margin = excluded.margin, "
+            "spent = excluded.spent, crc = excluded.crc", (seq, last_seg, *blobs, _crc(*blobs)))
+        self._execute("DELETE FROM events WHERE seq <= ?", (seq,))
+        self._execute("DELETE FROM trees WHERE round < ?", (first_kept_round,))
+        self._event_bytes = 0
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SQLiteStore(SQLStateStore):
     """The durable store in one SQLite file (see the module docstring).
 
     Parameters
@@ -343,7 +656,7 @@ class SQLiteStore(StateStore):
         SQLite page size of a new store (see :data:`PAGE_SIZE`); an existing store keeps its.
     """
 
-    durable = True
+    _schema = _SQLITE_SCHEMA
 
     def __init__(
         self,
@@ -370,20 +683,28 @@ class SQLiteStore(StateStore):
                 self._db.execute(f"PRAGMA page_size={int(page_size)}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self.identity = self._open(create)
+            self._start(create)
         except BaseException:
             self._lock.release()
             raise
-        self._event_bytes = int(self._db.execute(
-            "SELECT COALESCE(SUM(CASE kind WHEN 'round' THEN ? * json_extract(info, '$.charged')"
-            " ELSE LENGTH(data) END), 0) FROM events", (REPLAY_BYTES_PER_KEY,)).fetchone()[0])
-        self._segment_rows = int(self._db.execute(
-            "SELECT COALESCE(SUM(LENGTH(uids)), 0) / 8 FROM segments").fetchone()[0])
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
-    # ------------------------------------------------------------------ identity
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def _begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")  # take the write lock now, not at the first write
+
+    def _in_transaction(self) -> bool:
+        return bool(self._db.in_transaction)
+
+    def _has_table(self, name: str) -> bool:
+        return self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                (name,)).fetchone() is not None
+
     def _check_absent(self) -> None:
         for suffix in ("", "-wal"):
             if Path(f"{self.path}{suffix}").exists():
@@ -393,283 +714,37 @@ class SQLiteStore(StateStore):
                     "choose a new path.")
 
     def _check_present(self) -> None:
-        hint = ("A store is never created implicitly: if the file was lost, so were its keys' "
-                "budgets, and a new one would hand them fresh ones. Create a store with "
-                "`renyiboost state init` (or SQLiteStore(path, create=True)) only for a model "
-                "that was never published.")
         if not self.path.exists():
-            raise StoreNotFound(f"no state store at {self.path}. {hint}")
+            raise StoreNotFound(f"no state store at {self.path}. {NEVER_IMPLICIT}")
         if self.path.stat().st_size == 0:
-            raise StoreNotFound(f"the state store {self.path} is empty (0 bytes). {hint}")
-
-    def _open(self, create: bool) -> StoreIdentity:
-        """Create or check the identity, then move to the next epoch (one transaction)."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if create:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    db.execute(statement)
-                self._write_meta({"identity": {"store_id": str(uuid.uuid4()),
-                                               "format": STORE_FORMAT,
-                                               "created": time.time()}, "epoch": 0})
-            identity = self._meta_or_none("identity")
-            if identity is None:
-                raise StoreNotFound(
-                    f"{self.path} is not an initialised renyiboost state store (no identity; "
-                    "an empty database, or its write-ahead log was lost). Refusing to start a "
-                    "new ledger in its place.")
-            if identity.get("format") != STORE_FORMAT:
-                raise StateStoreError(
-                    f"{self.path} has store format {identity.get('format')}, this renyiboost "
-                    f"reads format {STORE_FORMAT}")
-            epoch = int(self._meta("epoch")) + 1
-            self._write_meta({"epoch": epoch})
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        return StoreIdentity(str(identity["store_id"]), epoch)
-
-    # ------------------------------------------------------------------ reading
-    def _meta_or_none(self, name: str) -> Any:
-        try:
-            return self._meta(name)
-        except sqlite3.OperationalError:  # no meta table: not a store
-            return None
-
-    def _meta(self, name: str) -> Any:
-        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def _checked(self, table: str, row: tuple, *parts: bytes | str | None) -> None:
-        if _crc(*parts) != row[-1]:
-            raise StateStoreError(
-                f"the state store {self.path} is corrupt: a row of table {table!r} fails its "
-                "checksum. Restore the file from a backup taken after its last commit.")
-
-    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
-        stored = {name: self._meta(name) for name in fingerprint}
-        if all(value is None for value in stored.values()):
-            self._write_meta(json.loads(json.dumps(fingerprint)))
-            return None
-        for name, given in json.loads(json.dumps(fingerprint)).items():
-            if stored[name] != given:
-                raise LedgerConflict(
-                    f"the store {self.path} was created with a different {name}; a key's "
-                    "budget cannot be re-based. Use the same arguments (and renyiboost "
-                    "version) or a new store for a new model.\n"
-                    f"stored: {json.dumps(stored[name], sort_keys=True)}\n"
-                    f"given:  {json.dumps(given, sort_keys=True)}")
-        meta = self._meta("state")
-        if meta is None:
-            return None
-        k = int(meta["n_features"])
-        depth = int(meta["depth"])
-        trees = {}
-        for row in self._db.execute(
-                "SELECT round, features, thresholds, leaves, crc FROM trees ORDER BY round"):
-            self._checked("trees", row, *row[1:4])
-            trees[int(row[0])] = (_array(row[1], "<i8"), _array(row[2], "<f8"),
-                                  _array(row[3], "<f8"))
-        snap = self._db.execute(
-            "SELECT seq, last_seg, uids, margin, spent, crc FROM snapshot WHERE id = 0").fetchone()
-        if snap:
-            self._checked("snapshot", snap, *snap[2:5])
-        seq, last_seg = (snap[0], snap[1]) if snap else (0, 0)
-        uids = _array(snap[2], "<i8") if snap else np.zeros(0, np.int64)
-        X, target = self._rows(uids, k, max_seg=last_seg)
-        pool = PoolState(uids, X, target,
-                         _array(snap[3], "<f8") if snap else np.zeros(0),
-                         _array(snap[4], "<f8") if snap else np.zeros(0))
-        events = []
-        for row in self._db.execute(
-                "SELECT kind, info, data, crc FROM events WHERE seq > ? ORDER BY seq", (seq,)):
-            self._checked("events", row, row[0], row[1], row[2])
-            events.append(self._event(row[0], json.loads(row[1]), row[2], k, 2**depth - 1))
-        keys: dict[str, int] = {}
-        for row in self._db.execute("SELECT uids, names, crc FROM keys ORDER BY batch"):
-            self._checked("keys", row, row[0], row[1])
-            keys.update(zip(json.loads(row[1]), _array(row[0], "<i8").tolist(), strict=True))
-        batches = self._db.execute(
-            "SELECT uids, spent, crc FROM retirements ORDER BY batch").fetchall()
-        for row in batches:
-            self._checked("retirements", row, row[0], row[1])
-        return Snapshot(
-            meta=meta, trees=trees, pool=pool, events=events, keys=keys,
-            retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
-                                        or [np.zeros(0, np.int64)]),
-            retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
-        )
-
-    def _event(self, kind: str, info: dict, data: bytes | None, k: int, n_internal: int) -> Event:
-        if kind == "merge":
-            seg = self._db.execute("SELECT uids, X, target, crc FROM segments WHERE seg = ?",
-                                   (info["seg"],)).fetchone()
-            self._checked("segments", seg, *seg[:3])
-            return MergeEvent(_array(seg[0], "<i8"), _array(seg[1], "<f8").reshape(-1, k),
-                              _array(seg[2], "<f8"), _array(data, "<f8"))
-        if kind == "init":
-            return InitEvent(float(info["score"]), float(info["charge"]))
-        row = self._db.execute("SELECT features, thresholds, leaves FROM trees WHERE round = ?",
-                               (info["round"],)).fetchone()
-        return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
-                          _array(row[1], "<f8"), _array(row[2], "<f8"),
-                          None if data is None else int(_array(data, "<u8")[0]),
-                          int(info["charged"]), int(info["dropped"]), info.get("stage"))
-
-    def _rows(self, uids: np.ndarray, k: int, max_seg: int) -> tuple[np.ndarray, np.ndarray]:
-        """Features and targets of ``uids``: each uid's newest row in segments ≤ ``max_seg``."""
-        if uids.size == 0:
-            return np.zeros((0, k)), np.zeros(0)
-        segs = self._db.execute(
-            "SELECT uids, X, target, crc FROM segments WHERE seg <= ? ORDER BY seg", (max_seg,)
-        ).fetchall()
-        for seg in segs:
-            self._checked("segments", seg, *seg[:3])
-        all_uids = np.concatenate([_array(s[0], "<i8") for s in segs])
-        all_X = np.concatenate([_array(s[1], "<f8").reshape(-1, k) for s in segs])
-        all_target = np.concatenate([_array(s[2], "<f8") for s in segs])
-        unique, first_in_reversed = np.unique(all_uids[::-1], return_index=True)
-        last = all_uids.size - 1 - first_in_reversed
-        where = np.minimum(np.searchsorted(unique, uids), unique.size - 1)
-        if np.any(unique[where] != uids):
-            raise StateStoreError(f"the state store {self.path} is inconsistent: pool rows "
-                                  "without data")
-        return all_X[last[where]], all_target[last[where]]
-
-    # ------------------------------------------------------------------ writing
-    def get_meta(self, name: str) -> Any:
-        return self._meta(f"side:{name}")
-
-    def set_meta(self, name: str, value: Any) -> None:
-        self._transaction(lambda: self._write_meta({f"side:{name}": value}))
-
-    def _write_meta(self, values: dict[str, Any]) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)",
-            [(name, json.dumps(value)) for name, value in values.items()],
-        )
-
-    def _transaction(self, write: Any) -> None:
-        """Run ``write()`` in one transaction; a failure rolls all of it back and is
-        reported with its cause (SQLite may already have rolled back, e.g. when full)."""
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            write()
-            db.execute("COMMIT")
-        except sqlite3.Error as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise StateStoreError(
-                f"could not commit to the state store {self.path}: {error}. Nothing of this "
-                "commit was written; fix the cause and restart from the store.") from error
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-
-    def commit(self, change: Commit | list[Commit]) -> None:
-        changes = change if isinstance(change, list) else [change]
-        event_bytes = self._event_bytes
-
-        def write() -> None:
-            for one in changes:
-                self._apply(one)
-            self._write_meta(changes[-1].meta)  # each change's meta replaces the one before
-
-        try:
-            self._transaction(write)
-        except BaseException:
-            self._event_bytes = event_bytes
-            raise
-
-    def _apply(self, change: Commit) -> None:
-        db = self._db
-        if change.new_keys:
-            uids, names = zip(*change.new_keys, strict=True)
-            blob, text = _blob(np.asarray(uids), "<i8"), json.dumps(names)
-            db.execute("INSERT INTO keys(uids, names, crc) VALUES (?, ?, ?)",
-                       (blob, text, _crc(blob, text)))
-        for event in change.events:
-            self._append(event)
-        if change.retired is not None and change.retired[0].size:
-            uids_blob = _blob(change.retired[0], "<i8")
-            spent_blob = _blob(change.retired[1], "<f8")
-            db.execute("INSERT INTO retirements(uids, spent, crc) VALUES (?, ?, ?)",
-                       (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
-        after = change.after
-        due = self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000)
-        if due or (change.snapshot and self._event_bytes > 0):
-            self._snapshot(after.compacted(), change.first_kept_round)
-
-    def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None,
-                      weight: int | None = None) -> None:
-        """One event row; ``weight`` (default: the data's length) counts towards a snapshot."""
-        text = json.dumps(info)
-        self._db.execute("INSERT INTO events(kind, info, data, crc) VALUES (?, ?, ?, ?)",
-                         (kind, text, data, _crc(kind, text, data)))
-        self._event_bytes += (0 if data is None else len(data)) if weight is None else weight
-
-    def _append(self, event: Event) -> None:
-        if isinstance(event, MergeEvent):
-            seg = self._insert_segment(event.uids, event.X, event.target)
-            self._insert_event("merge", {"seg": seg}, _blob(event.margin, "<f8"))
-        elif isinstance(event, InitEvent):
-            self._insert_event("init", {"score": event.score, "charge": event.charge}, None)
-        else:
-            blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
-                     _blob(event.leaves, "<f8"))
-            self._db.execute(
-                "INSERT INTO trees(round, features, thresholds, leaves, crc) "
-                "VALUES (?, ?, ?, ?, ?)", (event.round, *blobs, _crc(*blobs)))
-            digest = (None if event.codes_digest is None
-                      else _blob(np.array([event.codes_digest], dtype=np.uint64), "<u8"))
-            info = {"round": event.round, "dropped": event.dropped, "charged": event.n_charged}
-            if event.stage is not None:  # which σ and charge table a replay must use
-                info["stage"] = event.stage
-            self._insert_event("round", info, digest, REPLAY_BYTES_PER_KEY * event.n_charged)
-
-    def _insert_segment(self, uids: np.ndarray, X: np.ndarray, target: np.ndarray) -> int:
-        blobs = (_blob(uids, "<i8"), _blob(X, "<f8"), _blob(target, "<f8"))
-        cursor = self._db.execute(
-            "INSERT INTO segments(uids, X, target, crc) VALUES (?, ?, ?, ?)",
-            (*blobs, _crc(*blobs)))
-        self._segment_rows += int(uids.size)
-        return int(cursor.lastrowid)
-
-    def _snapshot(self, after: PoolState, first_kept_round: int) -> None:
-        """Write the pool as of this commit; drop what no restore will need again."""
-        db = self._db
-        if self._segment_rows > 2 * after.uids.size + 10_000:
-            # Most stored rows are dead (retired or replaced): keep only the live ones.
-            db.execute("DELETE FROM segments")
-            self._segment_rows = 0
-            self._insert_segment(after.uids, after.X, after.target)
-        last_seg = int(db.execute("SELECT COALESCE(MAX(seg), 0) FROM segments").fetchone()[0])
-        seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
-        blobs = (_blob(after.uids, "<i8"), _blob(after.margin, "<f8"), _blob(after.spent, "<f8"))
-        db.execute(
-            "INSERT OR REPLACE INTO snapshot(id, seq, last_seg, uids, margin, spent, crc) "
-            "VALUES (0, ?, ?, ?, ?, ?, ?)", (seq, last_seg, *blobs, _crc(*blobs)))
-        db.execute("DELETE FROM events WHERE seq <= ?", (seq,))
-        db.execute("DELETE FROM trees WHERE round < ?", (first_kept_round,))
-        self._event_bytes = 0
+            raise StoreNotFound(f"the state store {self.path} is empty (0 bytes). "
+                                f"{NEVER_IMPLICIT}")
 
     def close(self) -> None:
         self._db.close()
         self._lock.release()
 
 
+def store_at(location: str | Path, *, create: bool = False) -> SQLStateStore:
+    """The durable store a location names: a ``postgresql://…[?schema=name]`` URL →
+    :class:`~renyiboost.stream.postgres.PostgresStore`; a path or ``sqlite:///…`` URL →
+    :class:`SQLiteStore`. ``create`` as for either (never implicit)."""
+    text = str(location)
+    if text.startswith(("postgresql://", "postgres://")):
+        from renyiboost.stream.postgres import PostgresStore
+
+        return PostgresStore(text, create=create)
+    return SQLiteStore(location, create=create)
+
+
 def open_store(store: StateStore | str | Path | None) -> StateStore:
-    """``None`` → memory; a path or ``sqlite:///…`` URL → the SQLite store there, which must
-    exist (see :class:`SQLiteStore` for creating one); a store → itself."""
+    """``None`` → memory; a location (path, ``sqlite:///…`` or ``postgresql://…`` URL) → the
+    existing store there (see :func:`store_at`; creating one is explicit); a store → itself."""
     if store is None:
         return MemoryStore()
     if isinstance(store, StateStore):
         return store
     if isinstance(store, str | Path):
-        return SQLiteStore(store)
-    raise TypeError(f"store must be None, a path, a sqlite:/// URL or a StateStore, got {store!r}")
+        return store_at(store)
+    raise TypeError("store must be None, a path, a sqlite:/// or postgresql:// URL or a "
+                    f"StateStore, got {store!r}")

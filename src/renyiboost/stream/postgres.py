@@ -1,0 +1,214 @@
+"""The state store on a PostgreSQL server: the same event-sourced layout as
+:class:`~renyiboost.stream.store.SQLiteStore`, so that a trainer restarted on another host
+resumes every key's ledger from the database.
+
+Install with ``pip install 'renyiboost[postgres]'`` (psycopg 3). Everything the SQLite
+store promises holds here, with the server's means:
+
+* **Never implicit.** A store lives in one PostgreSQL *schema* (namespace; default
+  ``renyiboost``) of a database. ``create=True`` makes the tables there and refuses a schema
+  that already holds a store's tables; without it, a schema with no store identity is
+  :class:`~renyiboost.exceptions.StoreNotFound` (a dropped or restored-empty database must not
+  hand every key a fresh budget).
+* **One holder.** The store takes a session-level advisory lock keyed by its schema
+  (``pg_try_advisory_lock``); a second trainer on the same store is refused with the
+  holder's ``application_name`` (pid and host). The server drops the lock when the holder's
+  connection ends, a ``kill -9`` included.
+* **Durable before visible.** Each commit is one transaction with ``synchronous_commit =
+  on``, so ``COMMIT`` returns after the server flushed its write-ahead log. A server run with
+  ``fsync = off`` cannot keep that promise across a power loss: opening a store there is
+  refused (:class:`~renyiboost.exceptions.StateStoreError`).
+* A lost connection in the middle of a commit is a failed commit: the server rolls the
+  transaction back whole, the engine stops (see :class:`~renyiboost.stream.engine.StreamEngine`)
+  and a restart resumes from the last committed round.
+
+Blobs are ``bytea`` with the same little-endian layouts and CRC-32s as in SQLite; identity
+columns (never reused, like SQLite's ``AUTOINCREMENT``) number the events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
+from renyiboost.stream.store import NEVER_IMPLICIT, SNAPSHOT_RATIO, SQLStateStore
+
+_SCHEMA = """
+CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE keys(batch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, uids BYTEA NOT NULL,
+                  names TEXT NOT NULL, crc BIGINT NOT NULL);
+CREATE TABLE retirements(batch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                         uids BYTEA NOT NULL, spent BYTEA NOT NULL, crc BIGINT NOT NULL);
+CREATE TABLE segments(seg BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, uids BYTEA NOT NULL,
+                      X BYTEA NOT NULL, target BYTEA NOT NULL, crc BIGINT NOT NULL);
+CREATE TABLE trees(round BIGINT PRIMARY KEY, features BYTEA NOT NULL,
+                   thresholds BYTEA NOT NULL, leaves BYTEA NOT NULL, crc BIGINT NOT NULL);
+CREATE TABLE events(seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind TEXT NOT NULL,
+                    info TEXT NOT NULL, data BYTEA, crc BIGINT NOT NULL);
+CREATE TABLE snapshot(id INTEGER PRIMARY KEY CHECK (id = 0), seq BIGINT NOT NULL,
+                      last_seg BIGINT NOT NULL, uids BYTEA NOT NULL, margin BYTEA NOT NULL,
+                      spent BYTEA NOT NULL, crc BIGINT NOT NULL);
+"""
+_TABLES = ("meta", "keys", "retirements", "segments", "trees", "events", "snapshot")
+
+#: First half of the advisory lock's two-integer key: says the lock is a renyiboost store's.
+_LOCK_CLASS = 0x52425354  # "RBST"
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ModuleNotFoundError as error:  # pragma: no cover - depends on the install
+        raise ModuleNotFoundError(
+            "the PostgreSQL state store needs psycopg 3: pip install 'renyiboost[postgres]'"
+        ) from error
+    return psycopg
+
+
+def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
+    """``postgresql://…[?schema=name]`` → (the URL psycopg connects to, the schema name).
+
+    >>> split_url("postgresql://u@db:5432/state?schema=shard_0&sslmode=require")
+    ('postgresql://u@db:5432/state?sslmode=require', 'shard_0')
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"a PostgreSQL store URL starts with postgresql://, got {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for key, value in query if key == "schema"]
+    rest = [(key, value) for key, value in query if key != "schema"]
+    name = schema or (named[-1] if named else "renyiboost")
+    if not _SCHEMA_NAME.fullmatch(name):
+        raise ValueError(f"schema must be a lower-case SQL name (letters, digits, _), got {name!r}")
+    return urlunsplit(parts._replace(query=urlencode(rest))), name
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+class PostgresStore(SQLStateStore):
+    """The durable store in a schema of a PostgreSQL database (see the module docstring).
+
+    Parameters
+    ----------
+    url
+        ``postgresql://user[:password]@host[:port]/database``, optionally with
+        ``?schema=name``; libpq's other parameters (``sslmode``, …) pass through.
+    schema
+        The schema that holds the store (overrides the URL's; default ``renyiboost``). One
+        schema, one store: shards of a deployment each take their own.
+    create
+        ``False`` (default): open an existing store and refuse anything else. ``True``:
+        create a new store and refuse a schema that already holds one.
+    snapshot_ratio
+        As for :class:`~renyiboost.stream.store.SQLiteStore`.
+    """
+
+    _schema = _SCHEMA
+
+    def __init__(self, url: str, *, schema: str | None = None, create: bool = False,
+                 snapshot_ratio: float = SNAPSHOT_RATIO) -> None:
+        psycopg = _psycopg()
+        self._database_error = psycopg.Error
+        self.url, self.schema = split_url(url, schema)
+        self.snapshot_ratio = snapshot_ratio
+        holder = f"renyiboost pid {os.getpid()} on {socket.gethostname()}"[:63]
+        try:
+            self._db = psycopg.connect(self.url, autocommit=True, application_name=holder)
+        except psycopg.Error as error:
+            raise StateStoreError(f"cannot connect to the state store {self.location}: "
+                                  f"{error}".strip()) from error
+        try:
+            self._check_durable()
+            self._lock()
+            if create:
+                self._check_absent()
+            elif not self._has_table("meta"):
+                raise StoreNotFound(f"no state store at {self.location}. {NEVER_IMPLICIT}")
+            self._start(create)
+        except BaseException:
+            self._db.close()  # drops the advisory lock with the session
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.location!r})"
+
+    @property
+    def location(self) -> str:
+        return f"{_without_password(self.url)} schema {self.schema}"
+
+    # ------------------------------------------------------------------ dialect
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s")
+
+    def _in_transaction(self) -> bool:
+        # A lost connection (UNKNOWN) has no transaction left: the server rolled it back.
+        status = _psycopg().pq.TransactionStatus
+        return self._db.info.transaction_status in (status.INTRANS, status.INERROR)
+
+    def _has_table(self, name: str) -> bool:
+        return self._db.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+            "AND table_name = %s", (self.schema, name)).fetchone() is not None
+
+    # ------------------------------------------------------------------ opening
+    def _check_durable(self) -> None:
+        """``COMMIT`` must return only once the commit is on disk (invariant 4)."""
+        (fsync,) = self._db.execute("SHOW fsync").fetchone()
+        if fsync != "on":
+            raise StateStoreError(
+                f"the PostgreSQL server of {self.location} runs with fsync = {fsync}: a power "
+                "loss could undo a commit whose tree was already published. Use a server with "
+                "fsync = on for a state store.")
+        self._db.execute("SET synchronous_commit TO on")
+
+    def _lock_key(self) -> int:
+        digest = hashlib.sha256(f"renyiboost store {self.schema}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
+
+    def _lock(self) -> None:
+        """One process at a time: a session advisory lock, dropped when the session ends."""
+        key = self._lock_key()
+        (taken,) = self._db.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                    (_LOCK_CLASS, key)).fetchone()
+        if taken:
+            return
+        row = self._db.execute(
+            "SELECT a.application_name, a.client_addr FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 2",
+            (_LOCK_CLASS, key)).fetchone()
+        holder = (f"{row[0] or 'a client without a name'} (from {row[1] or 'a local socket'})"
+                  if row else "another process")
+        raise StoreLocked(
+            f"the state store {self.location} is in use by {holder}; one process at a time "
+            "may hold a store (stop that one first)")
+
+    def _check_absent(self) -> None:
+        found = [name for name in _TABLES if self._has_table(name)]
+        if found:
+            raise LedgerConflict(
+                f"{self.location} already holds state store tables ({', '.join(found)}); a new "
+                "state store is never created over an old one (its keys' budgets would "
+                "restart). Open it instead, or choose a new schema.")
+        self._db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+
+    def _start(self, create: bool) -> None:
+        self._db.execute(f'SET search_path TO "{self.schema}"')
+        super()._start(create)
+
+    def close(self) -> None:
+        if not self._db.closed:
+            self._db.close()  # ends the session: the advisory lock goes with it

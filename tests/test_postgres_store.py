@@ -1,0 +1,220 @@
+"""The PostgreSQL state store against a real server (``conftest.postgres_server``): the same
+ledger as SQLite bit for bit, never implicit, one holder, pinned, checksummed, durable before
+visible, and a server killed in the middle of training that loses no charge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import psycopg
+import pytest
+from test_ledger import _feed, _model, abalone_config
+
+from renyiboost.exceptions import (
+    LedgerConflict,
+    StateStoreError,
+    StoreLocked,
+    StoreNotFound,
+)
+from renyiboost.stream.postgres import PostgresStore, split_url
+from renyiboost.stream.store import SQLiteStore, open_store
+
+PROBES = [{"a": a, "b": b, "c": c} for a in (0.1, 0.5, 0.9) for b in (-4.0, 0.0, 4.0)
+          for c in "xyz"]
+
+
+def _schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def _state(model) -> dict:
+    engine = model.engine
+    return {"version": engine.release_version,
+            "leaves": engine.ensemble.leaves.tolist(),
+            "spent": engine.spent_rdp().tolist(),
+            "budgets": [engine.operator_budget_of(f"k{i}").spent_rdp for i in range(80)],
+            "predictions": [model.predict_one(x) for x in PROBES]}
+
+
+def test_the_url_names_the_schema_and_keeps_libpq_parameters() -> None:
+    assert split_url("postgresql://u:pw@h:5/db?schema=s1&sslmode=require") == (
+        "postgresql://u:pw@h:5/db?sslmode=require", "s1")
+    assert split_url("postgres://h/db")[1] == "renyiboost"
+    for bad in ("postgresql://h/db?schema=Robert'); DROP TABLE x;--", "mysql://h/db"):
+        with pytest.raises(ValueError):
+            split_url(bad)
+
+
+def test_a_crash_restart_restores_the_same_ledger_as_sqlite_bit_for_bit(
+        postgres_server, tmp_path) -> None:
+    """Same seed, same stream on SQLite and on PostgreSQL, both crashed (store closed with
+    rounds left to replay) and resumed: equal trees, spent budgets and predictions."""
+    schema = _schema()
+    states = []
+    for store, reopen in ((SQLiteStore(tmp_path / "s.db", create=True, snapshot_ratio=1e9),
+                           lambda: SQLiteStore(tmp_path / "s.db", snapshot_ratio=1e9)),
+                          (PostgresStore(postgres_server.url, schema=schema, create=True,
+                                         snapshot_ratio=1e9),
+                           lambda: PostgresStore(f"{postgres_server.url}?schema={schema}",
+                                                 snapshot_ratio=1e9))):
+        model = _model(store)
+        _feed(model, 400)
+        before = _state(model)
+        model.engine.store.close()  # a crash: the restart replays every round
+        again = _model(reopen())
+        assert _state(again) == before
+        _feed(again, 200, start=400)
+        states.append(_state(again))
+        again.engine.close()
+    assert states[0] == states[1]
+    assert states[0]["version"] > 10
+
+
+def test_a_missing_schema_is_never_a_new_store_and_creation_never_overwrites(
+        postgres_server) -> None:
+    with pytest.raises(StoreNotFound, match="never created implicitly"):
+        PostgresStore(postgres_server.url, schema=_schema())
+    with pytest.raises(StoreNotFound, match="never created implicitly"):
+        open_store(f"{postgres_server.url}?schema={_schema()}")
+    schema = _schema()
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()
+    with pytest.raises(LedgerConflict, match="already holds state store tables"):
+        PostgresStore(postgres_server.url, schema=schema, create=True)
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:  # identity deleted
+        db.execute(f"DELETE FROM {schema}.meta WHERE name = 'identity'")
+    with pytest.raises(StoreNotFound, match="no identity"):
+        PostgresStore(postgres_server.url, schema=schema)
+
+
+def test_a_second_holder_is_refused_and_a_killed_holder_releases_the_lock(
+        postgres_server) -> None:
+    schema = _schema()
+    url = f"{postgres_server.url}?schema={schema}"
+    first = PostgresStore(url, create=True)
+    with pytest.raises(StoreLocked, match=r"in use by renyiboost pid \d+"):
+        PostgresStore(url)
+    first.close()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from renyiboost.stream.postgres import PostgresStore
+        store = PostgresStore({url!r}); print("held", flush=True); time.sleep(60)""")],
+        stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    with pytest.raises(StoreLocked, match=f"pid {holder.pid}"):
+        PostgresStore(url)
+    holder.kill()  # kill -9: the server ends its session and drops the lock
+    holder.wait(10)
+    for _ in range(100):
+        try:
+            PostgresStore(url).close()
+            break
+        except StoreLocked:
+            subprocess.run(["sleep", "0.1"], check=True)
+    else:
+        pytest.fail("the killed holder's lock was never released")
+    other = PostgresStore(postgres_server.url, schema=_schema(), create=True)  # its own lock
+    other.close()
+
+
+def test_a_changed_calibration_and_a_corrupt_blob_are_refused(postgres_server) -> None:
+    schema = _schema()
+    url = f"{postgres_server.url}?schema={schema}"
+    model = _model(PostgresStore(url, create=True, snapshot_ratio=1e9))
+    _feed(model, 200)
+    model.engine.store.close()
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        (stored,) = db.execute(f"SELECT value FROM {schema}.meta WHERE name = 'calibration'"
+                               ).fetchone()
+        changed = json.loads(stored)
+        changed["sigma"] *= 0.9  # less noise for the same budget: never re-based
+        db.execute(f"UPDATE {schema}.meta SET value = %s WHERE name = 'calibration'",
+                   (json.dumps(changed),))
+        with pytest.raises(LedgerConflict, match="different calibration"):
+            _model(url)
+        db.execute(f"UPDATE {schema}.meta SET value = %s WHERE name = 'calibration'", (stored,))
+        db.execute(f"UPDATE {schema}.events SET data = set_byte(data, 0, get_byte(data, 0) # 1) "
+                   f"WHERE seq = (SELECT MIN(seq) FROM {schema}.events WHERE kind = 'round')")
+    with pytest.raises(StateStoreError, match="corrupt"):
+        _model(url)
+
+
+def _set_fsync(url: str, value: str | None) -> None:
+    """Change the server's fsync (``None``: back to its default) and wait for new sessions
+    to see it (a reload is asynchronous)."""
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("ALTER SYSTEM RESET fsync" if value is None
+                   else f"ALTER SYSTEM SET fsync = {value}")
+        db.execute("SELECT pg_reload_conf()")
+    for _ in range(100):
+        with psycopg.connect(url) as db:
+            if db.execute("SHOW fsync").fetchone()[0] == (value or "on"):
+                return
+        subprocess.run(["sleep", "0.05"], check=True)
+    pytest.fail("the server did not take the new fsync setting")
+
+
+def test_a_server_without_fsync_is_refused(postgres_server) -> None:
+    schema = _schema()
+    _set_fsync(postgres_server.url, "off")
+    try:
+        with pytest.raises(StateStoreError, match="fsync = off"):
+            PostgresStore(postgres_server.url, schema=schema, create=True)
+    finally:
+        _set_fsync(postgres_server.url, None)
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()
+
+
+def test_a_database_killed_mid_training_loses_no_charge_and_releases_nothing_uncommitted(
+        postgres_server) -> None:
+    """Failure injection on a real server: SIGKILL the database while the trainer commits.
+    The next commit fails, the engine stops and shows nothing more; after the server comes
+    back, a restart holds exactly what was committed, and no key's budget there is below
+    what the trees it already saw (the last version it showed) charged it."""
+    schema = _schema()
+    url = f"{postgres_server.url}?schema={schema}"
+    model = _model(PostgresStore(url, create=True))
+    _feed(model, 300)
+    shown = _state(model)
+    postgres_server.kill()
+    try:
+        with pytest.raises(StateStoreError, match="could not commit"):
+            _feed(model, 200, start=300)
+        with pytest.raises(StateStoreError, match="failed commit"):
+            model.predict_one(PROBES[0])  # stopped: nothing uncommitted is ever shown
+    finally:
+        model.engine.store.close()
+        postgres_server.start()
+    again = _model(url)
+    restored = _state(again)
+    assert restored["version"] >= shown["version"]
+    if restored["version"] == shown["version"]:
+        assert restored == shown
+    assert min(np.subtract(restored["budgets"], shown["budgets"])) >= 0.0
+    again.engine.close()
+
+
+def test_the_command_line_trains_into_a_postgres_store(postgres_server, tmp_path, capsys) -> None:
+    """``state init`` / ``train`` / ``state info`` with ``--state postgresql://…``."""
+    from renyiboost.cli import main as cli
+
+    config = abalone_config(tmp_path / "c.toml")
+    schema = _schema()
+    state = f"postgresql://postgres:secret@127.0.0.1:{postgres_server.port}/postgres?schema={schema}"
+    assert cli(["train", "--config", str(config), "--state", state]) == 1
+    assert "no state store at" in capsys.readouterr().err
+    assert cli(["state", "init", "--config", str(config), "--state", state]) == 0
+    out = capsys.readouterr().out
+    assert f"postgres:***@127.0.0.1:{postgres_server.port}/postgres schema {schema}" in out
+    assert "secret" not in out
+    assert cli(["state", "init", "--config", str(config), "--state", state]) == 1
+    assert "already holds state store tables" in capsys.readouterr().err
+    assert cli(["train", "--config", str(config), "--state", state]) == 0
+    capsys.readouterr()
+    assert cli(["state", "info", "--config", str(config), "--state", state]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["channel"] == "operator-telemetry" and info["positions"] == 4177

@@ -38,6 +38,7 @@ from renyiboost.accounting import ChargeTable, calibrate, rdp_to_dp, subsampled_
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import RecordPool, SGBDTBooster
 from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.postgres import PostgresStore
 from renyiboost.stream.store import SQLiteStore, StateStore
 
 RESULTS = Path(__file__).parent / "results"
@@ -203,7 +204,9 @@ def _rounds(n: int, store: Callable[[str], StateStore] | None,
         if store is not None:
             # The setup's 8 MB merge sits in the write-ahead log; a long-running store has
             # checkpointed such merges long ago (and reuses the log file from its start).
-            engine.store._db.execute("PRAGMA wal_checkpoint(RESTART)")  # type: ignore[attr-defined]
+            checkpoint = ("CHECKPOINT" if isinstance(engine.store, PostgresStore)
+                          else "PRAGMA wal_checkpoint(RESTART)")
+            engine.store._db.execute(checkpoint)  # type: ignore[attr-defined]
         waited = _timed(engine, "_store_commit")
         waited_end = _timed(engine, "wait_durable")
         start = time.perf_counter()
@@ -249,6 +252,40 @@ def bench_commit(report: Report, sizes: list[int], pairs: dict[int, int]) -> Non
                          f"{seconds(total)} (waiting for commits {seconds(waited)} of it), "
                          f"in memory {seconds(in_memory)}; commits in-line (no write-behind): "
                          f"{inline_ratio:.2f}; goal <= 0.20")
+
+
+def bench_postgres_commit(report: Report, sizes: list[int], pairs: int) -> None:
+    """The same measure as :func:`bench_commit` with the PostgreSQL store, on a throw-away
+    server on this machine (Debian's binaries, loopback TCP, fsync on): what a durable commit
+    to a database server adds to a round, beside SQLite's figure from the same run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from pg_server import LocalPostgres
+
+    server = LocalPostgres()
+    server.start()
+    try:
+        for n in sizes:
+            stored, memory = [], []
+            for i in range(pairs):
+                schema = f"bench_{n}_{i}"
+                stored.append(_rounds(n, lambda _path, schema=schema: PostgresStore(
+                    server.url, schema=schema, create=True)))
+                memory.append(_rounds(n, None)["total"])
+            total = float(np.median([s["total"] for s in stored]))
+            waited = float(np.median([s["waited"] for s in stored]))
+            in_memory = float(np.median(memory))
+            ratio = total / in_memory - 1.0
+            sqlite_ratio = report.values.get(f"engine_commit_ratio_{n}")
+            report.values |= {f"engine_round_postgres_{n}_s": total,
+                              f"engine_commit_postgres_ratio_{n}": ratio}
+            report.line(f"engine round, {n:,} active, PostgreSQL commit/round", f"{ratio:.2f}",
+                        peer="—" if sqlite_ratio is None else f"SQLite {sqlite_ratio:.2f}",
+                        note=f"{COMMIT_ROUNDS} rounds, write-behind, local server over "
+                             f"loopback TCP; medians of {pairs} alternating runs: "
+                             f"{seconds(total)} a round (waiting {seconds(waited)}), in memory "
+                             f"{seconds(in_memory)}")
+    finally:
+        server.remove()
 
 
 # --------------------------------------------------------------------------- memory
@@ -332,6 +369,7 @@ def run_all(quick: bool) -> Report:
     bench_memory(report, 200_000 if quick else 1_000_000)
     bench_commit(report, [10_000, 100_000] if quick else [100_000, 1_000_000],
                  {10_000: 3, 100_000: 5, 1_000_000: 3})
+    bench_postgres_commit(report, [10_000] if quick else [100_000, 1_000_000], 3)
     return report
 
 

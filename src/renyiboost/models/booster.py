@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -160,6 +160,31 @@ class NoiseStage:
 
 
 @dataclass(frozen=True)
+class LeafSums:
+    """The exact per-leaf sums over the sampled records of one round: the clipped
+    gradients and the leaf denominators (counts, or clipped hessians for Newton leaves).
+    What a shard sends its coordinator; shards' sums add up (``+``) to the pool's."""
+
+    grad_sum: np.ndarray
+    den_sum: np.ndarray
+
+    def __add__(self, other: LeafSums) -> LeafSums:
+        return LeafSums(self.grad_sum + other.grad_sum, self.den_sum + other.den_sum)
+
+
+@dataclass(frozen=True)
+class ReleasedTree:
+    """A round's public output: the tree and its DP leaves, with the two Gaussian releases
+    of every leaf (dynamic leaves) that the leaf values are post-processing of."""
+
+    features: np.ndarray
+    thresholds: np.ndarray
+    leaves: np.ndarray
+    noisy_grad_sum: np.ndarray | None = None
+    noisy_count: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class RoundOutcome:
     """Everything one planned round decided; applying it mutates pool and ensemble."""
 
@@ -178,6 +203,14 @@ class RoundOutcome:
     noisy_count: np.ndarray | None = None
     #: :func:`~renyiboost.models.kernels.codes_digest` of the active records' codes.
     codes_digest: int | None = None
+
+    @classmethod
+    def of(cls, tree: ReleasedTree, **pool_side: Any) -> RoundOutcome:
+        """A pool's outcome of a released tree: the tree with the pool's new arrays (from
+        :meth:`SGBDTBooster.shard_round`)."""
+        return cls(features=tree.features, thresholds=tree.thresholds, leaves=tree.leaves,
+                   noisy_grad_sum=tree.noisy_grad_sum, noisy_count=tree.noisy_count,
+                   **pool_side)
 
 
 class SGBDTBooster:
@@ -319,17 +352,68 @@ class SGBDTBooster:
         ``gradient_margin`` (batched boosting) computes the gradients — and so the charges —
         from these margins instead of the pool's current ones. ``stage`` is the noise stage
         of the round (a public function of the stream's positions; ``None``: the main one):
-        its σ noises the leaves and its charge table charges the records."""
+        its σ noises the leaves and its charge table charges the records.
+
+        The round is the three parts a key-sharded deployment runs apart (S-GBDT's Sec. IX,
+        Alg. 9: one aggregation per tree): the tree from public randomness
+        (:meth:`grow_tree`), each shard's exact leaf sums and charges over its own records
+        (:meth:`shard_round`), and the noise added once to the summed leaf sums
+        (:meth:`release_round`)."""
         levels = self.params.depth if leaf_depth is None else int(leaf_depth)
         if not 0 <= levels <= self.params.depth:
             raise ValueError(f"leaf_depth must be in [0, {self.params.depth}], got {leaf_depth!r}")
-        margin = pool.margin if gradient_margin is None else gradient_margin
-        plan = self._plan_compiled if self.compiled else self._plan_numpy
-        return plan(pool, levels, margin, self.stage(stage))
+        features, thresholds = self.grow_tree()
+        sums, pool_side = self.shard_round(pool, features, thresholds, levels, gradient_margin,
+                                           stage)
+        return RoundOutcome.of(self.release_round(features, thresholds, sums, levels, stage),
+                               **pool_side)
 
-    def _plan_numpy(self, pool: RecordPool, levels: int, margin: np.ndarray,
-                    stage: NoiseStage | None) -> RoundOutcome:
-        """The numpy reference of a round: one array pass per step."""
+    def grow_tree(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next round's random complete tree, from the public schema and this booster's
+        noise source alone (no record is read)."""
+        return self.grower.grow(self.rounds_done, self.noise)
+
+    def shard_round(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
+                    levels: int | None = None, gradient_margin: np.ndarray | None = None,
+                    stage: int | None = None) -> tuple[LeafSums, dict[str, Any]]:
+        """One pool's part of a round on the given tree: every active record's clipped
+        gradient, charge and eligibility (steps 1–2), its Poisson draw from this booster's
+        noise source (step 3) and the exact leaf sums of the sampled records; with the pool's
+        new arrays (``spent``, ``retired``, ``leaf_of_record``, …) for :meth:`release_round`.
+
+        Pools that partition the records give leaf sums that add up to the whole pool's
+        (up to floating-point summation order) and the same per-record charges: a record's
+        charge reads only its own row, margin and spent budget."""
+        levels = self.params.depth if levels is None else int(levels)
+        margin = pool.margin if gradient_margin is None else gradient_margin
+        noise_stage = self.stage(stage)
+        if not self.compiled:
+            return self._shard_numpy(pool, features, thresholds, levels, margin, noise_stage)
+        rate = self.params.sampling_rate
+        uniforms = np.empty(0)
+        if rate < 1.0:
+            n_active = len(pool) - int(np.count_nonzero(pool.retired))
+            if self._uniforms.size < n_active:  # a buffer reused round after round
+                self._uniforms = np.empty(max(n_active, int(1.25 * self._uniforms.size)))
+            uniforms = self.noise.uniform_into(self._uniforms[:n_active])
+        return self._charge_pass(pool, features, thresholds, margin, uniforms, rate, levels,
+                                 noise_stage)
+
+    def release_round(self, features: np.ndarray, thresholds: np.ndarray, sums: LeafSums,
+                      levels: int | None = None, stage: int | None = None) -> ReleasedTree:
+        """The round's DP leaves from its exact leaf sums (summed over shards): the noise of
+        noise stage ``stage`` is drawn once here (step 5, Alg. 4)."""
+        levels = self.params.depth if levels is None else int(levels)
+        noise_stage = self.stage(stage)
+        leaves, noisy_grad_sum, noisy_count = self._leaf_values(
+            sums.grad_sum.copy(), sums.den_sum.copy(), levels,
+            None if noise_stage is None else noise_stage.release)
+        return ReleasedTree(features, thresholds, leaves, noisy_grad_sum, noisy_count)
+
+    def _shard_numpy(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
+                     levels: int, margin: np.ndarray, stage: NoiseStage | None,
+                     ) -> tuple[LeafSums, dict[str, Any]]:
+        """The numpy reference of :meth:`shard_round`: one array pass per step."""
         active = np.flatnonzero(~pool.retired)
         stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
@@ -350,7 +434,6 @@ class SGBDTBooster:
         else:
             eligible = np.ones(active.size, dtype=bool)
         sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
-        features, thresholds = self.grower.grow(self.rounds_done, self.noise)
         leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
         leaf = leaf_of_active[sampled] >> (self.params.depth - levels)
         n_leaves = 2**levels
@@ -358,32 +441,15 @@ class SGBDTBooster:
         den_sum = np.bincount(leaf, stats.denominator[sampled], n_leaves).astype(float)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
-        return self._outcome(features, thresholds, grad_sum, den_sum, levels, stage,
-                             leaf_of_record=leaf_of_record, spent=spent, retired=retired,
-                             n_eligible=int(eligible.sum()), n_sampled=int(sampled.sum()),
-                             codes=codes, codes_digest=digest)
-
-    def _plan_compiled(self, pool: RecordPool, levels: int, margin: np.ndarray,
-                       stage: NoiseStage | None) -> RoundOutcome:
-        """The same round as :meth:`_plan_numpy` in one compiled pass over the pool. The
-        random draws are taken in the reference's order (the Poisson uniforms, then the
-        tree), so a seeded run is the same run on either path."""
-        params = self.params
-        n_active = len(pool) - int(np.count_nonzero(pool.retired))
-        uniforms = np.empty(0)
-        if params.sampling_rate < 1.0:
-            if self._uniforms.size < n_active:  # a buffer reused round after round
-                self._uniforms = np.empty(max(n_active, int(1.25 * self._uniforms.size)))
-            uniforms = self.noise.uniform_into(self._uniforms[:n_active])
-        features, thresholds = self.grower.grow(self.rounds_done, self.noise)
-        sums, pool_side = self._charge_pass(pool, features, thresholds, margin, uniforms,
-                                            params.sampling_rate, levels, stage)
-        return self._outcome(features, thresholds, *sums, levels, stage, **pool_side)
+        return LeafSums(grad_sum, den_sum), {
+            "leaf_of_record": leaf_of_record, "spent": spent, "retired": retired,
+            "n_eligible": int(eligible.sum()), "n_sampled": int(sampled.sum()),
+            "codes": codes, "codes_digest": digest}
 
     def _charge_pass(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
                      margin: np.ndarray, uniforms: np.ndarray, sampling_rate: float,
                      levels: int, stage: NoiseStage | None,
-                     ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, object]]:
+                     ) -> tuple[LeafSums, dict[str, Any]]:
         """The compiled pass of a round (:func:`~renyiboost.models.kernels.round_pass`):
         the exact leaf sums and the pool side of its outcome. A replay passes rate 1 and no
         uniforms: the charges do not depend on the Poisson draw."""
@@ -410,21 +476,11 @@ class SGBDTBooster:
             flt.min_charge if flt is not None else 0.0,
             uniforms, sampling_rate, params.depth - levels,
             leaf_of_record, codes, spent, retired, grad_sum, den_sum)
-        return (grad_sum, den_sum), {
+        return LeafSums(grad_sum, den_sum), {
             "leaf_of_record": leaf_of_record, "spent": spent, "retired": retired,
             "n_eligible": n_eligible, "n_sampled": n_sampled,
             "codes": codes if flt is not None else None,
             "codes_digest": int(digest) if flt is not None else None}
-
-    def _outcome(self, features: np.ndarray, thresholds: np.ndarray, grad_sum: np.ndarray,
-                 den_sum: np.ndarray, levels: int, stage: NoiseStage | None,
-                 **pool_side: object) -> RoundOutcome:
-        """A planned round from its tree, its exact leaf sums and the pool's new arrays."""
-        leaves, noisy_grad_sum, noisy_count = self._leaf_values(
-            grad_sum, den_sum, levels, None if stage is None else stage.release)
-        return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
-                            noisy_grad_sum=noisy_grad_sum, noisy_count=noisy_count,
-                            **pool_side)  # type: ignore[arg-type]
 
     def replay_outcome(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
                        leaves: np.ndarray, stage: int | None = None) -> RoundOutcome:

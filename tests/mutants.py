@@ -161,7 +161,7 @@ MUTATIONS = [
                     "step = self.filter.step("),)),
     Mutation("every round gets the least noise of any stage",
              "src/renyiboost/models/booster.py",
-             "None if stage is None else stage.release)",
+             "None if noise_stage is None else noise_stage.release)",
              "self.stages[0].release if self.stages else None)", STAGES),
     Mutation("a round's noise stage reads the pool, not the positions",
              "src/renyiboost/stream/engine.py", "if self._positions <= stage.until),",

@@ -143,14 +143,17 @@ def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tm
         f"{topic}:0:{offset}" for offset in range(150, 157)]  # for consumers that dedupe
 
 
-def _service_config(tmp_path: Path, bootstrap: str, topic: str) -> Path:
+def _service_config(tmp_path: Path, bootstrap: str, topic: str, state: str | None = None
+                    ) -> Path:
+    """A ``renyiboost train`` config for Abalone from ``topic``, with its state store created
+    (``state``: a SQLite file in ``tmp_path`` unless given, e.g. a ``postgresql://`` URL)."""
     features = "\n".join(
         f"{name} = {json.dumps(list(spec))}"
         for name, spec in InMemorySource("abalone").schema.features.items()
     )
     text = f"""
 source = "kafka://{bootstrap}/{topic}"
-state = "{tmp_path / 'state.db'}"
+state = "{state or tmp_path / 'state.db'}"
 model_topic = "{topic}.models"
 model_name = "abalone"
 
@@ -197,8 +200,12 @@ def _engine_from(config: Path) -> StreamEngine:
     return StreamEngine(engine_config(cfg.model), store=cfg.state, seed=cfg.model.seed)
 
 
-def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootstrap, tmp_path):
-    """20 SIGKILLs at seeded random moments while events keep arriving; then a clean run.
+@pytest.mark.parametrize("store, kills", [("sqlite", 20), ("postgres", 12)])
+def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(
+        kafka_bootstrap, tmp_path, request, store, kills):
+    """SIGKILLs at seeded random moments while events keep arriving; then a clean run. On the
+    SQLite store and on the PostgreSQL store (a real server, which sees its client vanish
+    in the middle of a transaction).
 
     Exactly once: every event's key is in the ledger, none was merged twice (each key is
     sent once, so a replayed event would be an upsert), the committed offsets cover every
@@ -206,10 +213,14 @@ def test_kill_minus_nine_at_random_points_loses_and_repeats_nothing(kafka_bootst
     """
     topic = _topic("crash")
     events = _abalone_events(limit=3000)
-    config = _service_config(tmp_path, kafka_bootstrap, topic)
+    state = None
+    if store == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        state = f"{server.url}?schema=crash_{topic.replace('-', '_').replace('.', '_')}"
+    config = _service_config(tmp_path, kafka_bootstrap, topic, state)
     rng = np.random.default_rng(20261123)
-    chunk = len(events) // 20
-    for i in range(20):
+    chunk = len(events) // kills
+    for i in range(kills):
         _produce(kafka_bootstrap, topic, events[i * chunk:(i + 1) * chunk])
         process = _trainer_process(config, max_idle=120)
         time.sleep(float(rng.uniform(1.0, 4.0)))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from renyiboost import SGBDTClassifier, SGBDTRegressor
 from renyiboost.accounting import calibrate
-from renyiboost.accounting.rdp import subsampled_gaussian_rdp_many
+from renyiboost.accounting.rdp import gaussian_rdp, subsampled_gaussian_rdp_many
 from renyiboost.exceptions import InvalidRecord, PrivacyLeakWarning, TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
@@ -172,6 +172,27 @@ def test_the_initial_score_is_noisy_at_the_calibrated_std() -> None:
     sigma_c = cal.init_sigma / math.sqrt(2 * 0.3)
     want = math.sqrt(sigma_s**2 + (m * sigma_c) ** 2) / 2000
     assert np.std(scores) == pytest.approx(want, rel=0.15)
+
+
+def test_a_streams_initial_score_over_its_public_positions_carries_the_whole_noise() -> None:
+    """Catches: a stream's initial score (denominator: its public positions) released with
+    less noise than the charge it costs — σ/√2 on the sum, the noise multiplier of the
+    worst-case init charge — or without any."""
+    params = SGBDTParams(epsilon=0.5, rounds=30, init_share=0.1, count_share=0.3)
+    booster = SGBDTBooster(params, SCHEMA, seed=22)
+    X, y = _rows(500, 6)
+    pool = RecordPool.from_arrays(X, booster.loss.scale(y))
+    positions = 650  # 150 positions held no record of the pool (dead letters, repeats)
+    sums = np.array([booster.initial_score(pool, public_count=positions)[0] * positions
+                     for _ in range(600)])
+    cal = booster.calibration
+    want = cal.init_sigma / math.sqrt(2)
+    assert cal.init_charge == pytest.approx(
+        float(gaussian_rdp(want, cal.order)[0]), rel=1e-12)  # what that noise costs a record
+    assert np.std(sums) == pytest.approx(want, rel=0.08)
+    assert np.mean(sums) == pytest.approx(pool.target.sum(), abs=0.15 * want)
+    with pytest.raises(ValueError, match="below the pool"):
+        booster.initial_score(pool, public_count=499)
 
 
 # --------------------------------------------------------------------- neighbouring streams

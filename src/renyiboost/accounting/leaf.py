@@ -74,6 +74,13 @@ class LeafRelease:
         """Std of the noise on the clipped-gradient sum (sensitivity ``grad_clip``)."""
         return grad_clip * self.sigma / math.sqrt(2.0 * self.grad_share)
 
+    def lone_sum_noise_std(self, grad_clip: float) -> float:
+        """Std of the noise on the sum when the count is not released (its denominator is
+        public): the whole squared sensitivity is the sum's, ``s² = b²``, so a record with
+        |g| at the clip meets noise multiplier ``σ/√2`` — what the release costs it anyway —
+        and the sum gets std ``g*·σ/√2`` instead of ``g*·σ/√(2·r2)``."""
+        return grad_clip * self.sigma / math.sqrt(2.0)
+
     def static_value_noise_std(self, grad_clip: float, reg_lambda: float) -> float:
         """Std of the noise on a static (SLN) leaf value ``Σg/(n + λ)``: sensitivity
         ``grad_clip/(1 + λ)`` times ``σ/√2``, the noise multiplier of s² = 1."""

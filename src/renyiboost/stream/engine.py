@@ -699,7 +699,8 @@ class StreamEngine:
         warnings.warn(message, SchemaMismatchWarning, stacklevel=5)
 
     def _release_initial_score(self) -> None:
-        score, _ = self.booster.initial_score(self.pool)
+        # The positions are public and at least the pool's size: no noisy count is released.
+        score, _ = self.booster.initial_score(self.pool, public_count=self._positions)
         cal = self.booster.calibration
         charge = cal.init_charge if cal is not None and cal.init_sigma is not None else 0.0
         event = InitEvent(score, charge)

@@ -27,6 +27,7 @@ DEFAULTS = ["tests/test_defaults.py"]
 KERNELS = ["tests/test_kernels.py"]
 STAGES = ["tests/test_stages.py"]
 POSTGRES = ["tests/test_postgres_store.py"]
+SHARDED = ["tests/test_sharded.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -98,9 +99,10 @@ MUTATIONS = [
              "max_trees=self.config.max_trees if self.config.max_trees else len(self._keys),",
              PRIVACY),
     Mutation("a round is skipped when nobody is eligible", "src/renyiboost/stream/engine.py",
-             "        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)\n",
-             "        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)\n"
-             "        if outcome.n_eligible == 0:\n            return\n", PRIVACY),
+             "        max_trees = self.config.max_trees\n        n_trees = self.booster.ensemble",
+             "        if outcome.n_eligible == 0:\n            return\n"
+             "        max_trees = self.config.max_trees\n        n_trees = self.booster.ensemble",
+             PRIVACY),
     Mutation("the warm-up counts pooled records", "src/renyiboost/stream/engine.py",
              "if self._positions < self.config.warmup:",
              "if len(self.pool) < self.config.warmup:", PRIVACY),
@@ -123,6 +125,12 @@ MUTATIONS = [
              '                raise StoreNotFound(f"no state store at {self.location}. '
              '{NEVER_IMPLICIT}")\n',
              "                create = True\n                self._check_absent()\n", POSTGRES),
+    Mutation("shards send sums before their records are committed",
+             "src/renyiboost/stream/sharded.py",
+             "            shard.flush()  # step 1", "            pass  # step 1", SHARDED),
+    Mutation("a shard behind is not brought to the round the others committed",
+             "src/renyiboost/stream/sharded.py", "            if behind == 1:",
+             "            if False:", SHARDED),
     Mutation("no lock on the PostgreSQL store", "src/renyiboost/stream/postgres.py",
              "            self._lock()\n", "            pass\n", POSTGRES),
     Mutation("a PostgreSQL server without fsync is accepted", "src/renyiboost/stream/postgres.py",
@@ -158,8 +166,8 @@ MUTATIONS = [
              "gamma = 0.5 / mean_runs", DEFAULTS),
     Mutation("a stream's leaf depth reads the pool, not the positions",
              "src/renyiboost/stream/engine.py",
-             "return supported_depth(self._positions, params.sampling_rate,",
-             "return supported_depth(len(self.pool), params.sampling_rate,", PRIVACY),
+             "return leaf_depth_at(self.config, self.booster, self._positions, stage)",
+             "return leaf_depth_at(self.config, self.booster, len(self.pool), stage)", PRIVACY),
     Mutation("a stage round charges at the main stage's table",
              "src/renyiboost/models/booster.py",
              "flt = stage.filter if stage is not None else None", "flt = self.filter", STAGES,
@@ -170,8 +178,9 @@ MUTATIONS = [
              "None if noise_stage is None else noise_stage.release)",
              "self.stages[0].release if self.stages else None)", STAGES),
     Mutation("a round's noise stage reads the pool, not the positions",
-             "src/renyiboost/stream/engine.py", "if self._positions <= stage.until),",
-             "if len(self.pool) <= stage.until),", STAGES),
+             "src/renyiboost/stream/engine.py",
+             "return noise_stage_at(self.config, self._positions)",
+             "return noise_stage_at(self.config, len(self.pool))", STAGES),
     Mutation("a replay recomputes every round at the main stage",
              "src/renyiboost/stream/engine.py",
              "event.thresholds, event.leaves,\n                                                      event.stage)",

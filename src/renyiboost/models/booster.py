@@ -319,24 +319,41 @@ class SGBDTBooster:
         if public_count is not None and public_count < count:
             raise ValueError(f"public_count {public_count} is below the pool's {int(count)} "
                              "active records")
+        if cal is not None and cal.init_sigma is not None:
+            spent[active] += cal.init_charge
+        if public_count is not None and cal is not None:
+            return self.score_over_public_count(total, public_count), spent
         if cal is not None:
             if cal.init_sigma is None:
                 return self._neutral_score(), spent
             init = LeafRelease(cal.init_sigma, self.params.count_share)
-            if public_count is None:
-                total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])
-                count += float(self.noise.normal(1, init.count_noise_std(1.0))[0])
-            else:  # the count is public: all of the noise on the sum
-                total += float(self.noise.normal(1, init.lone_sum_noise_std(1.0))[0])
-                count = float(public_count)
-            spent[active] += cal.init_charge
+            total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])
+            count += float(self.noise.normal(1, init.count_noise_std(1.0))[0])
+        return self.score_of_mean(total, count), spent
+
+    def score_over_public_count(self, total: float, public_count: float) -> float:
+        """The initial score from the exact Σ y of the active records (summed over shards)
+        and a public count at least their number: Σ y takes the whole noise scale
+        (:meth:`LeafRelease.lone_sum_noise_std`). See :meth:`initial_score`."""
+        cal = self.calibration
+        if cal is None:
+            raise ValueError("a public count stands in for a private one: without privacy the "
+                             "exact count is known")
+        if cal.init_sigma is None:
+            return self._neutral_score()
+        init = LeafRelease(cal.init_sigma, self.params.count_share)
+        total += float(self.noise.normal(1, init.lone_sum_noise_std(1.0))[0])
+        return self.score_of_mean(total, float(public_count))
+
+    def score_of_mean(self, total: float, count: float) -> float:
+        """The margin of the mean ``total / count`` of scaled labels (0 for no count)."""
         if count <= 0:
-            return self._neutral_score(), spent
+            return self._neutral_score()
         mean = total / count
         if isinstance(self.loss, SquaredLoss):
-            return float(np.clip(mean, -1.0, 1.0)), spent
+            return float(np.clip(mean, -1.0, 1.0))
         p = float(np.clip(mean, 0.01, 0.99))
-        return math.log(p / (1.0 - p)), spent
+        return math.log(p / (1.0 - p))
 
     def _neutral_score(self) -> float:
         return 0.0

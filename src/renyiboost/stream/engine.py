@@ -67,7 +67,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
-from renyiboost.models.booster import RecordPool, RoundOutcome, SGBDTBooster, SGBDTParams
+from renyiboost.models.booster import (
+    LeafSums,
+    RecordPool,
+    ReleasedTree,
+    RoundOutcome,
+    SGBDTBooster,
+    SGBDTParams,
+)
 from renyiboost.models.defaults import (
     LEAF_SNR,
     PRIOR_RECORDS,
@@ -211,6 +218,52 @@ class EngineConfig(BaseModel):
                    **({"leaf_depth": "from_positions"} | triggers))
 
 
+def trigger_schedule(config: EngineConfig) -> TriggerSchedule:
+    """The positions at which ``config``'s triggers fire."""
+    return TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
+                           config.max_train_every,
+                           config.final_at if config.final_trees else None)
+
+
+def trees_due(config: EngineConfig, schedule: TriggerSchedule, position: int) -> int:
+    """Rounds the trigger at ``position`` runs (its regular trees and the final burst)."""
+    trees = config.trees_per_trigger if schedule.is_regular(position) else 0
+    return trees + (config.final_trees if position == config.final_at else 0)
+
+
+def noise_stage_at(config: EngineConfig, positions: int) -> int | None:
+    """The noise stage of a round at ``positions`` (public)."""
+    stages = config.noise_stages
+    if not stages:
+        return None
+    return next((k for k, stage in enumerate(stages) if positions <= stage.until), len(stages))
+
+
+def leaf_depth_at(config: EngineConfig, booster: SGBDTBooster, positions: int,
+                  stage: int | None) -> int | None:
+    """The levels a round at ``positions`` releases (public: see :func:`supported_depth`)."""
+    params = config.params
+    noise = booster.stage(stage)
+    if config.leaf_depth == "fixed" or noise is None or noise.release.static:
+        return None
+    return supported_depth(positions, params.sampling_rate,
+                           noise.release.count_noise_std(booster.count_sensitivity),
+                           booster.count_sensitivity, params.depth, LEAF_SNR[params.task])
+
+
+def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[[], None],
+               rounds: int) -> int:
+    """Run ``rounds`` rounds, none past ``max_rounds`` (a public count); returns how many."""
+    cap = config.params.max_rounds
+    added = 0
+    for _ in range(rounds):
+        if cap is not None and booster.rounds_done >= cap:
+            break
+        one_round()
+        added += 1
+    return added
+
+
 class OperatorTelemetry(BaseModel):
     """Exact, data-dependent numbers for the people who run the engine. **Not public.**
 
@@ -271,13 +324,20 @@ class StreamEngine:
         Write a round's commit on a background thread while the next round computes
         (default: on for a durable store). The round's tree stays invisible until the commit
         returns: see "Write-behind" in the module docstring.
+    coordinated
+        ``True`` for a shard of a :class:`~renyiboost.stream.sharded.ShardedEngine`, whose
+        coordinator decides when rounds run (see :meth:`shard_sums`).
     """
 
     def __init__(
         self, config: EngineConfig, store: StateStore | str | None = None,
         seed: int | None = None, strict: bool = False, write_behind: bool | None = None,
+        coordinated: bool = False,
     ) -> None:
         self.config = config
+        #: A shard of a :class:`~renyiboost.stream.sharded.ShardedEngine`: its positions
+        #: fire no trigger; the coordinator runs the rounds.
+        self.coordinated = coordinated
         self.schema = config.public_schema
         self.booster = SGBDTBooster(config.params, self.schema, seed, stage_rounds=tuple(
             stage.rounds for stage in config.noise_stages))
@@ -294,9 +354,7 @@ class StreamEngine:
         self._initialized = False
         self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
         self._offsets: dict[str, Any] = {}  # source offsets covered by the last commit
-        self.schedule = TriggerSchedule(config.train_every, config.warmup,
-                                        config.trigger_growth, config.max_train_every,
-                                        config.final_at if config.final_trees else None)
+        self.schedule = trigger_schedule(config)
         self._positions = 0  # stream positions counted (public time)
         self._next_trigger = self.schedule.next_after(0)
         self._merged_positions = 0  # positions covered by the last merge
@@ -321,6 +379,7 @@ class StreamEngine:
         self._warned_keyless = False
         self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
+        self._planned: dict[str, Any] | None = None  # a round's pool side (shard_sums)
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
         self._store = open_store(store)
@@ -543,10 +602,8 @@ class StreamEngine:
         if self._positions >= self._next_trigger:
             position = self._positions
             self._next_trigger = self.schedule.next_after(position)
-            trees = self.config.trees_per_trigger if self.schedule.is_regular(position) else 0
-            if position == self.config.final_at:
-                trees += self.config.final_trees
-            self.train(trees)
+            if not self.coordinated:
+                self.train(trees_due(self.config, self.schedule, position))
 
     def add_one(
         self,
@@ -666,14 +723,7 @@ class StreamEngine:
                 return 0
             self._check_arrived()
             self._release_initial_score()
-        cap = self.config.params.max_rounds
-        added = 0
-        for _ in range(rounds):
-            if cap is not None and self.booster.rounds_done >= cap:
-                break
-            self._round()
-            added += 1
-        return added
+        return run_rounds(self.config, self.booster, self._round, rounds)
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing
@@ -701,6 +751,11 @@ class StreamEngine:
     def _release_initial_score(self) -> None:
         # The positions are public and at least the pool's size: no noisy count is released.
         score, _ = self.booster.initial_score(self.pool, public_count=self._positions)
+        self.install_initial(score)
+
+    def install_initial(self, score: float) -> None:
+        """Commit the released initial score with its charge to every active record, then
+        make it visible (a coordinator's score for a shard)."""
         cal = self.booster.calibration
         charge = cal.init_charge if cal is not None and cal.init_sigma is not None else 0.0
         event = InitEvent(score, charge)
@@ -718,29 +773,75 @@ class StreamEngine:
 
     def _noise_stage(self) -> int | None:
         """The noise stage of a round now (a function of the positions: public)."""
-        stages = self.config.noise_stages
-        if not stages:
-            return None
-        return next((k for k, stage in enumerate(stages) if self._positions <= stage.until),
-                    len(stages))
+        return noise_stage_at(self.config, self._positions)
 
     def _leaf_depth(self, stage: int | None) -> int | None:
         """The levels this round releases (a function of the positions: public)."""
-        booster, params = self.booster, self.config.params
-        noise = booster.stage(stage)
-        if self.config.leaf_depth == "fixed" or noise is None or noise.release.static:
-            return None
-        return supported_depth(self._positions, params.sampling_rate,
-                               noise.release.count_noise_std(booster.count_sensitivity),
-                               booster.count_sensitivity, params.depth, LEAF_SNR[params.task])
+        return leaf_depth_at(self.config, self.booster, self._positions, stage)
 
     def _round(self) -> None:
-        booster = self.booster
+        """One round as the coordinator of a single in-process shard: the tree, this pool's
+        exact sums and charges, the noise once, then the commit and the install (the parts
+        :class:`~renyiboost.stream.sharded.ShardedEngine` runs over several shards)."""
         stage = self._noise_stage()
-        outcome = booster.plan_round(self.pool, self._leaf_depth(stage), stage=stage)
+        levels = self._leaf_depth(stage)
+        features, thresholds = self.booster.grow_tree()
+        sums = self.shard_sums(features, thresholds, levels, stage)
+        self.install_released(self.booster.release_round(features, thresholds, sums, levels,
+                                                         stage), stage)
+
+    # ------------------------------------------------------------------ as a shard
+    def shard_sums(self, features: np.ndarray, thresholds: np.ndarray, levels: int | None,
+                   stage: int | None) -> LeafSums:
+        """This pool's part of a round on a coordinator's tree: every active record's charge
+        and the exact leaf sums of its Poisson sample (nothing is committed or changed yet;
+        :meth:`install_released` does both once the leaves are known)."""
+        sums, self._planned = self.booster.shard_round(self.pool, features, thresholds, levels,
+                                                       stage=stage)
+        return sums
+
+    def install_released(self, tree: ReleasedTree, stage: int | None) -> None:
+        """Commit the round planned by :meth:`shard_sums` with the released leaves (charges,
+        retirements and tree in one commit), then make it visible."""
+        planned, self._planned = self._planned, None
+        if planned is None:
+            raise RuntimeError("install_released without a planned round (shard_sums)")
+        self._commit_round(RoundOutcome.of(tree, **planned), stage)
+
+    def replay_released(self, features: np.ndarray, thresholds: np.ndarray,
+                        leaves: np.ndarray, stage: int | None) -> None:
+        """Catch up on a round that other shards committed and this one did not (a crash
+        between their commits): its charges are computed from this shard's committed state,
+        as the round computed them (that state was committed before the round's sums), then
+        committed with the tree."""
+        if self._n_pending or self._pending_events:
+            raise RuntimeError("replay_released with uncommitted records: flush first")
+        outcome = self.booster.replay_outcome(self.pool, features, thresholds, leaves, stage)
+        self._commit_round(outcome, stage)
+
+    def initial_sum(self) -> float:
+        """Σ of the active records' scaled labels: this shard's part of the initial score
+        (exact; the coordinator adds the noise once, over the public positions)."""
+        return float(self.pool.target[~self.pool.retired].sum())
+
+    @property
+    def rounds_done(self) -> int:
+        """Rounds committed and installed (waits for the commit in flight)."""
+        self._drain()
+        return self.booster.rounds_done
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the initial score is committed and installed."""
+        self._drain()
+        return self._initialized
+
+    def _commit_round(self, outcome: RoundOutcome, stage: int | None) -> None:
+        """Commit a round's outcome (charges, retirements, tree), then make it visible."""
         max_trees = self.config.max_trees
-        dropped = 0 if max_trees is None else max(0, self.booster.ensemble.n_trees + 1 - max_trees)
-        event = RoundEvent(booster.rounds_done, outcome.features, outcome.thresholds,
+        n_trees = self.booster.ensemble.n_trees
+        dropped = 0 if max_trees is None else max(0, n_trees + 1 - max_trees)
+        event = RoundEvent(self.booster.rounds_done, outcome.features, outcome.thresholds,
                            outcome.leaves, outcome.codes_digest, self.n_active, dropped, stage)
         after = self._round_state(event, outcome)
         newly = self._newly_retired(after)

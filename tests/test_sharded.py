@@ -1,0 +1,181 @@
+"""The sharded engine: a coordinator over key shards gives the single engine's model and
+ledgers; a crash between two shards' commits is reconciled without under-charging anybody;
+stores keep their place in the shard map.
+
+Tolerances: with γ = 1 (no Poisson draw to differ) and the same seed, the coordinator draws
+the single engine's trees and noise, so features and thresholds are equal, and leaves,
+margins and spent budgets agree to 1e-9 relative (only the order in which the shards' leaf
+sums are added differs).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import warnings
+
+import numpy as np
+import pytest
+
+from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sharded import ShardedEngine, shard_of
+from renyiboost.stream.store import SQLiteStore
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (-2.0, 2.0), "c": ["x", "y", "z"]},
+                      target_bounds=(0.0, 3.0))
+N_KEYS = 300
+
+
+def _config(task: str) -> EngineConfig:
+    return EngineConfig.from_defaults(SCHEMA, task, 1.0, sampling_rate=1.0, depth=3, rounds=20,
+                                      train_every=40, warmup=40, trees_per_trigger=2,
+                                      noise_stages=())
+
+
+def _records(task: str, n: int, seed: int = 0) -> list[tuple[np.ndarray, float, str]]:
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.uniform(size=n), rng.uniform(-2, 2, n),
+                         rng.integers(0, 3, n).astype(float)])
+    signal = X[:, 0] + 0.3 * X[:, 1] + 0.5 * (X[:, 2] == 1)
+    y = ((signal + rng.normal(0, 0.3, n)) > 0.8).astype(float) if task == "classification" \
+        else np.clip(signal + 1 + rng.normal(0, 0.2, n), 0, 3)
+    keys = rng.integers(0, N_KEYS, n)  # keys come back: upserts
+    return [(X[i], float(y[i]), f"person-{keys[i]}") for i in range(n)]
+
+
+def _feed(engine, records) -> None:
+    for row, label, key in records:
+        engine.add_one(row, label, key)
+
+
+def _budgets(engine) -> dict[str, tuple[float, str]]:
+    out = {}
+    for k in range(N_KEYS):
+        budget = engine.operator_budget_of(f"person-{k}")
+        out[f"person-{k}"] = (budget.spent_rdp, budget.status)
+    return out
+
+
+def _assert_same(sharded: ShardedEngine, single: StreamEngine) -> None:
+    assert sharded.release_version == single.release_version
+    ours, theirs = sharded.booster.ensemble, single.ensemble
+    np.testing.assert_array_equal(ours.features, theirs.features)
+    np.testing.assert_array_equal(ours.thresholds, theirs.thresholds)
+    np.testing.assert_allclose(ours.leaves, theirs.leaves, rtol=1e-9, atol=1e-12)
+    assert ours.init_score == pytest.approx(theirs.init_score, rel=1e-12)
+    a, b = _budgets(sharded), _budgets(single)
+    assert {k: s for k, (_, s) in a.items()} == {k: s for k, (_, s) in b.items()}
+    np.testing.assert_allclose([v for v, _ in a.values()], [v for v, _ in b.values()],
+                               rtol=1e-9)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_three_shards_train_the_single_engine_model_and_ledgers(task: str) -> None:
+    config = _config(task)
+    records = _records(task, 1500)
+    single = StreamEngine(config, seed=5)
+    sharded = ShardedEngine(config, [None, None, None], seed=5)
+    _feed(single, records)
+    _feed(sharded, records)
+    assert sharded.release_version > 40
+    owners = np.bincount([shard_of(key, 3) for key in {key for _, _, key in records}])
+    assert owners.min() > 80  # every shard holds many keys
+    assert any(b[1] == "retired" for b in _budgets(single).values())  # budgets ran out
+    _assert_same(sharded, single)
+    X = np.array([row for row, _, _ in records[:200]])
+    np.testing.assert_allclose(sharded.predict_margin(X), single.predict_margin(X),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_without_privacy_the_shards_train_the_single_engine_model() -> None:
+    config = EngineConfig.from_defaults(SCHEMA, "regression", None, sampling_rate=1.0, depth=3,
+                                        rounds=20, train_every=40, warmup=40, noise_stages=())
+    records = _records("regression", 600, seed=3)
+    single, sharded = StreamEngine(config, seed=2), ShardedEngine(config, [None] * 3, seed=2)
+    _feed(single, records)
+    _feed(sharded, records)
+    _assert_same(sharded, single)
+
+
+def test_a_key_lives_on_one_shard() -> None:
+    owners = {shard_of(f"k{i}", 4) for i in range(400)}
+    assert owners == {0, 1, 2, 3}
+    assert shard_of("Zoe\u0308", 4) == shard_of("Zo\u00eb", 4)  # one key, one spelling
+    assert shard_of(7, 4) == shard_of("7", 4)
+
+
+class _CrashingStore(SQLiteStore):
+    """A store whose ``fail_at``-th commit raises (the process dies before it lands)."""
+
+    fail_at: int | None = None
+
+    def __init__(self, path, **kw) -> None:
+        super().__init__(path, **kw)
+        self.calls = 0
+
+    def commit(self, change) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError("power cut (injected)")
+        super().commit(change)
+
+
+def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging(
+        tmp_path) -> None:
+    """Shard 2's commit of a round fails after shards 0 and 1 committed it: the round was
+    never visible. Reopened, shard 2 replays it from the tree the others committed, with
+    the charges it computed from its own committed records; every ledger then equals a run
+    that never crashed, and training goes on."""
+    config = _config("regression")
+    records = _records("regression", 1500, seed=1)
+    paths = [tmp_path / f"shard{k}.db" for k in range(3)]
+    stores = [_CrashingStore(path, create=True) for path in paths]
+    stores[2].fail_at = 25
+    sharded = ShardedEngine(config, stores, seed=9)
+    with pytest.raises(Exception, match="power cut"):
+        _feed(sharded, records)
+    fed = sharded.positions
+    crashed_version = sharded.release_version
+    rounds = sharded.booster.rounds_done  # the model never showed the round
+    for store in stores:
+        store.close()  # the process is gone: no clean close, nothing more committed
+    committed = []
+    for path in paths:
+        with sqlite3.connect(path) as db:
+            (state,) = db.execute("SELECT value FROM meta WHERE name = 'state'").fetchone()
+            committed.append(json.loads(state)["rounds_done"])
+    assert committed == [rounds + 1, rounds + 1, rounds]  # shards 0 and 1 committed it
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=9)
+    rounds = [shard.rounds_done for shard in again.shards]
+    assert len(set(rounds)) == 1  # reconciled
+    assert again.release_version == crashed_version + 1  # the round shards 0 and 1 committed
+    reference = ShardedEngine(config, [None, None, None], seed=9)
+    _feed(reference, records[:fed])
+    assert reference.release_version == again.release_version
+    np.testing.assert_allclose(again.booster.ensemble.leaves,
+                               reference.booster.ensemble.leaves, rtol=1e-9, atol=1e-12)
+    a, b = _budgets(again), _budgets(reference)
+    assert {k: s for k, (_, s) in a.items()} == {k: s for k, (_, s) in b.items()}
+    np.testing.assert_allclose([v for v, _ in a.values()], [v for v, _ in b.values()],
+                               rtol=1e-9)
+    _feed(again, records[fed:])  # and training goes on
+    assert again.release_version > crashed_version + 10
+    assert again.spent_rdp().max() <= again.booster.calibration.budget_rdp
+    again.close()
+
+
+def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
+    config = _config("regression")
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    first = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
+    _feed(first, _records("regression", 100))
+    first.close()
+    with pytest.raises(LedgerConflict, match="holds shard 1 of 2, not shard 0 of 2"):
+        ShardedEngine(config, [SQLiteStore(path) for path in reversed(paths)])
+    with pytest.raises(LedgerConflict, match="not shard 0 of 3|holds shard 0 of 2"):
+        ShardedEngine(config, [SQLiteStore(path) for path in paths]
+                      + [SQLiteStore(tmp_path / "new.db", create=True)])

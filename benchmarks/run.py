@@ -218,6 +218,18 @@ def _rounds(n: int, store: Callable[[str], StateStore] | None,
             "waited": (waited["s"] + waited_end["s"]) / COMMIT_ROUNDS}
 
 
+def _alternating(n: int, stores: list[Callable[[str], StateStore]]
+                 ) -> tuple[float, float, float]:
+    """Runs on each new store alternating with the same rounds in memory: the medians of
+    the stored round, of its wait for commits, and of the memory round (seconds)."""
+    stored, memory = [], []
+    for store in stores:
+        stored.append(_rounds(n, store))
+        memory.append(_rounds(n, None)["total"])
+    return (float(np.median([s["total"] for s in stored])),
+            float(np.median([s["waited"] for s in stored])), float(np.median(memory)))
+
+
 def bench_commit(report: Report, sizes: list[int], pairs: dict[int, int]) -> None:
     """What committing every round to SQLite (snapshots included) adds to a round.
 
@@ -232,14 +244,8 @@ def bench_commit(report: Report, sizes: list[int], pairs: dict[int, int]) -> Non
         return SQLiteStore(path, create=True)
 
     for n in sizes:
-        stored, memory = [], []
-        for _ in range(pairs[n]):
-            stored.append(_rounds(n, sqlite))
-            memory.append(_rounds(n, None)["total"])
+        total, waited, in_memory = _alternating(n, [sqlite] * pairs[n])
         inline = _rounds(n, sqlite, write_behind=False)
-        total = float(np.median([s["total"] for s in stored]))
-        waited = float(np.median([s["waited"] for s in stored]))
-        in_memory = float(np.median(memory))
         ratio, inline_ratio = total / in_memory - 1.0, inline["total"] / in_memory - 1.0
         report.values |= {
             f"engine_round_memory_{n}_s": in_memory, f"engine_round_sqlite_{n}_s": total,
@@ -265,15 +271,9 @@ def bench_postgres_commit(report: Report, sizes: list[int], pairs: int) -> None:
     server.start()
     try:
         for n in sizes:
-            stored, memory = [], []
-            for i in range(pairs):
-                schema = f"bench_{n}_{i}"
-                stored.append(_rounds(n, lambda _path, schema=schema: PostgresStore(
-                    server.url, schema=schema, create=True)))
-                memory.append(_rounds(n, None)["total"])
-            total = float(np.median([s["total"] for s in stored]))
-            waited = float(np.median([s["waited"] for s in stored]))
-            in_memory = float(np.median(memory))
+            stores = [lambda _path, schema=f"bench_{n}_{i}": PostgresStore(
+                server.url, schema=schema, create=True) for i in range(pairs)]
+            total, waited, in_memory = _alternating(n, stores)
             ratio = total / in_memory - 1.0
             sqlite_ratio = report.values.get(f"engine_commit_ratio_{n}")
             report.values |= {f"engine_round_postgres_{n}_s": total,

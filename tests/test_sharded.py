@@ -19,7 +19,7 @@ import pytest
 
 from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.engine import EngineConfig, StreamEngine, noise_stage_at
 from renyiboost.stream.sharded import ShardedEngine, shard_of
 from renyiboost.stream.store import SQLiteStore
 
@@ -30,10 +30,10 @@ SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (-2.0, 2.0), "c": ["x", "y
 N_KEYS = 300
 
 
-def _config(task: str) -> EngineConfig:
+def _config(task: str, noise_stages: tuple = ()) -> EngineConfig:
     return EngineConfig.from_defaults(SCHEMA, task, 1.0, sampling_rate=1.0, depth=3, rounds=20,
                                       train_every=40, warmup=40, trees_per_trigger=2,
-                                      noise_stages=())
+                                      noise_stages=noise_stages)
 
 
 def _records(task: str, n: int, seed: int = 0) -> list[tuple[np.ndarray, float, str]]:
@@ -124,13 +124,14 @@ class _CrashingStore(SQLiteStore):
         super().commit(change)
 
 
+@pytest.mark.parametrize("stages", [(), ((1_000, 8),)], ids=["one stage", "noise stages"])
 def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging(
-        tmp_path) -> None:
+        tmp_path, stages) -> None:
     """Shard 2's commit of a round fails after shards 0 and 1 committed it: the round was
     never visible. Reopened, shard 2 replays it from the tree the others committed, with
     the charges it computed from its own committed records; every ledger then equals a run
     that never crashed, and training goes on."""
-    config = _config("regression")
+    config = _config("regression", stages)
     records = _records("regression", 1500, seed=1)
     paths = [tmp_path / f"shard{k}.db" for k in range(3)]
     stores = [_CrashingStore(path, create=True) for path in paths]
@@ -140,6 +141,8 @@ def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging
         _feed(sharded, records)
     fed = sharded.positions
     crashed_version = sharded.release_version
+    if stages:  # the lost round ran in the early stage, whose rounds charge more
+        assert noise_stage_at(config, fed) == 0
     rounds = sharded.booster.rounds_done  # the model never showed the round
     for store in stores:
         store.close()  # the process is gone: no clean close, nothing more committed

@@ -48,6 +48,7 @@ from renyiboost.exceptions import LedgerConflict
 from renyiboost.models.booster import LeafSums, SGBDTBooster
 from renyiboost.stream.engine import (
     EngineConfig,
+    KeyBudget,
     StreamEngine,
     leaf_depth_at,
     noise_stage_at,
@@ -219,7 +220,7 @@ class ShardedEngine:
         """Spent RDP of every key of every shard (operator telemetry)."""
         return np.concatenate([shard.spent_rdp() for shard in self.shards])
 
-    def operator_budget_of(self, key: Any) -> Any:
+    def operator_budget_of(self, key: Any) -> KeyBudget:
         """A key's budget, from the shard that owns it (operator telemetry)."""
         return self.shards[shard_of(key, len(self.shards))].operator_budget_of(key)
 

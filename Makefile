@@ -40,6 +40,7 @@ defaults: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/kafka_bench.py
+	cd benchmarks && ../$(PY) sharded_bench.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks

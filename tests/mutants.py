@@ -28,6 +28,9 @@ KERNELS = ["tests/test_kernels.py"]
 STAGES = ["tests/test_stages.py"]
 POSTGRES = ["tests/test_postgres_store.py"]
 SHARDED = ["tests/test_sharded.py"]
+RAY_REFUSALS = [
+    "tests/test_ray_shards.py::test_a_changed_partition_map_or_a_second_coordinator_is_refused"]
+RAY_KILLS = ["tests/test_ray_shards.py::test_killed_shard_processes_lose_and_repeat_nothing"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -127,14 +130,24 @@ MUTATIONS = [
              "                create = True\n                self._check_absent()\n", POSTGRES),
     Mutation("shards send sums before their records are committed",
              "src/renyiboost/stream/sharded.py",
-             "            shard.flush()  # step 1", "            pass  # step 1", SHARDED),
+             "        self.engine.flush()\n        return self.engine.shard_sums(",
+             "        return self.engine.shard_sums(", SHARDED),
     Mutation("a shard behind is not brought to the round the others committed",
              "src/renyiboost/stream/sharded.py", "            if behind == 1:",
              "            if False:", SHARDED),
     Mutation("a shard brought forward charges the round at the main stage",
              "src/renyiboost/stream/sharded.py",
-             "stage = noise_stage_at(self.config, sum(shard.positions for shard in self.shards))",
-             "stage = None", SHARDED),
+             "        stage = noise_stage_at(self.config, positions)\n",
+             "        stage = None\n", SHARDED),
+    Mutation("a sharded tree joins the model before every shard's commit is durable",
+             "src/renyiboost/stream/sharded.py",
+             "        self.engine.install_released(tree, stage)\n        self.engine.wait_durable()",
+             "        self.engine.install_released(tree, stage)", SHARDED),
+    Mutation("a changed partition map is accepted", "src/renyiboost/connectors/kafka.py",
+             "        if recorded != mapping:\n", "        if False:\n", RAY_REFUSALS),
+    Mutation("a shard restarted by Ray is not reconciled", "src/renyiboost/stream/sharded.py",
+             "                self._reconcile()\n                return\n",
+             "                return\n", RAY_KILLS),
     Mutation("no lock on the PostgreSQL store", "src/renyiboost/stream/postgres.py",
              "            self._lock()\n", "            pass\n", POSTGRES),
     Mutation("a PostgreSQL server without fsync is accepted", "src/renyiboost/stream/postgres.py",

@@ -229,3 +229,49 @@ def test_a_cluster_that_goes_away_stops_the_trainer_with_an_error(tmp_path, capl
     assert any(record.name == "renyiboost.kafka" for record in caplog.records)
     assert engine.offsets  # what was committed stays committed
     engine.close()
+
+
+def test_neighbouring_topics_publish_the_same_messages_with_shards(kafka_bootstrap,
+                                                                   tmp_path) -> None:
+    """The same with two key shards (in this process) reading a 4-partition topic: the
+    model topic's messages are the same in number, versions and fields; the stores of the
+    shards each own their partitions; only the model topic is published."""
+    from test_kafka import create_topic
+
+    from renyiboost.connectors.kafka import ShardedKafkaTrainer, partition_map_for
+    from renyiboost.stream.sharded import (
+        LocalShards,
+        ShardedEngine,
+        create_shard_stores,
+        shard_locations,
+    )
+
+    shapes, config = [], _engine(None).config
+    for name, events in (("a", _events()), ("b", _events(drop="p7"))):
+        topic = _topic()
+        create_topic(kafka_bootstrap, topic, partitions=4)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+        for key, value in events:  # partitioned by the message key
+            producer.produce(topic, key=key, value=value)
+        assert producer.flush(30) == 0
+        settings = _settings(kafka_bootstrap, topic)
+        locations = shard_locations(str(tmp_path / name), 2)
+        (tmp_path / name).mkdir()
+        create_shard_stores(config, locations)
+        source = KafkaTrainer.for_shard(settings, None, partition_map_for(settings, 2))
+        engine = ShardedEngine(config, LocalShards.open(config, locations, 3, source), seed=3)
+        ShardedKafkaTrainer(engine, settings).run(max_idle=2.0)
+        assert engine.positions == len(events)
+        got = read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)
+        shape = []
+        for message in got:
+            data = json.loads(message.value())
+            data.pop("store_id"), data.pop("init_score")
+            data["trees"] = [t["round"] for t in data["trees"]]
+            shape.append(data)
+        shapes.append(shape)
+        owned = [sorted(s["engine"]["offsets"]) for s in engine.operator_telemetry()["shards"]]
+        assert owned == [[f"{topic}:0", f"{topic}:2"], [f"{topic}:1", f"{topic}:3"]]
+        engine.close()
+    assert len(shapes[0]) == len(shapes[1]) >= 5
+    assert shapes[0] == shapes[1]

@@ -153,7 +153,7 @@ def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging
             committed.append(json.loads(state)["rounds_done"])
     assert committed == [rounds + 1, rounds + 1, rounds]  # shards 0 and 1 committed it
     again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=9)
-    rounds = [shard.rounds_done for shard in again.shards]
+    rounds = [state.rounds_done for state in again.shards.all("state")]
     assert len(set(rounds)) == 1  # reconciled
     assert again.release_version == crashed_version + 1  # the round shards 0 and 1 committed
     reference = ShardedEngine(config, [None, None, None], seed=9)

@@ -36,7 +36,14 @@ def _train(argv: list[str]) -> int:
     parser.add_argument("--max-idle", type=float, help="stop after this many idle seconds")
     parser.add_argument("--json", action="store_true",
                         help="operator telemetry as JSON lines on standard output")
+    _shard_options(parser)
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="run the shards as Ray actors: local (a Ray instance on this "
+                             "machine), auto (the running cluster) or ray://host:port; "
+                             "without it the shards run in this process")
     args = parser.parse_args(argv)
+    if args.ray is not None and args.shards is None:
+        parser.error("--ray needs --shards")
     try:
         config = load_config(args.config, {"source": args.source, "state": args.state,
                                            "model_topic": args.model_topic,
@@ -44,7 +51,14 @@ def _train(argv: list[str]) -> int:
     except ValueError as error:
         parser.error(str(error))
     return run_train(config, max_idle=args.max_idle, as_json=args.json,
-                     new_state=args.new_state)
+                     new_state=args.new_state, shards=args.shards, ray_address=args.ray)
+
+
+def _shard_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shards", type=int, metavar="N",
+                        help="a key-sharded deployment of N shards: --state is then a "
+                             "directory (one SQLite file per shard) or a postgresql:// URL "
+                             "(one schema per shard)")
 
 
 def _state(argv: list[str]) -> int:
@@ -58,14 +72,26 @@ def _state(argv: list[str]) -> int:
     parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
     parser.add_argument("--state", help="state store, a SQLite file or a postgresql:// URL "
                         "(default: the config's)")
+    _shard_options(parser)
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, {"state": args.state})
     except ValueError as error:
         parser.error(str(error))
     if args.action == "init":
-        identity, location = init_state(config)
-        print(f"created state store {location} (store id {identity.store_id})")
+        created = init_state(config, args.shards)
+        for identity, location in created if isinstance(created, list) else [created]:
+            print(f"created state store {location} (store id {identity.store_id})")
+        return 0
+    if args.shards is not None:
+        from renyiboost.stream.sharded import ShardedEngine, shard_locations
+
+        sharded = ShardedEngine(engine_config(config.model),
+                                shard_locations(config.state, args.shards))
+        try:
+            print(json.dumps(sharded.operator_telemetry(), indent=1))
+        finally:
+            sharded.close()
         return 0
     engine = StreamEngine(engine_config(config.model), store=config.state,
                           seed=config.model.seed)

@@ -69,3 +69,12 @@ class LedgerConflict(StateStoreError):
 
 class BrokerUnavailable(RenyiboostError):
     """The Kafka cluster did not answer within the configured timeout."""
+
+
+class ShardUnavailable(RenyiboostError):
+    """A shard of a sharded deployment died or did not answer (its process was killed, its
+    node lost). The round it was in is aborted: nothing of it is released."""
+
+    def __init__(self, shard: int, detail: str) -> None:
+        super().__init__(f"shard {shard} is unavailable: {detail}")
+        self.shard = shard

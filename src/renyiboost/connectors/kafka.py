@@ -13,7 +13,13 @@
   trainer, or a newer copy of this store, consumed those events with its own ledger); and
   when the model topic holds releases of this model from another store, or versions newer
   than its own store has committed (published trees beyond the ledger are under-charged
-  keys). Training more than one trainer per topic is the scale-out issue's, not this one's.
+  keys).
+* **Sharded** (:mod:`renyiboost.stream.sharded`): :meth:`KafkaTrainer.for_shard` makes the
+  trainer of one shard, which ``assign()``s only the partitions the partition map gives it
+  (:func:`partition_map_for`: partition ``p`` to shard ``p mod n``), records that map in its
+  store at the first start and refuses another one, and publishes nothing;
+  :class:`ShardedKafkaTrainer` is the coordinator that polls the shards, runs the public
+  schedule over their summed positions and publishes the global model.
 * Every committed output is published to the model topic (keyed by the model name) as one
   :class:`~renyiboost.release.ModelRelease` — the public release type, nothing else — after
   the commit, never before. One message per output, so the topic's message count and shapes
@@ -39,6 +45,7 @@ offset commits, metadata), never transactions.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -66,16 +73,23 @@ from renyiboost.connectors.events import (
     cycle_collector_paused,
     event_json,
 )
-from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, RenyiboostError
+from renyiboost.exceptions import (
+    BrokerUnavailable,
+    LedgerConflict,
+    RenyiboostError,
+    ShardUnavailable,
+)
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
-from renyiboost.stream.store import InitEvent, RoundEvent
+from renyiboost.stream.sharded import ShardedEngine
+from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta
 from renyiboost.validation import RecordValidator
 
-__all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "event_json", "last_release"]
+__all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTrainer", "event_json",
+           "last_release", "partition_map_for"]
 
 log = logging.getLogger("renyiboost.kafka")
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
@@ -165,7 +179,39 @@ def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
         consumer.close()
 
 
-class KafkaTrainer:
+class _Loop:
+    """The polling loop of a trainer: :meth:`run` until :meth:`stop` or idle, then close."""
+
+    stopping: bool = False
+
+    def poll_once(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def run(self, max_idle: float | None = None,
+            on_poll: Callable[[Any], None] | None = None) -> None:
+        """Poll until :meth:`stop` (e.g. from a signal handler) or ``max_idle`` seconds
+        idle, calling ``on_poll(self)`` after every poll; then close, whatever happened."""
+        idle_since = time.monotonic()
+        try:
+            while not self.stopping:
+                if self.poll_once():
+                    idle_since = time.monotonic()
+                elif max_idle is not None and time.monotonic() - idle_since > max_idle:
+                    break
+                if on_poll:
+                    on_poll(self)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Finish the current batch (and the rounds it triggers), then close."""
+        self.stopping = True
+
+
+class KafkaTrainer(_Loop):
     """Consume events, train the engine, publish releases, dead-letter bad events.
 
     Parameters
@@ -181,7 +227,14 @@ class KafkaTrainer:
     def __init__(
         self, engine: StreamEngine, settings: KafkaSettings,
         event_format: EventFormat | None = None,
+        shard: int | None = None, partition_map: dict[str, list[int]] | None = None,
     ) -> None:
+        if (shard is None) != (partition_map is None):
+            raise ValueError("a shard's trainer needs both its shard and the partition map")
+        #: A shard of a sharded deployment reads only the partitions ``partition_map``
+        #: gives it and publishes nothing (its coordinator publishes the global model).
+        self.shard = shard
+        self.partition_map = partition_map
         if not engine.store.durable:
             raise LedgerConflict(
                 "the Kafka trainer needs a durable state store: with a memory store a restart "
@@ -213,8 +266,17 @@ class KafkaTrainer:
         except BaseException:
             self.consumer.close()
             raise
-        engine.listeners.append(self._on_output)
-        self._unpublished = engine.release_version > self._published["version"]
+        if shard is None:
+            engine.listeners.append(self._on_output)
+        self._unpublished = shard is None and engine.release_version > self._published["version"]
+
+    @classmethod
+    def for_shard(cls, settings: KafkaSettings, event_format: EventFormat | None,
+                  partition_map: dict[str, list[int]]) -> Callable[[StreamEngine, int, int],
+                                                                   KafkaTrainer]:
+        """The source of shard ``k`` of a sharded deployment, as a picklable callable of
+        ``(engine, k, n)`` (see :class:`~renyiboost.stream.sharded.ShardWorker`)."""
+        return functools.partial(_shard_trainer, settings, event_format, partition_map)
 
     # ------------------------------------------------------------------ ownership
     def _claim_partitions(self) -> list[TopicPartition]:
@@ -241,8 +303,11 @@ class KafkaTrainer:
                 "keys move between partitions when their number changes. Repartitioning needs "
                 "a planned migration, not a restart.")
         owned = [TopicPartition(topic, p) for topic, n in counts.items() for p in range(n)]
+        if self.partition_map is not None:
+            owned = self._shard_partitions(owned, counts)
         self._check_group(owned)
-        self._check_model_topic()
+        if self.shard is None:
+            self._check_model_topic()
         if recorded is None:
             engine.store.set_meta("partitions", counts)
         offsets = engine.offsets
@@ -251,6 +316,23 @@ class KafkaTrainer:
             tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING
         self.consumer.assign(owned)
         return owned
+
+    def _shard_partitions(self, every: list[TopicPartition],
+                          counts: dict[str, int]) -> list[TopicPartition]:
+        """The partitions the map gives this shard; the map is recorded in the store at the
+        first start and a different one is refused (its keys' ledgers live elsewhere)."""
+        mapping, store = self.partition_map or {}, self.engine.store
+        if {topic: len(shards) for topic, shards in mapping.items()} != counts:
+            raise LedgerConflict(f"the partition map {mapping} does not cover the partitions "
+                                 f"of the event topics ({counts})")
+        recorded = pin_meta(store, "partition_map", mapping)
+        if recorded != mapping:
+            raise LedgerConflict(
+                f"the partition map changed since this shard's store first recorded it "
+                f"({recorded} → {mapping}): the keys of a moved partition have their ledgers "
+                "in another shard's store. Change it only with `renyiboost reshard`, which "
+                "moves those ledgers.")
+        return [tp for tp in every if mapping[tp.topic][tp.partition] == self.shard]
 
     def _check_group(self, owned: list[TopicPartition]) -> None:
         settings, offsets = self.settings, self.engine.offsets
@@ -284,37 +366,19 @@ class KafkaTrainer:
                 "partitions; one store owns all of them")
 
     def _check_model_topic(self) -> None:
-        engine, settings = self.engine, self.settings
-        identity = engine.store.identity
-        at = self._published
-        newest = last_release(settings, {at["partition"]: at["offset"]} if "offset" in at
-                                 else None)
-        if newest is None:
-            return
-        if newest.store_id != identity.store_id:
-            raise LedgerConflict(
-                f"the model topic {settings.model_topic!r} holds releases of model "
-                f"{settings.model_name!r} from state store {newest.store_id}, not from this "
-                f"store ({identity.store_id}); their keys were charged in that store's ledger. "
-                "Resume from that store, or publish a new model under a new name (which "
-                "spends a new budget on the same people).")
-        if newest.version > engine.release_version:
-            raise LedgerConflict(
-                f"the model topic holds version {newest.version} of {settings.model_name!r} but "
-                f"this store has committed only {engine.release_version}: the store lost "
-                "commits (an old backup, a lost write-ahead log), so published trees were "
-                "paid from budgets it no longer records. Refusing to charge those keys again.")
-        if newest.epoch is not None and newest.epoch >= identity.epoch:
-            raise LedgerConflict(
-                f"the model topic holds a release of epoch {newest.epoch} of this store, and "
-                f"this process opened epoch {identity.epoch}: another copy of the store is "
-                "running (or ran later)")
+        check_model_topic(self.settings, self.engine.store.identity,
+                          self.engine.release_version, self._published)
 
     # ------------------------------------------------------------------ the loop
-    def poll_once(self) -> int:
-        """Consume one bounded batch and feed it to the engine; returns the messages read."""
+    def poll_once(self, max_messages: int | None = None, timeout: float | None = None) -> int:
+        """Consume one bounded batch (at most ``batch_size``, and ``max_messages`` if given,
+        waiting at most ``timeout`` seconds, default ``poll_timeout``) and feed it to the
+        engine; returns the messages read."""
         self._check_client()
-        messages = self.consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
+        size = self.settings.batch_size if max_messages is None else min(
+            max(1, max_messages), self.settings.batch_size)
+        messages = self.consumer.consume(
+            size, self.settings.poll_timeout if timeout is None else timeout)
         with cycle_collector_paused(), self.engine.group_commit():
             self._process(messages)
         self.consumed += len(messages)
@@ -434,28 +498,6 @@ class KafkaTrainer:
             if time.monotonic() - self._down_since > self.settings.connect_timeout:
                 raise _unreachable(self.settings, error) from None
 
-    def run(
-        self,
-        max_idle: float | None = None,
-        on_poll: Callable[[KafkaTrainer], None] | None = None,
-    ) -> None:
-        """Poll until :meth:`stop` (e.g. from a signal handler) or ``max_idle`` seconds idle."""
-        idle_since = time.monotonic()
-        try:
-            while not self.stopping:
-                if self.poll_once():
-                    idle_since = time.monotonic()
-                elif max_idle is not None and time.monotonic() - idle_since > max_idle:
-                    break
-                if on_poll:
-                    on_poll(self)
-        finally:
-            self.close()
-
-    def stop(self) -> None:
-        """Finish the current batch (and the rounds it triggers), then close."""
-        self.stopping = True
-
     def close(self) -> None:
         try:
             self.publish()
@@ -472,24 +514,12 @@ class KafkaTrainer:
         before): one :class:`ModelRelease` message per version."""
         if not self._unpublished:
             return
-        engine, settings = self.engine, self.settings
-        current = engine.release_version
-        delivered: list[tuple[int, int]] = []
-
-        def on_delivery(error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                delivered.append((message.partition(), message.offset()))
-
-        for version in range(self._published["version"] + 1, current + 1):
-            release = engine.release(settings.model_name, after=version - 1, upto=version)
-            self.producer.produce(settings.model_topic, key=settings.model_name.encode(),
-                                  value=release.model_dump_json().encode(),
-                                  on_delivery=on_delivery)
-        if self.producer.flush(self.settings.connect_timeout) == 0 and delivered:
-            partition, offset = delivered[-1]
-            self._published = {"version": current, "partition": partition, "offset": offset}
+        published = publish_versions(self.producer, self.settings, self.engine.release,
+                                     self._published["version"], self.engine.release_version)
+        if published is not None:
+            self._published = published
             self._unpublished = False
-            engine.store.set_meta("published", self._published)
+            self.engine.store.set_meta("published", published)
 
     def telemetry(self) -> dict[str, Any]:
         """Operator telemetry of the trainer and its engine (never publish this)."""
@@ -498,6 +528,157 @@ class KafkaTrainer:
                 "dead_letters_repeated": self.dead_letters_repeated,
                 "published_version": self._published["version"],
                 "engine": self.engine.operator_telemetry().model_dump()}
+
+
+def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
+                      published: Mapping[str, int]) -> None:
+    """Refuse to train a model whose topic shows another ledger (see the module docstring):
+    releases from another store, versions this store has not committed, or a later epoch."""
+    newest = last_release(settings, {published["partition"]: published["offset"]}
+                          if "offset" in published else None)
+    if newest is None:
+        return
+    if newest.store_id != identity.store_id:
+        raise LedgerConflict(
+            f"the model topic {settings.model_topic!r} holds releases of model "
+            f"{settings.model_name!r} from state store {newest.store_id}, not from this "
+            f"store ({identity.store_id}); their keys were charged in that store's ledger. "
+            "Resume from that store, or publish a new model under a new name (which "
+            "spends a new budget on the same people).")
+    if newest.version > release_version:
+        raise LedgerConflict(
+            f"the model topic holds version {newest.version} of {settings.model_name!r} but "
+            f"this store has committed only {release_version}: the store lost "
+            "commits (an old backup, a lost write-ahead log), so published trees were "
+            "paid from budgets it no longer records. Refusing to charge those keys again.")
+    if newest.epoch is not None and newest.epoch >= identity.epoch:
+        raise LedgerConflict(
+            f"the model topic holds a release of epoch {newest.epoch} of this store, and "
+            f"this process opened epoch {identity.epoch}: another copy of the store is "
+            "running (or ran later)")
+
+
+def publish_versions(producer: Producer, settings: KafkaSettings,
+                     release: Callable[..., ModelRelease], published: int,
+                     current: int) -> dict[str, int] | None:
+    """Produce versions ``published + 1 … current`` of the model (``release(model, after,
+    upto)``) to the model topic, one message each; returns the new ``published`` record
+    (version, partition, offset of the last) once all are delivered, else ``None``."""
+    delivered: list[tuple[int, int]] = []
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            delivered.append((message.partition(), message.offset()))
+
+    for version in range(published + 1, current + 1):
+        message = release(settings.model_name, after=version - 1, upto=version)
+        producer.produce(settings.model_topic, key=settings.model_name.encode(),
+                         value=message.model_dump_json().encode(), on_delivery=on_delivery)
+    if producer.flush(settings.connect_timeout) == 0 and delivered:
+        partition, offset = delivered[-1]
+        return {"version": current, "partition": partition, "offset": offset}
+    return None
+
+
+def _shard_trainer(settings: KafkaSettings, event_format: EventFormat | None,
+                   partition_map: dict[str, list[int]], engine: StreamEngine, k: int,
+                   n: int) -> KafkaTrainer:
+    shards = {shard for owners in partition_map.values() for shard in owners}
+    if not shards <= set(range(n)):
+        raise ValueError(f"the partition map names shards {sorted(shards)}, not 0..{n - 1}")
+    return KafkaTrainer(engine, settings, event_format, shard=k, partition_map=partition_map)
+
+
+def partition_map_for(settings: KafkaSettings, n_shards: int) -> dict[str, list[int]]:
+    """The default partition → shard map of the topics: partition ``p`` to shard
+    ``p mod n_shards`` (every shard gets whole partitions; a key's message key picks its
+    partition, so a key lives on one shard)."""
+    consumer = Consumer(settings.client(**{"group.id": settings.group_id}))
+    try:
+        metadata = consumer.list_topics(timeout=settings.connect_timeout)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    finally:
+        consumer.close()
+    mapping = {}
+    for topic in settings.topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise RenyiboostError(f"topic {topic!r} does not exist at "
+                                  f"{settings.bootstrap_servers}; create it (with its final "
+                                  "number of partitions) before training")
+        if len(meta.partitions) < n_shards:
+            raise RenyiboostError(f"topic {topic!r} has {len(meta.partitions)} partitions, "
+                                  f"fewer than the {n_shards} shards: a shard without a "
+                                  "partition would idle")
+        mapping[topic] = [p % n_shards for p in range(len(meta.partitions))]
+    return mapping
+
+
+class ShardedKafkaTrainer(_Loop):
+    """The coordinator of a sharded Kafka deployment: it drives the shards' own trainers
+    (each :meth:`KafkaTrainer.for_shard`, reading its partitions of the map), runs the
+    public schedule over their summed positions, and publishes the global model.
+
+    Publishing follows the single trainer: a version goes to the model topic only once
+    every shard committed it, as one :class:`~renyiboost.release.ModelRelease` message; the
+    releases name shard 0's store and epoch, and the published version is recorded there.
+    At start the model topic is checked as for a single trainer (another ledger's releases,
+    versions the shards have not committed, a later epoch: refused).
+    """
+
+    def __init__(self, engine: ShardedEngine, settings: KafkaSettings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.stopping = False
+        self.consumed = 0
+        self.producer = Producer(settings.client(**{"enable.idempotence": True,
+                                                    "linger.ms": 5}))
+        self._published: dict[str, int] = (engine.shards.one(0, "get_meta", "published")
+                                           or {"version": 0})
+        check_model_topic(settings, engine.identity, engine.release_version, self._published)
+        self._unrecorded = False
+
+    def poll_once(self) -> int:
+        """Every shard reads one bounded batch; the triggers fire; new versions are
+        published. Returns the positions added."""
+        added = self.engine.poll()
+        self.consumed += added
+        self.publish()
+        return added
+
+    def publish(self) -> None:
+        engine = self.engine
+        if self._unrecorded:
+            self._record_published()
+        if engine.release_version <= self._published["version"]:
+            return
+        published = publish_versions(self.producer, self.settings, engine.release,
+                                     self._published["version"], engine.release_version)
+        if published is not None:
+            self._published = published
+            self._record_published()
+
+    def _record_published(self) -> None:
+        """Record the published version in shard 0's store; if shard 0 is down, it is
+        recorded at the next publish (this process knows it: nothing is sent twice)."""
+        try:
+            self.engine.shards.one(0, "set_meta", "published", self._published)
+            self._unrecorded = False
+        except ShardUnavailable as error:
+            self._unrecorded = True
+            self.engine.recover(error)
+
+    def close(self) -> None:
+        try:
+            self.publish()
+        finally:
+            self.producer.flush(10)
+
+    def telemetry(self) -> dict[str, Any]:
+        """Operator telemetry of the coordinator and every shard (never publish this)."""
+        return {**self.engine.operator_telemetry(), "consumed": self.consumed,
+                "published_version": self._published["version"]}
 
 
 class ModelFollower:

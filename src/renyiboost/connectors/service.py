@@ -39,10 +39,11 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from renyiboost.connectors.events import EventFormat
-from renyiboost.exceptions import BrokerUnavailable
+from renyiboost.exceptions import BrokerUnavailable, RenyiboostError
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import StoreIdentity, store_at
 
 #: The learner's fields a ``[model]`` table may set; each left out takes the default
@@ -130,10 +131,14 @@ def parse_kafka_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
-def init_state(config: ServiceConfig) -> tuple[StoreIdentity, str]:
+def init_state(config: ServiceConfig, shards: int | None = None
+               ) -> tuple[StoreIdentity, str] | list[tuple[StoreIdentity, str]]:
     """Create the config's state store (refused if one is there) and pin its configuration
     and calibration: ``renyiboost state init``. Returns its identity and where it is (a
-    URL without its password)."""
+    URL without its password); with ``shards``, those of every shard's store
+    (:func:`~renyiboost.stream.sharded.shard_locations`)."""
+    if shards is not None:
+        return _init_shard_states(config, shards)
     store = store_at(config.state, create=True)
     engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
     identity = engine.store.identity
@@ -141,41 +146,118 @@ def init_state(config: ServiceConfig) -> tuple[StoreIdentity, str]:
     return identity, store.location
 
 
+def _init_shard_states(config: ServiceConfig, shards: int) -> list[tuple[StoreIdentity, str]]:
+    from renyiboost.stream.sharded import create_shard_stores, shard_locations
+
+    locations = shard_locations(config.state, shards)
+    if not config.state.startswith(("postgresql://", "postgres://")):
+        Path(config.state).mkdir(parents=True, exist_ok=True)
+    identities = create_shard_stores(engine_config(config.model), locations)
+    return [(identity, without_password(location))
+            for identity, location in zip(identities, locations, strict=True)]
+
+
+def kafka_settings(config: ServiceConfig) -> Any:
+    """The Kafka settings of a config whose source is a ``kafka://`` URL."""
+    from renyiboost.connectors.kafka import KafkaSettings
+
+    bootstrap, topic = parse_kafka_url(config.source)
+    return KafkaSettings(
+        bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
+        model_topic=config.model_topic, model_name=config.model_name,
+        batch_size=config.kafka.batch_size, connect_timeout=config.kafka.connect_timeout,
+        extra=config.kafka.extra,
+    )
+
+
 def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: bool = False,
-              new_state: bool = False) -> int:
+              new_state: bool = False, shards: int | None = None,
+              ray_address: str | None = None) -> int:
     """Train from the configured source until stopped (SIGINT/SIGTERM) or idle.
 
     The state store (a SQLite path or a ``postgresql://`` URL) must exist unless
-    ``new_state`` (then it must not): see :func:`~renyiboost.stream.store.store_at`.
+    ``new_state`` (then it must not): see :func:`~renyiboost.stream.store.store_at`. With
+    ``shards``, the deployment is sharded (:mod:`renyiboost.stream.sharded`): one store per
+    shard under ``state``, each shard reading its own partitions of the topic, in this
+    process or, with ``ray_address`` (``local``, ``auto`` or ``ray://host:port``), as Ray
+    actors.
     """
-    from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
+    if shards is not None:
+        return _run_sharded(config, shards, ray_address, max_idle, as_json, new_state)
+    from renyiboost.connectors.kafka import KafkaTrainer
 
     store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
     try:
         if config.source.startswith("memory:"):
             return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)
-        bootstrap, topic = parse_kafka_url(config.source)
-        settings = KafkaSettings(
-            bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
-            model_topic=config.model_topic, model_name=config.model_name,
-            batch_size=config.kafka.batch_size, connect_timeout=config.kafka.connect_timeout,
-            extra=config.kafka.extra,
-        )
-        trainer = KafkaTrainer(engine, settings, config.events)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: trainer.stop())
-        last = [0.0]
-
-        def show(t: KafkaTrainer) -> None:
-            now = time.monotonic()
-            if now - last[0] < 2.0:
-                return
-            last[0] = now
-            _print_telemetry(t.telemetry(), as_json)
-
-        trainer.run(max_idle=max_idle, on_poll=show)
+        trainer = KafkaTrainer(engine, kafka_settings(config), config.events)
+        _run_until_stopped(trainer, max_idle, as_json)
         engine.flush()  # the records read but not yet in a round: commit them with their offsets
+        _print_telemetry(trainer.telemetry(), as_json)
+        return 0
+    finally:
+        engine.close()
+
+
+def _run_until_stopped(trainer: Any, max_idle: float | None, as_json: bool) -> None:
+    """Run a trainer until SIGINT/SIGTERM or ``max_idle``, printing its operator telemetry
+    every two seconds."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: trainer.stop())
+    last = [0.0]
+
+    def show(t: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] < 2.0:
+            return
+        last[0] = now
+        _print_telemetry(t.telemetry(), as_json)
+
+    trainer.run(max_idle=max_idle, on_poll=show)
+
+
+def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
+                 max_idle: float | None, as_json: bool, new_state: bool) -> int:
+    from renyiboost.stream.sharded import LocalShards, ShardedEngine, shard_locations
+
+    if shards < 1:
+        raise ValueError("--shards must be at least 1")
+    if new_state:
+        _init_shard_states(config, shards)
+    engine_cfg, seed = engine_config(config.model), config.model.seed
+    locations = shard_locations(config.state, shards)
+    source = None
+    memory = config.source.startswith("memory:")
+    if not memory:
+        from renyiboost.connectors.kafka import KafkaTrainer, partition_map_for
+
+        settings = kafka_settings(config)
+        source = KafkaTrainer.for_shard(settings, config.events,
+                                        partition_map_for(settings, shards))
+    if ray_address is not None:
+        try:
+            from renyiboost.stream.ray_shards import RayShards
+        except ImportError:
+            raise RenyiboostError("--ray needs Ray: pip install 'renyiboost[ray]'") from None
+        group: Any = RayShards(engine_cfg, locations, seed=seed, source=source,
+                               address=ray_address)
+    else:
+        group = LocalShards.open(engine_cfg, locations, seed, source)
+    engine = ShardedEngine(engine_cfg, group, seed=seed)
+    try:
+        if memory:
+            from renyiboost.stream.sources import InMemorySource
+
+            data = InMemorySource(config.source.removeprefix("memory:"), batch_size=1000)
+            for batch in data:
+                engine.add(batch.X, batch.y, batch.keys)
+            _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)
+            return 0
+        from renyiboost.connectors.kafka import ShardedKafkaTrainer
+
+        trainer = ShardedKafkaTrainer(engine, settings)
+        _run_until_stopped(trainer, max_idle, as_json)
         _print_telemetry(trainer.telemetry(), as_json)
         return 0
     finally:
@@ -194,13 +276,21 @@ def _train_from_memory(engine: StreamEngine, dataset: str, as_json: bool) -> int
     return 0
 
 
-def _print_telemetry(status: dict[str, Any], as_json: bool) -> None:
+def _print_telemetry(status: dict[str, Any], as_json: bool, prefix: str = "") -> None:
     """Operator telemetry to standard output (exact counts: keep this channel private)."""
     if as_json:
         print(json.dumps(status), flush=True)
         return
+    if "shards" in status:  # a sharded deployment: the coordinator, then one line a shard
+        print(f"[operator telemetry] consumed {status['consumed']:>9,}  version "
+              f"{status['release_version']:>5}  positions {status['positions']:>9,}  "
+              f"aborted rounds {status['aborted_rounds']}", flush=True)
+        for k, shard in enumerate(status["shards"]):
+            _print_telemetry({"consumed": shard["engine"]["positions"], **shard}, False,
+                             f"  shard {k}: ")
+        return
     engine = status["engine"]
-    print(f"[operator telemetry] consumed {status['consumed']:>9,}  "
+    print(f"{prefix or '[operator telemetry] '}consumed {status['consumed']:>9,}  "
           f"version {engine['release_version']:>5}  active {engine['n_active']:>8,}  "
           f"retired {engine['n_retired']:>8,}  dropped {engine['n_dropped']:>6,}  "
           f"dead letters {status.get('dead_letters', {})}", flush=True)

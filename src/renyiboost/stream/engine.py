@@ -97,6 +97,7 @@ from renyiboost.stream.store import (
     RoundEvent,
     Snapshot,
     StateStore,
+    StoreIdentity,
     grid_digest,
     open_store,
 )
@@ -1096,10 +1097,7 @@ class StreamEngine:
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, α̂, σ (and the σ of earlier noise stages) and B per key: functions of the
         configuration only (public)."""
-        stages = [(spec.until, stage.calibration.sigma) for spec, stage in
-                  zip(self.config.noise_stages, self.booster.stages[:-1], strict=True)]
-        return PrivacyGuarantee.of(self.booster.calibration, "key", self.booster.noise.seeded,
-                                   stage_sigmas=stages)
+        return privacy_guarantee_of(self.config, self.booster)
 
     def release(self, model: str = "model", after: int = 0,
                 upto: int | None = None) -> ModelRelease:
@@ -1113,20 +1111,9 @@ class StreamEngine:
         if self._deferred:
             raise RuntimeError("the release waits until the group commit is durable")
         self.wait_durable()
-        ens, params = self.booster.ensemble, self.config.params
-        first_round = self.booster.rounds_done - ens.n_trees
-        version = self.release_version if upto is None else min(upto, self.release_version)
-        identity = self._store.identity
-        return ModelRelease(
-            model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
-            task=params.task, depth=params.depth,
-            public_schema=self.schema.model_dump(mode="json"),
-            params=params.model_dump(mode="json"), init_score=ens.init_score,
-            max_trees=self.config.max_trees,
-            trees=released_trees(ens.features, ens.thresholds, ens.leaves, first_round,
-                                 range(after - 1, version - 1)),
-            guarantee=self.privacy_guarantee(),
-        )
+        return model_release(self.config, self.booster, self._store.identity, model, after,
+                             self.release_version if upto is None
+                             else min(upto, self.release_version))
 
     # ------------------------------------------------------------------ operator telemetry
     def operator_budget_of(self, key: Any) -> KeyBudget:
@@ -1200,6 +1187,33 @@ class StreamEngine:
             if self._committer is not None:  # no commit may still use the store
                 self._committer.shutdown(wait=True)
             self._store.close()  # the lock is released even when that commit fails
+
+
+def privacy_guarantee_of(config: EngineConfig, booster: SGBDTBooster) -> PrivacyGuarantee:
+    """The public guarantee of a model trained under ``config``: ε, δ, α̂, σ (and the σ of
+    earlier noise stages) and B per key."""
+    stages = [(spec.until, stage.calibration.sigma) for spec, stage in
+              zip(config.noise_stages, booster.stages[:-1], strict=True)]
+    return PrivacyGuarantee.of(booster.calibration, "key", booster.noise.seeded,
+                               stage_sigmas=stages)
+
+
+def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreIdentity,
+                  model: str, after: int, version: int) -> ModelRelease:
+    """Versions ``after + 1`` … ``version`` of ``booster``'s committed model as a public
+    release (see :meth:`StreamEngine.release`): trees, schema and privacy parameters only."""
+    ens, params = booster.ensemble, config.params
+    first_round = booster.rounds_done - ens.n_trees
+    return ModelRelease(
+        model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
+        task=params.task, depth=params.depth,
+        public_schema=config.public_schema.model_dump(mode="json"),
+        params=params.model_dump(mode="json"), init_score=ens.init_score,
+        max_trees=config.max_trees,
+        trees=released_trees(ens.features, ens.thresholds, ens.leaves, first_round,
+                             range(after - 1, version - 1)),
+        guarantee=privacy_guarantee_of(config, booster),
+    )
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

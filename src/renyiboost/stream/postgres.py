@@ -90,7 +90,7 @@ def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=urlencode(rest))), name
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -147,7 +147,7 @@ class PostgresStore(SQLStateStore):
 
     @property
     def location(self) -> str:
-        return f"{_without_password(self.url)} schema {self.schema}"
+        return f"{without_password(self.url)} schema {self.schema}"
 
     # ------------------------------------------------------------------ dialect
     def _sql(self, statement: str) -> str:

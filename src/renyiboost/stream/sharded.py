@@ -11,20 +11,32 @@ et al., Sec. IX, Alg. 9: one aggregation per tree), so a round splits into
   store; per round it charges its active records, draws its own Poisson sample and returns
   its exact leaf sums (:meth:`~renyiboost.stream.engine.StreamEngine.shard_sums`).
 
-A key lives on exactly one shard (:func:`shard_of`, a hash of its normalised name), so it
-has one ledger. Here the shards run in this process; the shard interface is the
-``StreamEngine`` methods ``flush``, ``initial_sum``, ``install_initial``, ``shard_sums``,
-``install_released`` and ``replay_released``, which a remote shard (an actor on another
-machine) answers the same way.
+A key lives on exactly one shard (:func:`shard_of`, a hash of its normalised name, for
+records handed to :meth:`ShardedEngine.add`; the Kafka partition its message key chose,
+for shards that read their own partitions), so it has one ledger.
+
+**The shard interface** is :class:`ShardWorker` (one shard's engine, store and optional
+source) behind a :class:`ShardGroup`, which calls a method on one shard or on all of them:
+:class:`LocalShards` in this process, :class:`~renyiboost.stream.ray_shards.RayShards` as
+Ray actors on a cluster (the ``ray`` extra; nothing here imports Ray). A group raises
+:class:`ShardUnavailable` when a shard died; the coordinator then aborts the round (nothing
+is released; what shards committed stays spent), waits for the shard to come back, and
+reconciles.
 
 **Durable before visible** (invariant 4), per round:
 
-1. every shard commits its merged records (``flush``) before it computes sums, so a shard
-   can always recompute its charges of a round from its committed state and the round's
-   tree: a round's charges are a function of both (the store's event sourcing);
+1. every shard commits its merged records before it computes its sums (one call,
+   :meth:`ShardWorker.round_sums`), so a shard can always recompute its charges of a round
+   from its committed state and the round's tree: a round's charges are a function of both
+   (the store's event sourcing);
 2. the coordinator adds the noise once and hands the released tree to every shard, which
-   commits its charges, retirements and the tree in one transaction;
+   commits its charges, retirements and the tree in one transaction and answers once it is
+   durable (:meth:`ShardWorker.commit_round`);
 3. only when every shard's commit returned does the tree join the coordinator's model.
+
+Two calls to every shard a round: on a cluster each costs a round trip plus a per-shard
+cost at the coordinator, which is what limits the number of shards (``benchmarks/
+sharded_bench.py`` measures both).
 
 A crash between two shards' commits leaves the shards at different rounds. Opening the
 engine again **reconciles** them: a shard behind replays the missing rounds from the tree
@@ -38,25 +50,31 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from renyiboost.exceptions import LedgerConflict
-from renyiboost.models.booster import LeafSums, SGBDTBooster
+from renyiboost.exceptions import LedgerConflict, ShardUnavailable
+from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
+from renyiboost.models.trees import Ensemble
+from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
     EngineConfig,
     KeyBudget,
     StreamEngine,
     leaf_depth_at,
+    model_release,
     noise_stage_at,
+    privacy_guarantee_of,
     run_rounds,
     trees_due,
     trigger_schedule,
 )
-from renyiboost.stream.store import StateStore
+from renyiboost.stream.store import StateStore, StoreIdentity, pin_meta, store_at
 from renyiboost.validation import normalise_key
 
 
@@ -66,84 +84,338 @@ def shard_of(key: Any, n_shards: int) -> int:
     return zlib.crc32(normalise_key(key).encode()) % n_shards
 
 
+def shard_locations(state: str, n_shards: int) -> list[str]:
+    """Where the shards of a deployment keep their stores: ``DIR`` (a directory) gives one
+    SQLite file per shard, ``DIR/shard-K-of-N.db``; a ``postgresql://…[?schema=S]`` URL one
+    schema per shard, ``S_shard_K_of_N`` (``renyiboost`` when no schema is named)."""
+    if state.startswith(("postgresql://", "postgres://")):
+        from renyiboost.stream.postgres import split_url
+
+        base, schema = split_url(state)
+        join = "&" if "?" in base else "?"
+        return [f"{base}{join}schema={schema}_shard_{k}_of_{n_shards}" for k in range(n_shards)]
+    directory = Path(state)
+    others = sorted({path.name.rsplit("-of-", 1)[1].removesuffix(".db")
+                     for path in directory.glob("shard-*-of-*.db")} - {str(n_shards)})
+    if others:
+        raise LedgerConflict(
+            f"{directory} holds the stores of a deployment of {' and '.join(others)} shards, "
+            f"not {n_shards}: changing the number of shards needs `renyiboost reshard`, "
+            "which moves the affected ledgers")
+    return [str(directory / f"shard-{k}-of-{n_shards}.db") for k in range(n_shards)]
+
+
+def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[StoreIdentity]:
+    """Create the stores of a new deployment (each refused if it exists) and pin the
+    configuration and calibration in each: ``renyiboost state init --shards N``."""
+    identities = []
+    for location in locations:
+        engine = StreamEngine(config, store=store_at(location, create=True))
+        identities.append(engine.store.identity)
+        engine.close()
+    return identities
+
+
+class ShardState(NamedTuple):
+    """What a coordinator needs to know of a shard to schedule and reconcile rounds."""
+
+    rounds_done: int
+    initialized: bool
+    positions: int
+    n_active: int
+
+
+class ShardSource(Protocol):
+    """A shard's own event source (e.g. the Kafka partitions it is assigned)."""
+
+    def poll_once(self, max_messages: int | None = None,
+                  timeout: float | None = None) -> int: ...
+    def telemetry(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class ShardWorker:
+    """One shard: a coordinated :class:`StreamEngine` over its own store, at its fixed place
+    ``k`` of ``n`` in the shard map, and optionally its own source.
+
+    Everything a coordinator calls is a method here, with picklable arguments and results,
+    so the worker runs in this process (:class:`LocalShards`) or as a remote actor alike.
+    ``source`` builds the shard's source from its engine (a picklable callable, such as
+    :meth:`~renyiboost.connectors.kafka.KafkaTrainer.for_shard` with its settings bound).
+    """
+
+    def __init__(self, config: EngineConfig, store: StateStore | str | None, k: int, n: int,
+                 seed: int | None = None,
+                 source: Callable[[StreamEngine, int, int], ShardSource] | None = None) -> None:
+        self.engine = StreamEngine(config, store=store, coordinated=True, seed=seed)
+        self.source: ShardSource | None = None
+        try:
+            self._claim_place(k, n)
+            if source is not None:
+                self.source = source(self.engine, k, n)
+        except BaseException:
+            self.engine.close()
+            raise
+
+    def _claim_place(self, k: int, n: int) -> None:
+        """The store records its place in the shard map at the first open; a store in
+        another place (reordered, or from another deployment) is refused."""
+        place = {"shard": k, "of": n}
+        store = self.engine.store
+        stored = pin_meta(store, "shard_map", place)
+        if stored != place:
+            raise LedgerConflict(
+                f"the store {store!r} holds shard {stored['shard']} of {stored['of']}, not "
+                f"shard {k} of {n}: its keys' ledgers belong there. Open the stores in their "
+                "original order; changing the number of shards needs `renyiboost reshard`, "
+                "which moves the affected ledgers.")
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> ShardState:
+        engine = self.engine
+        return ShardState(engine.rounds_done, engine.initialized, engine.positions,
+                          engine.n_active)
+
+    def identity(self) -> StoreIdentity:
+        return self.engine.store.identity
+
+    def ensemble(self) -> Ensemble:
+        """A copy of the committed model (the coordinator's own, never the engine's)."""
+        return copy.deepcopy(self.engine.ensemble)
+
+    def get_meta(self, name: str) -> Any:
+        return self.engine.store.get_meta(name)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self.engine.store.set_meta(name, value)
+
+    # ------------------------------------------------------------------ records
+    def add(self, rows: np.ndarray, targets: np.ndarray, keys: list[Any] | None,
+            n_events: int | None = None, event_index: np.ndarray | None = None) -> int:
+        self.engine.add(rows, targets, keys, event_index=event_index, n_events=n_events,
+                        labels_checked=True)
+        return self.engine.positions
+
+    def poll(self, max_messages: int | None = None, timeout: float | None = None) -> int:
+        """One bounded batch (at most ``max_messages``, waiting at most ``timeout``
+        seconds) from the shard's source; returns the shard's positions."""
+        if self.source is None:
+            raise RuntimeError("this shard has no source of its own")
+        self.source.poll_once(max_messages, timeout)
+        return self.engine.positions
+
+    # ------------------------------------------------------------------ rounds
+    def flush(self) -> None:
+        self.engine.flush()
+
+    def initial_sum(self) -> float:
+        return self.engine.initial_sum()
+
+    def install_initial(self, score: float) -> None:
+        self.engine.install_initial(score)
+
+    def shard_sums(self, features: np.ndarray, thresholds: np.ndarray, levels: int | None,
+                   stage: int | None) -> LeafSums:
+        return self.engine.shard_sums(features, thresholds, levels, stage)
+
+    def install_released(self, tree: ReleasedTree, stage: int | None) -> None:
+        self.engine.install_released(tree, stage)
+
+    def round_sums(self, features: np.ndarray, thresholds: np.ndarray, levels: int | None,
+                   stage: int | None) -> LeafSums:
+        """Steps 1 and 2 of a round in one call: commit the merged records, then this
+        pool's exact sums (so a shard's sums never leave before the state they come from
+        is durable)."""
+        self.engine.flush()
+        return self.engine.shard_sums(features, thresholds, levels, stage)
+
+    def commit_round(self, tree: ReleasedTree, stage: int | None) -> None:
+        """Commit the released round and return once the commit is durable."""
+        self.engine.install_released(tree, stage)
+        self.engine.wait_durable()
+
+    def replay_released(self, features: np.ndarray, thresholds: np.ndarray,
+                        leaves: np.ndarray, stage: int | None) -> None:
+        self.engine.replay_released(features, thresholds, leaves, stage)
+
+    def wait_durable(self) -> None:
+        self.engine.wait_durable()
+
+    # ------------------------------------------------------------------ operator telemetry
+    def spent_rdp(self) -> np.ndarray:
+        return self.engine.spent_rdp()
+
+    def operator_budget_of(self, key: Any) -> KeyBudget:
+        return self.engine.operator_budget_of(key)
+
+    def telemetry(self) -> dict[str, Any]:
+        """The shard's operator telemetry (and its source's, without the engine twice)."""
+        status = {"engine": self.engine.operator_telemetry().model_dump()}
+        if self.source is not None:
+            status.update({k: v for k, v in self.source.telemetry().items() if k != "engine"})
+        return status
+
+    def close(self) -> None:
+        try:
+            if self.source is not None:
+                self.source.close()
+                self.engine.flush()  # what was read: committed with its offsets
+        finally:
+            self.engine.close()
+
+
+class ShardGroup(Protocol):
+    """How a coordinator reaches its shards: a method of one :class:`ShardWorker`, or of
+    all of them at once (in parallel where the group can). A shard that died raises
+    :class:`ShardUnavailable`."""
+
+    n: int
+
+    def all(self, method: str, *args: Any) -> list[Any]: ...
+    def one(self, k: int, method: str, *args: Any) -> Any: ...
+    def each(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+    def wait_available(self, timeout: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class LocalShards:
+    """Shards in this process (tests, one machine without Ray)."""
+
+    def __init__(self, workers: Sequence[ShardWorker]) -> None:
+        self.workers = list(workers)
+        self.n = len(self.workers)
+
+    @classmethod
+    def open(cls, config: EngineConfig, stores: Sequence[StateStore | str | None],
+             seed: int | None = None,
+             source: Callable[[StreamEngine, int, int], ShardSource] | None = None,
+             ) -> LocalShards:
+        workers: list[ShardWorker] = []
+        try:
+            for k, store in enumerate(stores):
+                workers.append(ShardWorker(config, store, k, len(stores),
+                                           None if seed is None else seed + 1 + k, source))
+        except BaseException:
+            for worker in workers:
+                worker.close()
+            raise
+        return cls(workers)
+
+    def all(self, method: str, *args: Any) -> list[Any]:
+        return [getattr(worker, method)(*args) for worker in self.workers]
+
+    def one(self, k: int, method: str, *args: Any) -> Any:
+        return getattr(self.workers[k], method)(*args)
+
+    def each(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [getattr(worker, method)(*a) for worker, a in zip(self.workers, args,
+                                                                 strict=True)]
+
+    def wait_available(self, timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        errors = []
+        for worker in self.workers:
+            try:
+                worker.close()
+            except Exception as error:  # noqa: BLE001 - close every shard, then report
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
 class ShardedEngine:
-    """A coordinator over ``len(stores)`` key shards, each with its own state store.
+    """A coordinator over key shards, each with its own state store; one global model.
 
     Parameters
     ----------
     config
         As for :class:`~renyiboost.stream.engine.StreamEngine`; every shard gets the same
         (its store pins it).
-    stores
-        One store (or location) per shard; their order is the shard map and must stay the
-        same for the life of the deployment.
+    shards
+        One store (or location, or ``None`` for memory) per shard, opened here in this
+        process; or a :class:`ShardGroup` (e.g. :class:`~renyiboost.stream.ray_shards.
+        RayShards`). Their order is the shard map and must stay the same for the life of
+        the deployment.
     seed
         ``None`` (default): CSPRNG noise. An integer seeds the coordinator (trees and leaf
         noise, as a single engine with that seed) and each shard's Poisson draws (testing
         only).
+    recover_timeout
+        Seconds to wait for a shard that died to come back (a restarted actor) before the
+        coordinator gives up with :class:`ShardUnavailable`.
     """
 
-    def __init__(self, config: EngineConfig, stores: Sequence[StateStore | str | None],
-                 seed: int | None = None) -> None:
-        if len(stores) < 1:
-            raise ValueError("a sharded engine needs at least one store")
+    def __init__(self, config: EngineConfig, shards: ShardGroup | Sequence[StateStore | str | None],
+                 seed: int | None = None, recover_timeout: float = 120.0) -> None:
         self.config = config
-        self.shards = [StreamEngine(config, store=store, coordinated=True,
-                                    seed=None if seed is None else seed + 1 + k)
-                       for k, store in enumerate(stores)]
+        if not isinstance(shards, Sequence):
+            self.shards: ShardGroup = shards
+        elif len(shards) < 1:
+            raise ValueError("a sharded engine needs at least one store")
+        else:
+            self.shards = LocalShards.open(config, shards, seed)
+        self.recover_timeout = recover_timeout
         self.booster = SGBDTBooster(config.params, config.public_schema, seed, stage_rounds=tuple(
             stage.rounds for stage in config.noise_stages))
         self.schedule = trigger_schedule(config)
-        self._check_shard_map()
-        self._reconcile()
-        self._positions = sum(shard.positions for shard in self.shards)
-        self._next_trigger = self.schedule.next_after(self._positions)
+        self.aborted_rounds = 0
         self._keyless = 0
+        self._flowing = False  # the last poll found events
+        #: Called after every version that became durable on all shards (e.g. to publish it).
+        self.listeners: list[Callable[[int], None]] = []
+        self._reconcile()
+        self.identity: StoreIdentity = self.shards.one(0, "identity")
 
     # ------------------------------------------------------------------ opening
-    def _check_shard_map(self) -> None:
-        """Each store records its place in the shard map at the first open; a store in
-        another place (reordered, or from another deployment) is refused."""
-        n = len(self.shards)
-        for k, shard in enumerate(self.shards):
-            place = {"shard": k, "of": n}
-            stored = shard.store.get_meta("shard_map")
-            if stored is None:
-                shard.store.set_meta("shard_map", place)
-            elif stored != place:
-                raise LedgerConflict(
-                    f"the store {shard.store!r} holds shard {stored['shard']} of "
-                    f"{stored['of']}, not shard {k} of {n}: its keys' ledgers belong there. "
-                    "Open the stores in their original order; changing the number of shards "
-                    "needs a reshard that moves the affected ledgers.")
-
     def _reconcile(self) -> None:
         """Bring every shard to the furthest shard's round (see the module docstring). A
         shard is at most one round behind: a round starts only after every shard committed
         the one before."""
-        leader = max(self.shards, key=lambda shard: shard.rounds_done)
+        states: list[ShardState] = self.shards.all("state")
+        lead = max(range(len(states)), key=lambda k: states[k].rounds_done)
+        leader = states[lead]
+        ens: Ensemble = self.shards.one(lead, "ensemble")
         if leader.initialized:
-            for shard in self.shards:
-                if not shard.initialized:
-                    shard.install_initial(leader.ensemble.init_score)
-        ens = leader.ensemble
+            for k, state in enumerate(states):
+                if not state.initialized:
+                    self.shards.one(k, "install_initial", ens.init_score)
         # The round's public positions: every shard committed its records before the round.
-        stage = noise_stage_at(self.config, sum(shard.positions for shard in self.shards))
-        for k, shard in enumerate(self.shards):
-            behind = leader.rounds_done - shard.rounds_done
+        positions = sum(state.positions for state in states)
+        stage = noise_stage_at(self.config, positions)
+        for k, state in enumerate(states):
+            behind = leader.rounds_done - state.rounds_done
             if behind > 1:
                 raise LedgerConflict(
-                    f"shard {k} ({shard.store!r}) is {behind} rounds behind shard "
-                    f"{self.shards.index(leader)}; shards of one deployment are never more "
-                    "than one round apart, so these stores were not written together")
+                    f"shard {k} is {behind} rounds behind shard {lead}; shards of one "
+                    "deployment are never more than one round apart, so these stores were "
+                    "not written together")
             if behind == 1:
                 last = ens.n_trees - 1
-                shard.replay_released(ens.features[last], ens.thresholds[last],
-                                      ens.leaves[last], stage)
-        self._durable()
-        self.booster.ensemble = copy.deepcopy(leader.ensemble)
+                self.shards.one(k, "replay_released", ens.features[last], ens.thresholds[last],
+                                ens.leaves[last], stage)
+        self.shards.all("wait_durable")
+        self.booster.ensemble = ens
         self.booster.rounds_done = leader.rounds_done
         self._initialized = leader.initialized
+        self._positions = positions
+        self._next_trigger = self.schedule.next_after(positions)
+
+    def recover(self, error: ShardUnavailable) -> None:
+        """A shard died mid-operation: the round is aborted (nothing released), the shard
+        comes back from its store (its committed charges stay spent), and the shards are
+        reconciled to one round."""
+        self.aborted_rounds += 1
+        deadline = time.monotonic() + self.recover_timeout
+        while True:
+            try:
+                self.shards.wait_available(max(0.0, deadline - time.monotonic()))
+                self._reconcile()
+                return
+            except ShardUnavailable:  # a shard died again while coming back
+                if time.monotonic() > deadline:
+                    raise
 
     # ------------------------------------------------------------------ records
     @property
@@ -151,61 +423,128 @@ class ShardedEngine:
         return self._positions
 
     def add_one(self, row: np.ndarray, label: float, key: Any = None) -> None:
-        """One encoded row at the next position, to the shard that owns ``key`` (a record
-        without a key goes to the shards in turn)."""
-        if key is None:
-            shard = self._keyless % len(self.shards)
-            self._keyless += 1
+        """One encoded row with its validated label at the next position."""
+        self.add(np.asarray(row, dtype=float).reshape(1, -1), [label],
+                 None if key is None else [key])
+
+    def empty_event(self) -> None:
+        """A stream position without a usable record (a dead letter): it counts like any
+        other (its shard commits it with its positions)."""
+        k = self._keyless % self.shards.n
+        self._keyless += 1
+        self.shards.one(k, "add", np.zeros((0, self.config.public_schema.n_features)),
+                        np.zeros(0), [], 1, np.zeros(0, dtype=np.int64))
+        self._advance(self._positions + 1)
+
+    def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
+        """Encoded rows, each at the next position, to the shards that own their keys (rows
+        without a key go to the shards in turn); triggers fire at the same positions as in a
+        single engine."""
+        rows = np.asarray(rows, dtype=float).reshape(len(targets), -1)
+        targets = np.asarray(targets, dtype=float).reshape(-1)
+        n_shards = self.shards.n
+        if keys is None:
+            owner = (self._keyless + np.arange(len(targets))) % n_shards
+            self._keyless += len(targets)
         else:
-            shard = shard_of(key, len(self.shards))
-        self.shards[shard].add_one(row, label, key)
-        self._positions += 1
-        if self._positions >= self._next_trigger:
-            position = self._positions
-            self._next_trigger = self.schedule.next_after(position)
-            self.train(trees_due(self.config, self.schedule, position))
+            owner = np.fromiter((shard_of(key, n_shards) for key in keys), dtype=np.int64,
+                                count=len(targets))
+        start = 0
+        while start < len(targets):
+            stop = min(len(targets), start + self._next_trigger - self._positions)
+            part = owner[start:stop]
+            args = []
+            for k in range(n_shards):
+                mine = np.flatnonzero(part == k) + start
+                args.append((rows[mine], targets[mine],
+                             None if keys is None else [keys[i] for i in mine]))
+            self.shards.each("add", args)
+            self._advance(self._positions + stop - start)
+            start = stop
+
+    def poll(self) -> int:
+        """Every shard reads one bounded batch from its own source (in parallel on a
+        cluster); then the triggers the new total of positions reached fire. Returns the
+        positions added.
+
+        A shard reads at most its share (1/n) of the positions left to the next trigger,
+        so a round runs at most ``n - 1`` positions past its trigger (a single trainer
+        runs it exactly there): the rounds, their stages and leaf depths follow the
+        positions as they do without shards. While events flow, shards take what their
+        client has already fetched without waiting (a shard short of its share must not
+        hold up the others for the poll timeout); after a step that found nothing, they
+        wait up to their poll timeout, so an idle stream does not spin.
+        """
+        before = self._positions
+        share = -(-(self._next_trigger - before) // self.shards.n)
+        try:
+            total = sum(self.shards.all("poll", share, 0.0 if self._flowing else None))
+        except ShardUnavailable as error:
+            self.recover(error)
+            return 0
+        self._flowing = total > before
+        self._advance(total)
+        return total - before
+
+    def _advance(self, positions: int) -> None:
+        """Count the positions up to ``positions`` and run every trigger they passed."""
+        self._positions = positions
+        while positions >= self._next_trigger:
+            trigger = self._next_trigger
+            self._next_trigger = self.schedule.next_after(trigger)
+            self.train(trees_due(self.config, self.schedule, trigger))
 
     # ------------------------------------------------------------------ rounds
     def train(self, rounds: int = 1) -> int:
         """Run ``rounds`` rounds over all shards (the initial score first, once ``warmup``
-        positions have passed); returns the trees added."""
-        for shard in self.shards:
-            shard.flush()  # step 1: what a round reads is committed before any sum leaves
-        if not self._initialized:
-            if self._positions < self.config.warmup:
-                return 0
-            total = sum(shard.initial_sum() for shard in self.shards)
-            if self.booster.calibration is None:  # no privacy: the exact count
-                score = self.booster.score_of_mean(total, sum(s.n_active for s in self.shards))
-            else:
-                score = self.booster.score_over_public_count(total, self._positions)
-            for shard in self.shards:
-                shard.install_initial(score)
-            self._durable()
-            self.booster.ensemble.init_score = score
-            self._initialized = True
-        return run_rounds(self.config, self.booster, self._round, rounds)
+        positions have passed); returns the trees added. A shard that dies aborts the round
+        in progress and the rest of this call (see :meth:`recover`)."""
+        try:
+            if not self._initialized:
+                if self._positions < self.config.warmup:
+                    return 0
+                self.shards.all("flush")  # what the score reads is committed before its sum
+                self._release_initial_score()
+            return run_rounds(self.config, self.booster, self._round, rounds)
+        except ShardUnavailable as error:
+            self.recover(error)
+            return 0
+
+    def _release_initial_score(self) -> None:
+        total = sum(self.shards.all("initial_sum"))
+        if self.booster.calibration is None:  # no privacy: the exact count
+            n_active = sum(state.n_active for state in self.shards.all("state"))
+            score = self.booster.score_of_mean(total, n_active)
+        else:
+            score = self.booster.score_over_public_count(total, self._positions)
+        self.shards.all("install_initial", score)
+        self.shards.all("wait_durable")
+        self.booster.ensemble.init_score = score
+        self._initialized = True
+        self._released()
 
     def _round(self) -> None:
         stage = noise_stage_at(self.config, self._positions)
         levels = leaf_depth_at(self.config, self.booster, self._positions, stage)
         features, thresholds = self.booster.grow_tree()
-        sums = functools.reduce(LeafSums.__add__, (
-            shard.shard_sums(features, thresholds, levels, stage) for shard in self.shards))
+        # Step 1 (each shard commits its records, then sends its sums) and step 2 (each
+        # commits the round, durably) are one call to every shard each.
+        sums = functools.reduce(LeafSums.__add__, self.shards.all(
+            "round_sums", features, thresholds, levels, stage))
         tree = self.booster.release_round(features, thresholds, sums, levels, stage)
-        for shard in self.shards:
-            shard.install_released(tree, stage)  # step 2: each commits its charges and the tree
-        self._durable()  # step 3: only then is the tree the model's
+        self.shards.all("commit_round", tree, stage)
+        # Step 3: every commit returned, so the tree is the model's.
         ens = self.booster.ensemble
         ens.append(tree.features, tree.thresholds, tree.leaves)
         self.booster.rounds_done += 1
         max_trees = self.config.max_trees
         if max_trees is not None and ens.n_trees > max_trees:
             ens.keep_last(max_trees)
+        self._released()
 
-    def _durable(self) -> None:
-        for shard in self.shards:
-            shard.wait_durable()
+    def _released(self) -> None:
+        for listener in self.listeners:
+            listener(self.release_version)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -216,14 +555,30 @@ class ShardedEngine:
         """The model's margin for encoded rows (only trees every shard committed)."""
         return self.booster.ensemble.predict_margin(np.asarray(X, dtype=float))
 
+    def privacy_guarantee(self) -> PrivacyGuarantee:
+        return privacy_guarantee_of(self.config, self.booster)
+
+    def release(self, model: str = "model", after: int = 0,
+                upto: int | None = None) -> ModelRelease:
+        """The committed model as a public release (see :meth:`StreamEngine.release`); it
+        names shard 0's store, whose epoch grows with every start of the deployment."""
+        version = self.release_version if upto is None else min(upto, self.release_version)
+        return model_release(self.config, self.booster, self.identity, model, after, version)
+
     def spent_rdp(self) -> np.ndarray:
         """Spent RDP of every key of every shard (operator telemetry)."""
-        return np.concatenate([shard.spent_rdp() for shard in self.shards])
+        return np.concatenate(self.shards.all("spent_rdp"))
 
     def operator_budget_of(self, key: Any) -> KeyBudget:
         """A key's budget, from the shard that owns it (operator telemetry)."""
-        return self.shards[shard_of(key, len(self.shards))].operator_budget_of(key)
+        return self.shards.one(shard_of(key, self.shards.n), "operator_budget_of", key)
+
+    def operator_telemetry(self) -> dict[str, Any]:
+        """The coordinator's and every shard's operator telemetry (never publish this)."""
+        return {"channel": "operator-telemetry", "release_version": self.release_version,
+                "positions": self._positions, "aborted_rounds": self.aborted_rounds,
+                "shards": self.shards.all("telemetry")}
 
     def close(self) -> None:
-        for shard in self.shards:
-            shard.close()
+        self.shards.close()
+

@@ -725,6 +725,16 @@ class SQLiteStore(SQLStateStore):
         self._lock.release()
 
 
+def pin_meta(store: StateStore, name: str, value: Any) -> Any:
+    """Record ``value`` under ``name`` if the store holds none yet; return what the store
+    holds now (``value``, or the different one recorded before: the caller refuses it)."""
+    recorded = store.get_meta(name)
+    if recorded is None:
+        store.set_meta(name, value)
+        return value
+    return recorded
+
+
 def store_at(location: str | Path, *, create: bool = False) -> SQLStateStore:
     """The durable store a location names: a ``postgresql://…[?schema=name]`` URL →
     :class:`~renyiboost.stream.postgres.PostgresStore`; a path or ``sqlite:///…`` URL →

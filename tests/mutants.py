@@ -98,9 +98,9 @@ MUTATIONS = [
     Mutation("no charge floor (Newton leaves never retire)", "src/renyiboost/models/booster.py",
              "max(natural_min, params.min_sensitivity2)", "max(natural_min, 1e-12)", PRIVACY),
     Mutation("a count in the public release", "src/renyiboost/stream/engine.py",
-             "max_trees=self.config.max_trees,",
-             "max_trees=self.config.max_trees if self.config.max_trees else len(self._keys),",
-             PRIVACY),
+             "        return model_release(self.config, self.booster,",
+             "        return model_release(self.config.model_copy(update={\"max_trees\": "
+             "self.config.max_trees or len(self._keys)}), self.booster,", PRIVACY),
     Mutation("a round is skipped when nobody is eligible", "src/renyiboost/stream/engine.py",
              "        max_trees = self.config.max_trees\n        n_trees = self.booster.ensemble",
              "        if outcome.n_eligible == 0:\n            return\n"

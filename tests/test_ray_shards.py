@@ -12,14 +12,13 @@ import threading
 import time
 import uuid
 import warnings
-from itertools import pairwise
 
 import numpy as np
 import pytest
 import ray  # the `ray` extra (dev pulls it in): these tests fail, never skip, without it
 from conftest import read_topic
 from test_kafka import _abalone_events, _produce, create_topic
-from test_sharded import N_KEYS, _assert_same, _config, _records
+from test_sharded import _assert_same, _config, _records
 
 from renyiboost.connectors.kafka import (
     KafkaSettings,
@@ -69,7 +68,6 @@ def test_two_ray_shards_train_the_single_engine_model_and_ledgers(ray_cluster, t
     assert again.release_version == single.release_version
     np.testing.assert_allclose(again.spent_rdp().sum(), single.spent_rdp().sum(), rtol=1e-9)
     again.close()
-    assert N_KEYS == 300
 
 
 def _abalone_config() -> EngineConfig:
@@ -171,7 +169,6 @@ def test_killed_shard_processes_lose_and_repeat_nothing(ray_cluster, kafka_boots
     np.testing.assert_array_equal(follower.ensemble.thresholds,
                                   again.booster.ensemble.thresholds)
     follower.close()
-    assert all(b > a for a, b in pairwise(versions))
     again.close()
 
 

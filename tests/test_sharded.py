@@ -182,3 +182,19 @@ def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
     with pytest.raises(LedgerConflict, match="not shard 0 of 3|holds shard 0 of 2"):
         ShardedEngine(config, [SQLiteStore(path) for path in paths]
                       + [SQLiteStore(tmp_path / "new.db", create=True)])
+
+
+def test_a_bad_batch_is_refused_before_any_shard_takes_a_row() -> None:
+    """A label outside the public bounds (it would widen the initial score's sensitivity)
+    or a row of the wrong width is refused by the coordinator: no shard counts a position."""
+    sharded = ShardedEngine(_config("regression"), [None, None])
+    rows = np.array([[0.5, 0.0, 1.0], [0.2, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="outside|bounds"):
+        sharded.add(rows, [1.0, 30.0], ["a", "b"])
+    with pytest.raises(ValueError, match="shape"):
+        sharded.add(rows[:, :2], [1.0, 2.0], ["a", "b"])
+    assert sharded.positions == 0
+    assert [state.positions for state in sharded.shards.all("state")] == [0, 0]
+    sharded.add(rows, [1.0, 2.0], ["a", "b"])
+    assert sharded.positions == 2
+    assert sharded.operator_budget_of("b").status == "pending"

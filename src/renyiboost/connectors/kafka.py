@@ -283,18 +283,7 @@ class KafkaTrainer(_Loop):
         """Check that this store may own every partition of the topics, then assign them
         at the store's offsets (see the module docstring)."""
         settings, engine = self.settings, self.engine
-        try:
-            metadata = self.consumer.list_topics(timeout=settings.connect_timeout)
-        except KafkaException as error:
-            raise _unreachable(settings, error) from None
-        counts: dict[str, int] = {}
-        for topic in settings.topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise RenyiboostError(
-                    f"topic {topic!r} does not exist at {settings.bootstrap_servers}; create it "
-                    "(with its final number of partitions) before training")
-            counts[topic] = len(meta.partitions)
+        counts = _partition_counts(self.consumer, settings)
         recorded = engine.store.get_meta("partitions")
         if recorded is not None and recorded != counts:
             raise LedgerConflict(
@@ -325,13 +314,11 @@ class KafkaTrainer(_Loop):
         if {topic: len(shards) for topic, shards in mapping.items()} != counts:
             raise LedgerConflict(f"the partition map {mapping} does not cover the partitions "
                                  f"of the event topics ({counts})")
-        recorded = pin_meta(store, "partition_map", mapping)
-        if recorded != mapping:
-            raise LedgerConflict(
-                f"the partition map changed since this shard's store first recorded it "
-                f"({recorded} → {mapping}): the keys of a moved partition have their ledgers "
-                "in another shard's store. Change it only with `renyiboost reshard`, which "
-                "moves those ledgers.")
+        pin_meta(store, "partition_map", mapping, lambda recorded: (
+            f"the partition map changed since this shard's store first recorded it "
+            f"({recorded} → {mapping}): the keys of a moved partition have their ledgers "
+            "in another shard's store. Change it only with `renyiboost reshard`, which "
+            "moves those ledgers."))
         return [tp for tp in every if mapping[tp.topic][tp.partition] == self.shard]
 
     def _check_group(self, owned: list[TopicPartition]) -> None:
@@ -595,24 +582,33 @@ def partition_map_for(settings: KafkaSettings, n_shards: int) -> dict[str, list[
     partition, so a key lives on one shard)."""
     consumer = Consumer(settings.client(**{"group.id": settings.group_id}))
     try:
-        metadata = consumer.list_topics(timeout=settings.connect_timeout)
-    except KafkaException as error:
-        raise _unreachable(settings, error) from None
+        counts = _partition_counts(consumer, settings)
     finally:
         consumer.close()
     mapping = {}
+    for topic, count in counts.items():
+        if count < n_shards:
+            raise RenyiboostError(f"topic {topic!r} has {count} partitions, fewer than the "
+                                  f"{n_shards} shards: a shard without a partition would idle")
+        mapping[topic] = [p % n_shards for p in range(count)]
+    return mapping
+
+
+def _partition_counts(consumer: Consumer, settings: KafkaSettings) -> dict[str, int]:
+    """The number of partitions of each event topic (every topic must exist)."""
+    try:
+        metadata = consumer.list_topics(timeout=settings.connect_timeout)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    counts: dict[str, int] = {}
     for topic in settings.topics:
         meta = metadata.topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
-            raise RenyiboostError(f"topic {topic!r} does not exist at "
-                                  f"{settings.bootstrap_servers}; create it (with its final "
-                                  "number of partitions) before training")
-        if len(meta.partitions) < n_shards:
-            raise RenyiboostError(f"topic {topic!r} has {len(meta.partitions)} partitions, "
-                                  f"fewer than the {n_shards} shards: a shard without a "
-                                  "partition would idle")
-        mapping[topic] = [p % n_shards for p in range(len(meta.partitions))]
-    return mapping
+            raise RenyiboostError(
+                f"topic {topic!r} does not exist at {settings.bootstrap_servers}; create it "
+                "(with its final number of partitions) before training")
+        counts[topic] = len(meta.partitions)
+    return counts
 
 
 class ShardedKafkaTrainer(_Loop):

@@ -75,7 +75,7 @@ from renyiboost.stream.engine import (
     trigger_schedule,
 )
 from renyiboost.stream.store import StateStore, StoreIdentity, pin_meta, store_at
-from renyiboost.validation import normalise_key
+from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
 
 
 def shard_of(key: Any, n_shards: int) -> int:
@@ -160,15 +160,12 @@ class ShardWorker:
     def _claim_place(self, k: int, n: int) -> None:
         """The store records its place in the shard map at the first open; a store in
         another place (reordered, or from another deployment) is refused."""
-        place = {"shard": k, "of": n}
         store = self.engine.store
-        stored = pin_meta(store, "shard_map", place)
-        if stored != place:
-            raise LedgerConflict(
-                f"the store {store!r} holds shard {stored['shard']} of {stored['of']}, not "
-                f"shard {k} of {n}: its keys' ledgers belong there. Open the stores in their "
-                "original order; changing the number of shards needs `renyiboost reshard`, "
-                "which moves the affected ledgers.")
+        pin_meta(store, "shard_map", {"shard": k, "of": n}, lambda stored: (
+            f"the store {store!r} holds shard {stored['shard']} of {stored['of']}, not "
+            f"shard {k} of {n}: its keys' ledgers belong there. Open the stores in their "
+            "original order; changing the number of shards needs `renyiboost reshard`, "
+            "which moves the affected ledgers."))
 
     # ------------------------------------------------------------------ state
     def state(self) -> ShardState:
@@ -213,13 +210,6 @@ class ShardWorker:
 
     def install_initial(self, score: float) -> None:
         self.engine.install_initial(score)
-
-    def shard_sums(self, features: np.ndarray, thresholds: np.ndarray, levels: int | None,
-                   stage: int | None) -> LeafSums:
-        return self.engine.shard_sums(features, thresholds, levels, stage)
-
-    def install_released(self, tree: ReleasedTree, stage: int | None) -> None:
-        self.engine.install_released(tree, stage)
 
     def round_sums(self, features: np.ndarray, thresholds: np.ndarray, levels: int | None,
                    stage: int | None) -> LeafSums:
@@ -357,6 +347,7 @@ class ShardedEngine:
         else:
             self.shards = LocalShards.open(config, shards, seed)
         self.recover_timeout = recover_timeout
+        self.validator = RecordValidator(config.public_schema, config.params.task)
         self.booster = SGBDTBooster(config.params, config.public_schema, seed, stage_rounds=tuple(
             stage.rounds for stage in config.noise_stages))
         self.schedule = trigger_schedule(config)
@@ -440,24 +431,32 @@ class ShardedEngine:
         """Encoded rows, each at the next position, to the shards that own their keys (rows
         without a key go to the shards in turn); triggers fire at the same positions as in a
         single engine."""
-        rows = np.asarray(rows, dtype=float).reshape(len(targets), -1)
-        targets = np.asarray(targets, dtype=float).reshape(-1)
-        n_shards = self.shards.n
+        # Checked here, before any shard takes a row: a bad batch changes no shard.
+        targets = self.validator.labels(targets)
+        n, n_shards = len(targets), self.shards.n
+        rows = np.asarray(rows, dtype=float)
+        if rows.shape != (n, self.config.public_schema.n_features):
+            raise ValueError(f"rows must have shape ({n}, "
+                             f"{self.config.public_schema.n_features}), got {rows.shape}")
         if keys is None:
-            owner = (self._keyless + np.arange(len(targets))) % n_shards
-            self._keyless += len(targets)
+            owner = (self._keyless + np.arange(n)) % n_shards
+            self._keyless += n
+            names = None
         else:
-            owner = np.fromiter((shard_of(key, n_shards) for key in keys), dtype=np.int64,
-                                count=len(targets))
+            if len(keys) != n:
+                raise ValueError(f"got {len(keys)} keys for {n} rows")
+            names = np.asarray(normalise_keys(keys), dtype=object)
+            owner = np.fromiter((zlib.crc32(name.encode()) for name in names), np.int64, n)
+            owner %= n_shards
         start = 0
-        while start < len(targets):
-            stop = min(len(targets), start + self._next_trigger - self._positions)
+        while start < n:
+            stop = min(n, start + self._next_trigger - self._positions)
             part = owner[start:stop]
             args = []
             for k in range(n_shards):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
-                             None if keys is None else [keys[i] for i in mine]))
+                             None if names is None else names[mine].tolist()))
             self.shards.each("add", args)
             self._advance(self._positions + stop - start)
             start = stop
@@ -570,8 +569,11 @@ class ShardedEngine:
         return np.concatenate(self.shards.all("spent_rdp"))
 
     def operator_budget_of(self, key: Any) -> KeyBudget:
-        """A key's budget, from the shard that owns it (operator telemetry)."""
-        return self.shards.one(shard_of(key, self.shards.n), "operator_budget_of", key)
+        """A key's budget, from the shard that holds it (operator telemetry). Every shard
+        is asked: a key's shard is its hash for rows given to :meth:`add`, but the shard of
+        its Kafka partition for shards that read their own partitions."""
+        budgets = self.shards.all("operator_budget_of", key)
+        return next((b for b in budgets if b.status != "unknown"), budgets[0])
 
     def operator_telemetry(self) -> dict[str, Any]:
         """The coordinator's and every shard's operator telemetry (never publish this)."""

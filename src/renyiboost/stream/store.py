@@ -72,6 +72,7 @@ import sys
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -725,14 +726,15 @@ class SQLiteStore(SQLStateStore):
         self._lock.release()
 
 
-def pin_meta(store: StateStore, name: str, value: Any) -> Any:
-    """Record ``value`` under ``name`` if the store holds none yet; return what the store
-    holds now (``value``, or the different one recorded before: the caller refuses it)."""
+def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str]) -> None:
+    """Record ``value`` under ``name`` at the first call; later, a different value is
+    refused with :class:`~renyiboost.exceptions.LedgerConflict` and the message
+    ``refusal(recorded)`` (a shard's place, a partition map: what a ledger belongs to)."""
     recorded = store.get_meta(name)
     if recorded is None:
         store.set_meta(name, value)
-        return value
-    return recorded
+    elif recorded != value:
+        raise LedgerConflict(refusal(recorded))
 
 
 def store_at(location: str | Path, *, create: bool = False) -> SQLStateStore:

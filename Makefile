@@ -41,6 +41,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/kafka_bench.py
 	cd benchmarks && ../$(PY) sharded_bench.py
+	cd benchmarks && ../$(PY) reshard_bench.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -31,6 +31,7 @@ SHARDED = ["tests/test_sharded.py"]
 RAY_REFUSALS = [
     "tests/test_ray_shards.py::test_a_changed_partition_map_or_a_second_coordinator_is_refused"]
 RAY_KILLS = ["tests/test_ray_shards.py::test_killed_shard_processes_lose_and_repeat_nothing"]
+RESHARD = "tests/test_reshard.py::test_"
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -205,6 +206,22 @@ MUTATIONS = [
              "event.thresholds, event.leaves,\n                                                      event.stage)",
              "event.thresholds, event.leaves,\n                                                      None)",
              STAGES),
+    Mutation("a store whose ledgers were resharded away trains again",
+             "src/renyiboost/stream/engine.py", '    moved = store.get_meta("resharded")\n',
+             "    moved = None\n", [f"{RESHARD}the_old_stores_are_refused_for_good"]),
+    Mutation("a reshard leaves the retired keys behind (a fresh budget each)",
+             "src/renyiboost/stream/engine.py",
+             "retired = np.flatnonzero(self._status[: self._next_uid] == RETIRED)",
+             "retired = np.zeros(0, dtype=np.int64)",
+             [f"{RESHARD}every_ledger_moves_to_its_new_shard_exactly"]),
+    Mutation("new stores train before every old store is tombstoned",
+             "src/renyiboost/stream/reshard.py",
+             '            new_store.set_meta("reshard_pending", pending)\n', "",
+             [f"{RESHARD}an_interrupted_reshard_is_redone_or_finished"]),
+    Mutation("a reshard moves a Kafka key by its hash, not its partition",
+             "src/renyiboost/stream/reshard.py", "owners[i] = new_map[topic][int(p)]",
+             "owners[i] = shard_of(name, n_new)",
+             [f"{RESHARD}a_kafka_deployment_reshards_and_trains_on[sqlite]"]),
     Mutation("a listener's exception loses the merges of the next commit",
              "src/renyiboost/stream/engine.py",
              "        self._drain()  # announcements first: a listener that raises leaves nothing "

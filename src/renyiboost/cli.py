@@ -13,6 +13,7 @@ COMMANDS = {
     "demo": "replay a bundled data set under drift through the engine (the main job)",
     "train": "train continuously from a Kafka topic (or memory:DATASET) into a state file",
     "state": "create a state store (state init) or show its operator telemetry (state info)",
+    "reshard": "move a deployment's key ledgers to another number of shards (nothing trains)",
     "replay": "produce a bundled data set under a drift scenario into a Kafka topic",
     "experiment": "a cached grid of prequential stream runs: tables and plots",
     "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
@@ -102,6 +103,29 @@ def _state(argv: list[str]) -> int:
     return 0
 
 
+def _reshard(argv: list[str]) -> int:
+    from renyiboost.connectors.service import load_config, run_reshard
+
+    parser = argparse.ArgumentParser(prog="renyiboost reshard", description=(
+        f"{COMMANDS['reshard']}. Every key's spent budget, retirement, row and margin moves "
+        "to the shard that owns it under the new partition map; the old stores are then "
+        "refused for good. Stop the trainer first. Safe to run again after a crash."))
+    parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
+    parser.add_argument("--state", help="the deployment's state (default: the config's)")
+    parser.add_argument("--shards", type=int, metavar="N",
+                        help="its number of shards now (omit for a single, unsharded store)")
+    parser.add_argument("--to", type=int, required=True, metavar="M",
+                        help="the number of shards after")
+    parser.add_argument("--into", help="where the new shards' stores go (default: --state; "
+                        "required when --state is a single SQLite file)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, {"state": args.state})
+    except ValueError as error:
+        parser.error(str(error))
+    return run_reshard(config, args.shards, args.to, args.into)
+
+
 def _replay(argv: list[str]) -> int:
     from renyiboost.connectors.service import run_replay
     from renyiboost.stream.sources import SCENARIOS, STREAM_DATASETS
@@ -147,6 +171,8 @@ def _dispatch(argv: list[str]) -> int:
         return _state(rest)
     if command == "replay":
         return _replay(rest)
+    if command == "reshard":
+        return _reshard(rest)
     if command == "demo":
         from renyiboost.experiments.demo import main as run
     elif command == "experiment":

@@ -67,6 +67,11 @@ class LedgerConflict(StateStoreError):
     """Going on would give some key a second budget or re-base its budget (refused)."""
 
 
+class StoreResharded(LedgerConflict):
+    """The store's ledgers were moved by ``renyiboost reshard`` (or are being moved): it must
+    not train."""
+
+
 class BrokerUnavailable(RenyiboostError):
     """The Kafka cluster did not answer within the configured timeout."""
 

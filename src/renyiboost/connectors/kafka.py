@@ -84,7 +84,7 @@ from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
-from renyiboost.stream.sharded import ShardedEngine
+from renyiboost.stream.sharded import ShardedEngine, default_partition_map
 from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta
 from renyiboost.validation import RecordValidator
 
@@ -577,21 +577,14 @@ def _shard_trainer(settings: KafkaSettings, event_format: EventFormat | None,
 
 
 def partition_map_for(settings: KafkaSettings, n_shards: int) -> dict[str, list[int]]:
-    """The default partition → shard map of the topics: partition ``p`` to shard
-    ``p mod n_shards`` (every shard gets whole partitions; a key's message key picks its
-    partition, so a key lives on one shard)."""
+    """The default partition → shard map of the topics (see
+    :func:`~renyiboost.stream.sharded.default_partition_map`)."""
     consumer = Consumer(settings.client(**{"group.id": settings.group_id}))
     try:
         counts = _partition_counts(consumer, settings)
     finally:
         consumer.close()
-    mapping = {}
-    for topic, count in counts.items():
-        if count < n_shards:
-            raise RenyiboostError(f"topic {topic!r} has {count} partitions, fewer than the "
-                                  f"{n_shards} shards: a shard without a partition would idle")
-        mapping[topic] = [p % n_shards for p in range(count)]
-    return mapping
+    return default_partition_map(counts, n_shards)
 
 
 def _partition_counts(consumer: Consumer, settings: KafkaSettings) -> dict[str, int]:

@@ -157,6 +157,43 @@ def _init_shard_states(config: ServiceConfig, shards: int) -> list[tuple[StoreId
             for identity, location in zip(identities, locations, strict=True)]
 
 
+def run_reshard(config: ServiceConfig, shards: int | None, to: int,
+                into: str | None = None) -> int:
+    """``renyiboost reshard``: move the ledgers of ``config.state`` (``shards`` shards, or one
+    unsharded store) into ``to`` shards under ``into`` (default: the same place); see
+    :mod:`renyiboost.stream.reshard`. Prints the new stores and what they hold (operator
+    telemetry)."""
+    from renyiboost.stream.reshard import reshard
+    from renyiboost.stream.sharded import shard_locations
+
+    if to < 1 or (shards is not None and shards < 1):
+        raise RenyiboostError("the number of shards must be at least 1")
+    sources = [config.state] if shards is None else shard_locations(config.state, shards,
+                                                                    alone=False)
+    target = into or config.state
+    if shards is None and into is None:
+        raise RenyiboostError("resharding a single store needs --into: a directory or "
+                              "postgresql:// URL for the new shards' stores")
+    if shards == to and target == config.state:
+        raise RenyiboostError(f"the deployment already has {to} shards there")
+    if not target.startswith(("postgresql://", "postgres://")):
+        Path(target).mkdir(parents=True, exist_ok=True)
+    report = reshard(engine_config(config.model), sources,
+                     shard_locations(target, to, alone=False))
+    what = "finished an interrupted reshard into" if report.finished_only else "resharded into"
+    print(f"{what} {to} shards (operator telemetry, not for release):")
+    for j, location in enumerate(report.into):
+        counts = (f": {report.n_active[j]} active and {report.n_retired[j]} retired keys"
+                  if report.n_active else "")
+        print(f"  shard {j}: {without_password(location)}{counts}")
+    if not report.finished_only:
+        print(f"  {report.moved} keys changed shard")
+    if report.partition_map is not None:
+        print(f"  partition map: {report.partition_map}")
+    print(f"train it with --shards {to}" + (f" --state {into}" if into else ""))
+    return 0
+
+
 def kafka_settings(config: ServiceConfig) -> Any:
     """The Kafka settings of a config whose source is a ``kafka://`` URL."""
     from renyiboost.connectors.kafka import KafkaSettings

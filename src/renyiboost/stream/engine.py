@@ -55,18 +55,25 @@ are public (see :mod:`renyiboost.release`); :meth:`StreamEngine.operator_telemet
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from renyiboost.exceptions import PrivacyLeakWarning, SchemaMismatchWarning, StateStoreError
+from renyiboost.exceptions import (
+    PrivacyLeakWarning,
+    SchemaMismatchWarning,
+    StateStoreError,
+    StoreResharded,
+)
 from renyiboost.models.booster import (
     LeafSums,
     RecordPool,
@@ -91,6 +98,7 @@ from renyiboost.schema import PublicSchema
 from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
     Commit,
+    Event,
     InitEvent,
     MergeEvent,
     PoolState,
@@ -302,6 +310,63 @@ class KeyBudget(BaseModel):
     budget_rdp: float | None
 
 
+@dataclass
+class KeyLedgers:
+    """Keys with their ledgers as ``renyiboost reshard`` moves them between stores, one
+    entry a key: its name (``None`` for a keyless record), origin (the source partition of
+    its first record, or ``None``), whether it is active, and its spent RDP (final for a
+    retired key); an active key also brings its row, target and margin (zeros otherwise)."""
+
+    names: np.ndarray  # object: str or None
+    origins: np.ndarray  # object: str or None
+    active: np.ndarray  # bool
+    X: np.ndarray
+    target: np.ndarray
+    margin: np.ndarray
+    spent: np.ndarray
+
+    def take(self, which: np.ndarray) -> KeyLedgers:
+        """The entries ``which`` selects (a mask or indices)."""
+        return KeyLedgers(*(getattr(self, f.name)[which] for f in fields(self)))
+
+    @classmethod
+    def joined(cls, parts: Sequence[KeyLedgers]) -> KeyLedgers:
+        return cls(*(np.concatenate([getattr(part, f.name) for part in parts])
+                     for f in fields(cls)))
+
+
+@dataclass
+class EngineExport:
+    """What an engine hands to a new store in ``renyiboost reshard``: its keys' ledgers, the
+    committed model and its place in the stream (positions, source offsets, counters)."""
+
+    keys: KeyLedgers
+    ensemble: Ensemble
+    rounds_done: int
+    initialized: bool
+    positions: int
+    offsets: dict[str, Any]
+    counters: dict[str, int]
+
+
+def check_usable_store(store: StateStore) -> None:
+    """Refuse a store whose ledgers ``renyiboost reshard`` moved elsewhere, or one it is still
+    filling (invariant 5: either would give the moved keys a second budget)."""
+    moved = store.get_meta("resharded")
+    if moved is not None:
+        raise StoreResharded(
+            f"the ledgers of the state store {store!r} were moved by `renyiboost reshard` to "
+            f"the {moved['shards']} stores {', '.join(moved['into_locations'])} at "
+            f"{moved['at']}; train that deployment. This store must never train again: its "
+            "keys would get a second budget.")
+    pending = store.get_meta("reshard_pending")
+    if pending is not None:
+        raise StoreResharded(
+            f"the state store {store!r} is being filled by a `renyiboost reshard` from the "
+            f"stores {', '.join(pending['from_locations'])} that did not finish; run the same "
+            "`renyiboost reshard` again to finish it (the old stores stay valid until then).")
+
+
 class StreamEngine:
     """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
 
@@ -369,7 +434,7 @@ class StreamEngine:
         self._pending_targets: list[float | np.ndarray] = []
         self._pending_offsets: dict[str, int] = {}
         self._merged_offsets: dict[str, int] = {}
-        self._uncommitted_keys: list[tuple[int, str]] = []
+        self._uncommitted_keys: list[tuple[int, str, str | None]] = []  # uid, name, origin
         self._pending_events: list[MergeEvent] = []
         #: Called with each output once it is committed and visible (e.g. to publish it).
         self.listeners: list[Callable[[InitEvent | RoundEvent], None]] = []
@@ -384,6 +449,11 @@ class StreamEngine:
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
         self._store = open_store(store)
+        try:
+            check_usable_store(self._store)
+        except BaseException:
+            self._store.close()
+            raise
         self.write_behind = self._store.durable if write_behind is None else write_behind
         snapshot = self._store.load(self._fingerprint())
         if snapshot is not None:
@@ -479,7 +549,7 @@ class StreamEngine:
                 "one record, not one person. Pass key=... (a person or account id) to protect "
                 "everything a person contributes.", PrivacyLeakWarning, stacklevel=5)
 
-    def _uid_for(self, key: Any | None) -> int:
+    def _uid_for(self, key: Any | None, origin: str | None = None) -> int:
         if key is None:
             self._warn_keyless()
             return self._new_uid()
@@ -491,10 +561,13 @@ class StreamEngine:
         if uid is None:
             uid = self._new_uid()
             self._keys[name] = uid
-            self._uncommitted_keys.append((uid, name))
+            self._uncommitted_keys.append((uid, name, origin))
         return uid
 
-    def _uids(self, keys: Sequence[Any] | None, n: int) -> np.ndarray:
+    def _uids(self, keys: Sequence[Any] | None, n: int,
+              origins: Callable[[int], str] | None = None) -> np.ndarray:
+        """Uids of a batch's rows; ``origins(i)`` is the source partition of row ``i``
+        (recorded for the keys it brings first)."""
         if keys is None:
             if n:
                 self._warn_keyless()
@@ -502,20 +575,29 @@ class StreamEngine:
         get = self._keys.get
         found = [get(key) if type(key) is str else None for key in keys]
         if None in found:
-            found = self._admit_keys(keys, found)
+            found = self._admit_keys(keys, found, origins)
         return np.array(found, dtype=np.int64)
 
-    def _admit_keys(self, keys: Sequence[Any], found: list[int | None]) -> list[int]:
+    def _admit_keys(self, keys: Sequence[Any], found: list[int | None],
+                    origins: Callable[[int], str] | None) -> list[int]:
         """Uids of a batch with new (or non-string) keys: the new names get fresh uids in one
         allocation, in order of first arrival, exactly as one :meth:`_uid_for` call per key
         would give them (2.5 µs per new key that way)."""
         names = normalise_keys(keys)
         known = self._keys
-        fresh = [name for name in dict.fromkeys(names) if name not in known]
+        if origins is None:
+            fresh = [name for name in dict.fromkeys(names) if name not in known]
+            where: list[str | None] = [None] * len(fresh)
+        else:
+            first: dict[str, int] = {}
+            for i, name in enumerate(names):
+                if name not in known and name not in first:
+                    first[name] = i
+            fresh, where = list(first), [origins(i) for i in first.values()]
         if fresh:
             uids = self._new_uids(len(fresh)).tolist()
             known.update(zip(fresh, uids, strict=True))
-            self._uncommitted_keys.extend(zip(uids, fresh, strict=True))
+            self._uncommitted_keys.extend(zip(uids, fresh, where, strict=True))
         return [known[name] for name in names]
 
     def _new_uid(self) -> int:
@@ -576,7 +658,8 @@ class StreamEngine:
             raise ValueError(f"got {len(keys)} keys for {n} rows")
         if positions is not None and len(positions) != n_events:
             raise ValueError(f"got {len(positions)} positions for {n_events} events")
-        uids = self._uids(keys, n)
+        uids = self._uids(keys, n, None if positions is None
+                          else lambda i: positions[int(at[i])][0])
         start, row = 0, 0
         while start < n_events:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.
@@ -617,7 +700,7 @@ class StreamEngine:
         self._usable()
         if len(row) != self.schema.n_features:
             raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
-        uid = self._uid_for(key)
+        uid = self._uid_for(key, None if position is None else position[0])
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         if self._status[uid] == RETIRED:
@@ -1081,6 +1164,81 @@ class StreamEngine:
                 "budgets would not be the committed ones. Restore with the renyiboost (and "
                 "numba, numpy) version that wrote the store; closing it cleanly there writes "
                 "a snapshot that no later version needs to replay.")
+
+    # ------------------------------------------------------------------ resharding
+    def export_ledgers(self) -> EngineExport:
+        """Every key with its ledger, the committed model and the stream position, for
+        ``renyiboost reshard`` (:mod:`renyiboost.stream.reshard`). Commits what is pending
+        first, so the export is exactly the durable state."""
+        self.flush()
+        if np.any(self._status[: self._next_uid] == SEEN):
+            raise StateStoreError("keys without a merged record after a flush: the engine is "
+                                  "inconsistent; restart it from its store")
+        live = self._live_state()
+        retired = np.flatnonzero(self._status[: self._next_uid] == RETIRED)
+        uids = np.concatenate([live.uids, retired])
+        name_of = np.full(self._next_uid, None, dtype=object)
+        name_of[np.fromiter(self._keys.values(), np.int64, len(self._keys))] = list(self._keys)
+        names = name_of[uids]
+        recorded = self._store.key_origins() if self._store.durable else {}
+        origins = np.array([None if name is None else recorded.get(name) for name in names],
+                           dtype=object)
+        n_live, k = live.uids.size, self.schema.n_features
+        keys = KeyLedgers(
+            names=names, origins=origins,
+            active=np.arange(uids.size) < n_live,
+            X=np.concatenate([live.X, np.zeros((retired.size, k))]),
+            target=np.concatenate([live.target, np.zeros(retired.size)]),
+            margin=np.concatenate([live.margin, np.zeros(retired.size)]),
+            spent=np.concatenate([live.spent, self._ledger_spent[retired]]))
+        return EngineExport(keys, copy.deepcopy(self.booster.ensemble), self.booster.rounds_done,
+                            self._initialized, self._positions, dict(self._offsets),
+                            dict(self.counters))
+
+    def adopt(self, moved: EngineExport) -> None:
+        """Take over ``moved`` into this engine's new, empty store in one commit (with a
+        snapshot, so no restore replays anything): the keys get uids of this store, keep
+        their status, spent budgets, rows and margins exactly, and their origins; the model,
+        positions and offsets are ``moved``'s."""
+        if self._next_uid or self._version() or self._positions or self._n_pending:
+            raise RuntimeError("only an engine on a new, empty store can adopt ledgers")
+        keys = moved.keys
+        uids = self._new_uids(keys.names.size)
+        named = np.array([name is not None for name in keys.names], dtype=bool)
+        names = keys.names[named].tolist()
+        self._keys = dict(zip(names, uids[named].tolist(), strict=True))
+        active, gone = uids[keys.active], uids[~keys.active]
+        live = keys.take(keys.active)
+        self.pool = RecordPool(live.X, live.target, live.margin, live.spent,
+                               np.zeros(active.size, dtype=bool))
+        self.pool_uids = active
+        self._slot[active] = np.arange(active.size)
+        self._status[active] = ACTIVE
+        self._status[gone] = RETIRED
+        self._ledger_spent[gone] = keys.spent[~keys.active]
+        if active.size:
+            self._arrived = ~np.isnan(live.X).all(axis=0)
+        ens = moved.ensemble
+        self.booster.ensemble = copy.deepcopy(ens)
+        self.booster.rounds_done = moved.rounds_done
+        self._initialized = moved.initialized
+        self.counters.update(moved.counters)
+        self._merged_offsets = dict(moved.offsets)
+        self._positions = self._merged_positions = moved.positions
+        self._next_trigger = self.schedule.next_after(moved.positions)
+        first_round = moved.rounds_done - ens.n_trees
+        events: list[Event] = [MergeEvent(active, live.X, live.target, live.margin)] \
+            if active.size else []
+        events += [RoundEvent(first_round + i, ens.features[i], ens.thresholds[i],
+                              ens.leaves[i], None, 0, 0) for i in range(ens.n_trees)]
+        self._store_commit(Commit(
+            events=events, meta={"state": self._state_meta(moved.rounds_done, None)},
+            after=PoolState(active, live.X, live.target, live.margin, live.spent),
+            new_keys=list(zip(uids[named].tolist(), names, keys.origins[named].tolist(),
+                              strict=True)),
+            retired=(gone, keys.spent[~keys.active]) if gone.size else None,
+            first_kept_round=first_round, snapshot=True), [])
+        self._drain()
 
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:

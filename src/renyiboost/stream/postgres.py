@@ -36,12 +36,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
-from renyiboost.stream.store import NEVER_IMPLICIT, SNAPSHOT_RATIO, SQLStateStore
+from renyiboost.stream.store import NEVER_IMPLICIT, SNAPSHOT_RATIO, SQLStateStore, StoreIdentity
 
 _SCHEMA = """
 CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE keys(batch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, uids BYTEA NOT NULL,
-                  names TEXT NOT NULL, crc BIGINT NOT NULL);
+                  names TEXT NOT NULL, crc BIGINT NOT NULL, origins TEXT);
 CREATE TABLE retirements(batch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                          uids BYTEA NOT NULL, spent BYTEA NOT NULL, crc BIGINT NOT NULL);
 CREATE TABLE segments(seg BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, uids BYTEA NOT NULL,
@@ -112,14 +112,15 @@ class PostgresStore(SQLStateStore):
     create
         ``False`` (default): open an existing store and refuse anything else. ``True``:
         create a new store and refuse a schema that already holds one.
-    snapshot_ratio
+    snapshot_ratio, continues
         As for :class:`~renyiboost.stream.store.SQLiteStore`.
     """
 
     _schema = _SCHEMA
 
     def __init__(self, url: str, *, schema: str | None = None, create: bool = False,
-                 snapshot_ratio: float = SNAPSHOT_RATIO) -> None:
+                 snapshot_ratio: float = SNAPSHOT_RATIO,
+                 continues: StoreIdentity | None = None) -> None:
         psycopg = _psycopg()
         self._database_error = psycopg.Error
         self.url, self.schema = split_url(url, schema)
@@ -137,7 +138,7 @@ class PostgresStore(SQLStateStore):
                 self._check_absent()
             elif not self._has_table("meta"):
                 raise StoreNotFound(f"no state store at {self.location}. {NEVER_IMPLICIT}")
-            self._start(create)
+            self._start(create, continues)
         except BaseException:
             self._db.close()  # drops the advisory lock with the session
             raise
@@ -162,6 +163,12 @@ class PostgresStore(SQLStateStore):
         return self._db.execute(
             "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
             "AND table_name = %s", (self.schema, name)).fetchone() is not None
+
+    def _has_column(self, table: str, column: str) -> bool:
+        return self._db.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s AND column_name = %s",
+            (self.schema, table, column)).fetchone() is not None
 
     # ------------------------------------------------------------------ opening
     def _check_durable(self) -> None:
@@ -205,9 +212,13 @@ class PostgresStore(SQLStateStore):
                 "restart). Open it instead, or choose a new schema.")
         self._db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
-    def _start(self, create: bool) -> None:
+    def _start(self, create: bool, continues: StoreIdentity | None = None) -> None:
         self._db.execute(f'SET search_path TO "{self.schema}"')
-        super()._start(create)
+        super()._start(create, continues)
+
+    def _remove(self) -> None:
+        self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+        self.close()
 
     def close(self) -> None:
         if not self._db.closed:

@@ -13,7 +13,8 @@ et al., Sec. IX, Alg. 9: one aggregation per tree), so a round splits into
 
 A key lives on exactly one shard (:func:`shard_of`, a hash of its normalised name, for
 records handed to :meth:`ShardedEngine.add`; the Kafka partition its message key chose,
-for shards that read their own partitions), so it has one ledger.
+for shards that read their own partitions), so it has one ledger. Changing the number of
+shards or the partition map moves ledgers: :mod:`renyiboost.stream.reshard`.
 
 **The shard interface** is :class:`ShardWorker` (one shard's engine, store and optional
 source) behind a :class:`ShardGroup`, which calls a method on one shard or on all of them:
@@ -58,7 +59,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from renyiboost.exceptions import LedgerConflict, ShardUnavailable
+from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
@@ -84,10 +85,13 @@ def shard_of(key: Any, n_shards: int) -> int:
     return zlib.crc32(normalise_key(key).encode()) % n_shards
 
 
-def shard_locations(state: str, n_shards: int) -> list[str]:
+def shard_locations(state: str, n_shards: int, *, alone: bool = True) -> list[str]:
     """Where the shards of a deployment keep their stores: ``DIR`` (a directory) gives one
     SQLite file per shard, ``DIR/shard-K-of-N.db``; a ``postgresql://…[?schema=S]`` URL one
-    schema per shard, ``S_shard_K_of_N`` (``renyiboost`` when no schema is named)."""
+    schema per shard, ``S_shard_K_of_N`` (``renyiboost`` when no schema is named).
+
+    A directory that also holds the stores of another number of shards is refused unless
+    ``alone`` is false (``renyiboost reshard``, which moves them away when it is done)."""
     if state.startswith(("postgresql://", "postgres://")):
         from renyiboost.stream.postgres import split_url
 
@@ -97,12 +101,27 @@ def shard_locations(state: str, n_shards: int) -> list[str]:
     directory = Path(state)
     others = sorted({path.name.rsplit("-of-", 1)[1].removesuffix(".db")
                      for path in directory.glob("shard-*-of-*.db")} - {str(n_shards)})
-    if others:
+    if others and alone:
         raise LedgerConflict(
             f"{directory} holds the stores of a deployment of {' and '.join(others)} shards, "
             f"not {n_shards}: changing the number of shards needs `renyiboost reshard`, "
             "which moves the affected ledgers")
     return [str(directory / f"shard-{k}-of-{n_shards}.db") for k in range(n_shards)]
+
+
+def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, list[int]]:
+    """Partition ``p`` of every topic to shard ``p mod n_shards`` (``counts``: partitions of
+    each topic). Every shard gets whole partitions; a key's message key picks its partition,
+    so a key lives on one shard.
+
+    >>> default_partition_map({"events": 4}, 3)
+    {'events': [0, 1, 2, 0]}
+    """
+    short = {topic: count for topic, count in counts.items() if count < n_shards}
+    if short:
+        raise RenyiboostError(f"the topics {short} have fewer partitions than the {n_shards} "
+                              "shards: a shard without a partition would idle")
+    return {topic: [p % n_shards for p in range(count)] for topic, count in counts.items()}
 
 
 def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[StoreIdentity]:

@@ -54,8 +54,10 @@ costs 10–20 ms, 5–10 rounds' time, and with ratio 8 it took 0.1–0.2 ms of 
 commit; a crash restart replays up to ~380 rounds instead of ~90 (0.7 s at 10⁵ keys, 7 s at
 10⁶).
 
-Tables: ``meta`` (JSON), ``keys`` (per commit, the user keys first seen and their uids: one
-row a commit, not a row a key), ``retirements`` (blobs of
+Tables: ``meta`` (JSON), ``keys`` (per commit, the user keys first seen, their uids and the
+source partition of each one's first record, which ``renyiboost reshard`` moves it by: one
+row a commit, not a row a key; the ``origins`` column was added within format 3 and is
+added to an older store when it is opened), ``retirements`` (blobs of
 retired uids and final spent), ``segments`` (append-only blobs of merged rows: uids, features,
 targets; the newest row of a uid wins), ``trees``, ``events`` and ``snapshot``.
 """
@@ -174,7 +176,9 @@ class Commit:
     events: list[Event]
     meta: dict[str, Any]
     after: PoolState
-    new_keys: list[tuple[int, str]] = field(default_factory=list)
+    #: (uid, name, origin) of the keys first seen: the origin is the source partition of the
+    #: key's first record (``None`` without one), what ``renyiboost reshard`` moves it by.
+    new_keys: list[tuple[int, str, str | None]] = field(default_factory=list)
     retired: tuple[np.ndarray, np.ndarray] | None = None  # uids, final spent
     first_kept_round: int = 0  # trees of earlier rounds are no longer in the model
     snapshot: bool = False  # write a snapshot with it (a clean close: nothing left to replay)
@@ -265,7 +269,7 @@ class MemoryStore(StateStore):
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS keys(batch INTEGER PRIMARY KEY AUTOINCREMENT, uids BLOB NOT NULL,
-                                names TEXT NOT NULL, crc INTEGER NOT NULL);
+                                names TEXT NOT NULL, crc INTEGER NOT NULL, origins TEXT);
 CREATE TABLE IF NOT EXISTS retirements(batch INTEGER PRIMARY KEY AUTOINCREMENT,
                                        uids BLOB NOT NULL, spent BLOB NOT NULL,
                                        crc INTEGER NOT NULL);
@@ -369,6 +373,9 @@ class SQLStateStore(StateStore):
     def _has_table(self, name: str) -> bool:
         raise NotImplementedError
 
+    def _has_column(self, table: str, column: str) -> bool:
+        raise NotImplementedError
+
     def _execute(self, statement: str, params: tuple = ()) -> Any:
         return self._db.execute(self._sql(statement), params)
 
@@ -377,10 +384,10 @@ class SQLStateStore(StateStore):
             self._db.execute("ROLLBACK")
 
     # ------------------------------------------------------------------ identity
-    def _start(self, create: bool) -> None:
+    def _start(self, create: bool, continues: StoreIdentity | None = None) -> None:
         """After connecting and locking: check (or create) the identity, count what the
         snapshot policy weighs."""
-        self.identity = self._open(create)
+        self.identity = self._open(create, continues)
         self._event_bytes = 0
         for kind, info, length in self._execute("SELECT kind, info, LENGTH(data) FROM events"):
             self._event_bytes += (REPLAY_BYTES_PER_KEY * int(json.loads(info)["charged"])
@@ -388,16 +395,23 @@ class SQLStateStore(StateStore):
         self._segment_rows = int(self._execute(
             "SELECT COALESCE(SUM(LENGTH(uids)), 0) / 8 FROM segments").fetchone()[0])
 
-    def _open(self, create: bool) -> StoreIdentity:
-        """Create or check the identity, then move to the next epoch (one transaction)."""
+    def _open(self, create: bool, continues: StoreIdentity | None) -> StoreIdentity:
+        """Create or check the identity, then move to the next epoch (one transaction).
+
+        A new store normally gets a fresh random id; ``continues`` gives it an existing
+        store's id and epoch instead (``renyiboost reshard``: the deployment's releases keep
+        naming one store, at epochs that only grow)."""
+        if continues is not None and not create:
+            raise ValueError("only a new store can continue another store's identity")
         self._begin()
         try:
             if create:
                 for statement in filter(str.strip, self._schema.split(";")):
                     self._execute(statement)
-                self._write_meta({"identity": {"store_id": str(uuid.uuid4()),
-                                               "format": STORE_FORMAT,
-                                               "created": time.time()}, "epoch": 0})
+                self._write_meta({"identity": {
+                    "store_id": str(uuid.uuid4()) if continues is None else continues.store_id,
+                    "format": STORE_FORMAT, "created": time.time()},
+                    "epoch": 0 if continues is None else continues.epoch})
             identity = self._meta("identity") if self._has_table("meta") else None
             if identity is None:
                 raise StoreNotFound(
@@ -408,6 +422,10 @@ class SQLStateStore(StateStore):
                 raise StateStoreError(
                     f"{self.location} has store format {identity.get('format')}, this "
                     f"renyiboost reads format {STORE_FORMAT}")
+            if not self._has_column("keys", "origins"):
+                # Added within format 3: a store written before keeps its rows (no origins);
+                # older renyiboost versions ignore the column.
+                self._execute("ALTER TABLE keys ADD COLUMN origins TEXT")
             epoch = int(self._meta("epoch")) + 1
             self._write_meta({"epoch": epoch})
             self._db.execute("COMMIT")
@@ -467,9 +485,8 @@ class SQLStateStore(StateStore):
             self._checked("events", row, row[0], row[1], row[2])
             events.append(self._event(row[0], json.loads(row[1]), row[2], k, 2**depth - 1))
         keys: dict[str, int] = {}
-        for row in self._execute("SELECT uids, names, crc FROM keys ORDER BY batch"):
-            self._checked("keys", row, row[0], row[1])
-            keys.update(zip(json.loads(row[1]), _array(row[0], "<i8").tolist(), strict=True))
+        for uids_blob, names, _ in self._key_batches():
+            keys.update(zip(json.loads(names), _array(uids_blob, "<i8").tolist(), strict=True))
         batches = self._execute(
             "SELECT uids, spent, crc FROM retirements ORDER BY batch").fetchall()
         for row in batches:
@@ -480,6 +497,28 @@ class SQLStateStore(StateStore):
                                         or [np.zeros(0, np.int64)]),
             retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
         )
+
+    def _key_batches(self) -> list[tuple[bytes, str, str | None]]:
+        """The rows of ``keys`` (uids, names, origins), checked."""
+        rows = self._execute("SELECT uids, names, origins, crc FROM keys ORDER BY batch").fetchall()
+        for row in rows:
+            self._checked("keys", row, row[0], row[1], row[2])
+        return [tuple(row[:3]) for row in rows]
+
+    def key_origins(self) -> dict[str, str | None]:
+        """Every key's origin: the source partition of its first record, ``None`` if it
+        came without one (or before origins were recorded)."""
+        origins: dict[str, str | None] = {}
+        for _, names, text in self._key_batches():
+            listed = json.loads(names)
+            origins.update(zip(listed, json.loads(text) if text else [None] * len(listed),
+                               strict=True))
+        return origins
+
+    def has_committed(self) -> bool:
+        """Whether any output or merge was ever committed here (a store without can hold
+        no ledger)."""
+        return self._meta("state") is not None
 
     def _event(self, kind: str, info: dict, data: bytes | None, k: int, n_internal: int) -> Event:
         if kind == "merge":
@@ -562,10 +601,11 @@ class SQLStateStore(StateStore):
 
     def _apply(self, change: Commit) -> None:
         if change.new_keys:
-            uids, names = zip(*change.new_keys, strict=True)
+            uids, names, origins = zip(*change.new_keys, strict=True)
             blob, text = _blob(np.asarray(uids), "<i8"), json.dumps(names)
-            self._execute("INSERT INTO keys(uids, names, crc) VALUES (?, ?, ?)",
-                       (blob, text, _crc(blob, text)))
+            where = None if all(o is None for o in origins) else json.dumps(origins)
+            self._execute("INSERT INTO keys(uids, names, origins, crc) VALUES (?, ?, ?, ?)",
+                          (blob, text, where, _crc(blob, text, where)))
         for event in change.events:
             self._append(event)
         if change.retired is not None and change.retired[0].size:
@@ -575,7 +615,7 @@ class SQLStateStore(StateStore):
                        (uids_blob, spent_blob, _crc(uids_blob, spent_blob)))
         after = change.after
         due = self._event_bytes > self.snapshot_ratio * 24 * max(after.n_live, 1_000)
-        if due or (change.snapshot and self._event_bytes > 0):
+        if due or (change.snapshot and (self._event_bytes > 0 or change.events)):
             self._snapshot(after.compacted(), change.first_kept_round)
 
     def _insert_event(self, kind: str, info: dict[str, Any], data: bytes | None,
@@ -635,6 +675,18 @@ class SQLStateStore(StateStore):
     def close(self) -> None:
         raise NotImplementedError
 
+    def discard(self) -> None:
+        """Delete this store and close it: only a store that never committed anything, or
+        one an interrupted ``renyiboost reshard`` was filling (it never held a usable
+        ledger); anything else is refused."""
+        if self.has_committed() and self.get_meta("reshard_pending") is None:
+            raise LedgerConflict(f"refusing to delete the state store {self.location}: it "
+                                 "holds a ledger")
+        self._remove()
+
+    def _remove(self) -> None:
+        raise NotImplementedError
+
 
 class SQLiteStore(SQLStateStore):
     """The durable store in one SQLite file (see the module docstring).
@@ -655,6 +707,8 @@ class SQLiteStore(SQLStateStore):
         replays at most about ``12 · snapshot_ratio`` rounds.
     page_size
         SQLite page size of a new store (see :data:`PAGE_SIZE`); an existing store keeps its.
+    continues
+        With ``create``: the identity the new store continues (``renyiboost reshard``).
     """
 
     _schema = _SQLITE_SCHEMA
@@ -667,6 +721,7 @@ class SQLiteStore(SQLStateStore):
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         snapshot_ratio: float = SNAPSHOT_RATIO,
         page_size: int = PAGE_SIZE,
+        continues: StoreIdentity | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -684,7 +739,7 @@ class SQLiteStore(SQLStateStore):
                 self._db.execute(f"PRAGMA page_size={int(page_size)}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._start(create)
+            self._start(create, continues)
         except BaseException:
             self._lock.release()
             raise
@@ -706,6 +761,9 @@ class SQLiteStore(SQLStateStore):
         return self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                 (name,)).fetchone() is not None
 
+    def _has_column(self, table: str, column: str) -> bool:
+        return any(row[1] == column for row in self._db.execute(f"PRAGMA table_info({table})"))
+
     def _check_absent(self) -> None:
         for suffix in ("", "-wal"):
             if Path(f"{self.path}{suffix}").exists():
@@ -725,6 +783,11 @@ class SQLiteStore(SQLStateStore):
         self._db.close()
         self._lock.release()
 
+    def _remove(self) -> None:
+        self.close()
+        for suffix in ("", "-wal", "-shm", ".lock"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
 
 def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str]) -> None:
     """Record ``value`` under ``name`` at the first call; later, a different value is
@@ -737,16 +800,17 @@ def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], 
         raise LedgerConflict(refusal(recorded))
 
 
-def store_at(location: str | Path, *, create: bool = False) -> SQLStateStore:
+def store_at(location: str | Path, *, create: bool = False,
+             continues: StoreIdentity | None = None) -> SQLStateStore:
     """The durable store a location names: a ``postgresql://…[?schema=name]`` URL →
     :class:`~renyiboost.stream.postgres.PostgresStore`; a path or ``sqlite:///…`` URL →
-    :class:`SQLiteStore`. ``create`` as for either (never implicit)."""
+    :class:`SQLiteStore`. ``create`` and ``continues`` as for either (never implicit)."""
     text = str(location)
     if text.startswith(("postgresql://", "postgres://")):
         from renyiboost.stream.postgres import PostgresStore
 
-        return PostgresStore(text, create=create)
-    return SQLiteStore(location, create=create)
+        return PostgresStore(text, create=create, continues=continues)
+    return SQLiteStore(location, create=create, continues=continues)
 
 
 def open_store(store: StateStore | str | Path | None) -> StateStore:

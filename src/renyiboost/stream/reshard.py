@@ -1,0 +1,346 @@
+"""``renyiboost reshard``: move a deployment's ledgers to another number of shards.
+
+A key's ledger lives on the shard that owns the key (:mod:`renyiboost.stream.sharded`).
+Changing the number of shards, or the partition → shard map, changes owners, so a trainer
+refuses both (a moved key would meet a fresh ledger: a second budget, DEVELOPERS
+invariant 5). Resharding moves every key's ledger to its new owner while nothing trains:
+
+1. **Open and reconcile** the old stores (their locks keep every trainer out) and commit
+   what they hold; every shard is then at the same round.
+2. **Route** every key. For a deployment that reads Kafka (its stores recorded the topics'
+   partition counts), the new map gives partition ``p`` to shard ``p mod M``
+   (:func:`~renyiboost.stream.sharded.default_partition_map`) and a key follows the
+   partition of its first record (its *origin*, recorded with the key since the
+   ``origins`` column exists). A key without a recorded origin can move only with its
+   whole old shard, i.e. when all of that shard's partitions go to one new shard; any
+   other case is refused. Otherwise (records routed by
+   :meth:`~renyiboost.stream.sharded.ShardedEngine.add`) a key goes to
+   :func:`~renyiboost.stream.sharded.shard_of` ``(key, M)``. Keyless records (a fresh
+   identity each) go with their origin's partition, else to shard ``k mod M``. A key found
+   in two old stores (two ledgers already) is refused: fix that first.
+3. **Create** the new stores, each born *pending* (``reshard_pending``; an engine refuses to
+   train on it), and let each adopt its keys in one commit
+   (:meth:`~renyiboost.stream.engine.StreamEngine.adopt`): spent budgets, retirements, rows
+   and margins exactly, the model, the source offsets of its partitions (and their dead
+   letters), the published version. The new shard 0 *continues the identity* of the old
+   shard 0 (its store id, at a later epoch), so the model topic and its followers accept
+   the new deployment's releases as the same model's.
+4. **Tombstone** every old store (``resharded``: an engine refuses it for good), then
+   **finish** the new ones (clear ``pending``). A directory deployment's old files then move
+   to ``DIR/resharded-from-N-…/``.
+
+Stream positions (the public schedule's clock) are kept in total: old shard ``k``'s go to
+new shard ``k mod M``, as do its counters.
+
+**Crash safety.** Until every old store is tombstoned, the old stores are the deployment
+and the new ones are pending; running the same command again discards pending (or empty)
+new stores and starts over. Once one old store is tombstoned, every new store was complete:
+running it again tombstones the rest and finishes. At no moment can both a trainable old
+store and a trainable new store hold a key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from renyiboost.exceptions import LedgerConflict, StoreNotFound
+from renyiboost.stream.engine import EngineConfig, EngineExport, KeyLedgers, StreamEngine
+from renyiboost.stream.sharded import (
+    LocalShards,
+    ShardedEngine,
+    default_partition_map,
+    shard_of,
+)
+from renyiboost.stream.store import SQLStateStore, store_at
+
+#: Store side values that belong to a partition (``topic:p`` → value) and follow it.
+PARTITION_VALUES = ("dead_lettered",)
+
+
+@dataclass
+class ReshardReport:
+    """What a reshard did (operator telemetry: exact counts)."""
+
+    into: list[str]  # the new stores' locations
+    store_ids: list[str]
+    n_active: list[int]  # per new shard
+    n_retired: list[int]
+    moved: int  # keys whose shard changed
+    partition_map: dict[str, list[int]] | None
+    finished_only: bool  # an interrupted reshard was finished (nothing moved now)
+
+
+def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
+            ) -> ReshardReport:
+    """Move the ledgers of the stores ``sources`` (shards ``0…N-1`` of a deployment, or one
+    plain store) into new stores at ``targets`` (shards ``0…M-1``); see the module
+    docstring. Every store must be free (no trainer running)."""
+    if not sources or not targets:
+        raise ValueError("reshard needs at least one source and one target store")
+    olds: list[SQLStateStore] = []
+    try:
+        for location in sources:
+            olds.append(store_at(location))
+        tombs = [old.get_meta("resharded") for old in olds]
+        if any(tomb is not None for tomb in tombs):
+            report = _finish(olds, tombs, targets)
+        else:
+            _clear_targets(targets, [old.identity.store_id for old in olds])
+            group = LocalShards.open(config, olds)  # its workers close the stores
+            olds = []
+            try:
+                ShardedEngine(config, group)  # reconciles the shards to one round
+                report = _move(config, group, targets)
+            finally:
+                group.close()
+    finally:
+        for old in olds:
+            old.close()
+    _archive(sources)
+    return report
+
+
+def _clear_targets(targets: Sequence[str], old_ids: list[str]) -> None:
+    """Discard what an interrupted reshard left at ``targets`` (pending or empty stores);
+    refuse a target that holds a ledger."""
+    for location in targets:
+        try:
+            store = store_at(location)
+        except StoreNotFound:
+            continue
+        pending = store.get_meta("reshard_pending")
+        if pending is not None and pending["from"] != old_ids:
+            store.close()
+            raise LedgerConflict(f"{store.location} is being filled by a reshard of other "
+                                 "stores; finish that one first")
+        try:
+            store.discard()  # refuses a store that holds a ledger
+        except BaseException:
+            store.close()
+            raise
+
+
+def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> ReshardReport:
+    engines = [worker.engine for worker in group.workers]
+    exports = [engine.export_ledgers() for engine in engines]
+    side = [{name: engine.store.get_meta(name) for name in
+             ("partitions", "partition_map", "published", *PARTITION_VALUES)}
+            for engine in engines]
+    n_new = len(targets)
+    counts = _agreed([s["partitions"] for s in side if s["partitions"] is not None],
+                     "partition counts")
+    new_map = None if counts is None else default_partition_map(counts, n_new)
+    old_map = None
+    if counts is not None:
+        old_map = _agreed([s["partition_map"] for s in side], "partition map")
+        if old_map is None:
+            if len(engines) > 1:
+                raise LedgerConflict("the old stores read Kafka but recorded no partition map")
+            old_map = default_partition_map(counts, 1)
+    owners = [_owners(k, export.keys, len(engines), n_new, old_map, new_map)
+              for k, export in enumerate(exports)]
+    _check_one_ledger_per_key(exports)
+    old_ids = [engine.store.identity.store_id for engine in engines]
+    pending = {"from": old_ids, "from_locations": [e.store.location for e in engines],
+               "at": _now()}
+    news: list[StreamEngine] = []
+    try:
+        for j, location in enumerate(targets):
+            moved = _gathered(j, exports, owners, n_new, new_map)
+            store = store_at(location, create=True,
+                             continues=engines[0].store.identity if j == 0 else None)
+            news.append(StreamEngine(config, store=store, coordinated=True))
+            new_store = news[-1].store
+            new_store.set_meta("reshard_pending", pending)
+            new_store.set_meta("shard_map", {"shard": j, "of": n_new})
+            if counts is not None:
+                new_store.set_meta("partitions", counts)
+                new_store.set_meta("partition_map", new_map)
+            for name in PARTITION_VALUES:
+                values = _by_partition([s[name] or {} for s in side], j, n_new, new_map)
+                if values:
+                    new_store.set_meta(name, values)
+            if j == 0 and side[0]["published"] is not None:
+                new_store.set_meta("published", side[0]["published"])
+            news[-1].adopt(moved)
+        tomb = {"into": [e.store.identity.store_id for e in news],
+                "into_locations": [e.store.location for e in news], "shards": n_new,
+                "at": _now()}
+        for engine in engines:
+            engine.store.set_meta("resharded", tomb)
+        for engine in news:
+            engine.store.set_meta("reshard_pending", None)
+        report = ReshardReport(
+            into=tomb["into_locations"], store_ids=tomb["into"],
+            n_active=[e.n_active for e in news],
+            n_retired=[int(e.spent_rdp().size - e.n_active) for e in news],
+            moved=sum(int(np.count_nonzero(o != k)) for k, o in enumerate(owners)),
+            partition_map=new_map, finished_only=False)
+    finally:
+        for engine in news:
+            engine.close()
+    return report
+
+
+def _owners(k: int, keys: KeyLedgers, n_old: int, n_new: int,
+            old_map: dict[str, list[int]] | None, new_map: dict[str, list[int]] | None
+            ) -> np.ndarray:
+    """The new shard of every key of old shard ``k`` (see the module docstring)."""
+    if new_map is None or old_map is None:
+        return np.array([k % n_new if name is None else shard_of(name, n_new)
+                         for name in keys.names], dtype=np.int64)
+    mine = {(topic, p) for topic, shards in old_map.items()
+            for p, shard in enumerate(shards) if shard == k}
+    whole = {new_map[topic][p] for topic, p in mine}
+    owners = np.empty(keys.names.size, dtype=np.int64)
+    unplaced = []
+    for i, (name, origin) in enumerate(zip(keys.names, keys.origins, strict=True)):
+        if origin is not None:
+            topic, p = origin.rsplit(":", 1)
+            if (topic, int(p)) not in mine:
+                raise LedgerConflict(
+                    f"key {name!r} of shard {k} of {n_old} first came from partition {origin}, "
+                    "which the recorded partition map gives to another shard: these stores "
+                    "were not written under that map")
+            owners[i] = new_map[topic][int(p)]
+        elif len(whole) == 1:
+            owners[i] = next(iter(whole))
+        elif name is None:
+            owners[i] = k % n_new
+        else:
+            unplaced.append(name)
+    if unplaced:
+        raise LedgerConflict(
+            f"{len(unplaced)} keys of shard {k} (e.g. {unplaced[:3]}) have no recorded source "
+            f"partition (they were stored before origins were), and shard {k}'s partitions go "
+            f"to {len(whole)} different new shards: their new owner is unknown. Reshard to a "
+            "number of shards that keeps each old shard's partitions together (a divisor of "
+            f"{n_old}), or keep {n_old} shards.")
+    return owners
+
+
+def _check_one_ledger_per_key(exports: list[EngineExport]) -> None:
+    names = np.concatenate([e.keys.names[e.keys.names != None] for e in exports])
+    unique, counts = np.unique(names.astype(str), return_counts=True)
+    if np.any(counts > 1):
+        twice = unique[counts > 1]
+        raise LedgerConflict(
+            f"{twice.size} keys (e.g. {twice[:3].tolist()}) have ledgers in two old stores: "
+            "their records reached two shards (a producer that does not partition by the "
+            "message key?). Their spent budgets must be added up by hand before a reshard.")
+
+
+def _gathered(j: int, exports: list[EngineExport], owners: list[np.ndarray], n_new: int,
+              new_map: dict[str, list[int]] | None) -> EngineExport:
+    """New shard ``j``'s part of the exports."""
+    first = exports[0]
+    counters: dict[str, int] = dict.fromkeys(first.counters, 0)
+    positions = 0
+    for k, export in enumerate(exports):
+        if k % n_new == j:
+            positions += export.positions
+            for name, value in export.counters.items():
+                counters[name] = counters.get(name, 0) + value
+    return EngineExport(
+        keys=KeyLedgers.joined([e.keys.take(o == j) for e, o in zip(exports, owners,
+                                                                     strict=True)]),
+        ensemble=first.ensemble, rounds_done=first.rounds_done,
+        initialized=first.initialized, positions=positions,
+        offsets=_by_partition([e.offsets for e in exports], j, n_new, new_map),
+        counters=counters)
+
+
+def _by_partition(values: list[dict[str, Any]], j: int, n_new: int,
+                  new_map: dict[str, list[int]] | None) -> dict[str, Any]:
+    """The values of new shard ``j``'s partitions (``topic:p`` → value, from whichever old
+    shard had the partition), or, without a partition map, old shard ``k``'s for ``k mod
+    M = j``."""
+    out: dict[str, Any] = {}
+    for k, mapping in enumerate(values):
+        for name, value in mapping.items():
+            if new_map is None:
+                keep = k % n_new == j
+            else:
+                topic, p = name.rsplit(":", 1)
+                keep = new_map[topic][int(p)] == j
+            if keep:
+                out[name] = value
+    return out
+
+
+def _agreed(values: list[Any], what: str) -> Any:
+    """The one value every old store recorded (``None`` if none did)."""
+    distinct = {repr(value) for value in values}
+    if len(distinct) > 1:
+        raise LedgerConflict(f"the old stores recorded different {what}: {sorted(distinct)}")
+    return values[0] if values else None
+
+
+def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
+            ) -> ReshardReport:
+    """An interrupted reshard got as far as tombstoning: every new store is complete, so
+    tombstone the rest of the old ones and finish the new ones."""
+    tomb = next(t for t in tombs if t is not None)
+    news: list[SQLStateStore] = []
+    try:
+        for location in targets:
+            news.append(store_at(location))
+        ids = [store.identity.store_id for store in news]
+        if ids != tomb["into"]:
+            raise LedgerConflict(
+                f"the old stores were resharded into {tomb['into_locations']}, not into "
+                f"{[s.location for s in news]}")
+        for old, recorded in zip(olds, tombs, strict=True):
+            if recorded is None:
+                old.set_meta("resharded", tomb)
+            elif recorded["into"] != tomb["into"]:
+                raise LedgerConflict("the old stores were resharded into different stores")
+        for store in news:
+            store.set_meta("reshard_pending", None)
+        return ReshardReport(into=tomb["into_locations"], store_ids=ids, n_active=[],
+                             n_retired=[], moved=0,
+                             partition_map=news[0].get_meta("partition_map"),
+                             finished_only=True)
+    finally:
+        for store in news:
+            store.close()
+
+
+def _archive(sources: Sequence[str]) -> None:
+    """Move the tombstoned SQLite files of a directory deployment (``shard-K-of-N.db``) to
+    ``DIR/resharded-from-N-<time>/``, so the directory holds one deployment again."""
+    paths = [Path(s) for s in sources if not s.startswith(("postgresql://", "postgres://"))]
+    if not paths or any(not p.name.startswith("shard-") for p in paths):
+        return
+    if not all(_tombstoned(p) for p in paths):
+        return
+    n = paths[0].name.rsplit("-of-", 1)[1].removesuffix(".db")
+    archive = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
+    archive.mkdir()
+    for path in paths:
+        for suffix in ("", "-wal", "-shm", ".lock"):
+            old = Path(f"{path}{suffix}")
+            if old.exists():
+                shutil.move(old, archive / old.name)
+
+
+def _tombstoned(path: Path) -> bool:
+    try:
+        store = store_at(path)
+    except StoreNotFound:
+        return False
+    try:
+        return store.get_meta("resharded") is not None
+    finally:
+        store.close()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

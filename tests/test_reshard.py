@@ -1,0 +1,278 @@
+"""``renyiboost reshard``: every key's ledger moves to its new owner exactly (spent budget,
+retirement, row, margin), the model and the stream position stay, the old stores are refused
+for good, an interrupted reshard is redone or finished, and a Kafka deployment (real broker,
+SQLite and a real PostgreSQL server) goes on training from where it stopped with its keys on
+the shards of their partitions and its model topic's versions unbroken.
+
+Exactness: ledgers move as stored bytes, so spent budgets compare with ``==``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+from conftest import read_topic
+from test_kafka import _abalone_events, _produce, _service_config, create_topic
+from test_sharded import _budgets, _config, _feed, _records
+
+from renyiboost.cli import main as cli
+from renyiboost.exceptions import LedgerConflict, StoreResharded, TestingOnlyWarning
+from renyiboost.release import ModelRelease
+from renyiboost.stream.engine import KeyLedgers, StreamEngine
+from renyiboost.stream.reshard import _owners, reshard
+from renyiboost.stream.sharded import (
+    ShardedEngine,
+    create_shard_stores,
+    shard_locations,
+    shard_of,
+)
+from renyiboost.stream.store import SQLStateStore, store_at
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+
+def _deployment(tmp_path, n: int) -> tuple[list[str], dict, dict]:
+    """A deployment of ``n`` hash-routed shards after 1,500 records (some keys retired);
+    returns its stores, every key's (spent, status) and its model and positions."""
+    config = _config("classification")
+    locations = shard_locations(str(tmp_path), n)
+    create_shard_stores(config, locations)
+    engine = ShardedEngine(config, locations, seed=1)
+    _feed(engine, _records("classification", 1500))
+    engine.shards.all("flush")
+    ens = engine.booster.ensemble
+    state = {"version": engine.release_version, "positions": engine.positions,
+             "leaves": ens.leaves.copy(), "init": ens.init_score, "identity": engine.identity}
+    budgets = _budgets(engine)
+    engine.close()
+    assert {"active", "retired"} <= {status for _, status in budgets.values()}
+    return locations, budgets, state
+
+
+def test_every_ledger_moves_to_its_new_shard_exactly(tmp_path) -> None:
+    config = _config("classification")
+    old, budgets, state = _deployment(tmp_path, 2)
+    report = reshard(config, old, shard_locations(str(tmp_path), 3, alone=False))
+    known = sum(status != "unknown" for _, status in budgets.values())
+    assert report.moved > 0 and sum(report.n_active) + sum(report.n_retired) == known
+    engine = ShardedEngine(config, shard_locations(str(tmp_path), 3), seed=2)
+    assert _budgets(engine) == budgets  # bit for bit, retirements included
+    for k, worker in enumerate(engine.shards.workers):
+        assert worker.engine.n_active + worker.engine.spent_rdp().size > 0
+        assert all(shard_of(name, 3) == k for name in worker.engine._keys)
+    assert engine.release_version == state["version"]
+    assert engine.positions == state["positions"]
+    np.testing.assert_array_equal(engine.booster.ensemble.leaves, state["leaves"])
+    assert engine.booster.ensemble.init_score == state["init"]
+    # The deployment keeps its identity (the model topic names it), at a later epoch.
+    assert engine.identity.store_id == state["identity"].store_id
+    assert engine.identity.epoch > state["identity"].epoch
+    # Training goes on; a retired key stays retired and is charged nothing more.
+    retired = [key for key, (_, status) in budgets.items() if status == "retired"]
+    _feed(engine, _records("classification", 600, seed=4))
+    assert engine.release_version > state["version"]
+    after = _budgets(engine)
+    assert all(after[key] == budgets[key] for key in retired)
+    assert any(after[key][0] > budgets[key][0] for key in budgets if key not in retired)
+    engine.close()
+
+
+def test_one_unsharded_store_splits_into_shards(tmp_path) -> None:
+    """A single engine's store becomes shard 0's identity of a 2-shard deployment."""
+    config = _config("regression")
+    engine = StreamEngine(config, store=store_at(tmp_path / "one.db", create=True), seed=1)
+    _feed(engine, _records("regression", 800))
+    engine.flush()
+    budgets, identity, version = _budgets(engine), engine.store.identity, engine.release_version
+    engine.close()
+    new = shard_locations(str(tmp_path / "two"), 2)
+    (tmp_path / "two").mkdir()
+    reshard(config, [str(tmp_path / "one.db")], new)
+    sharded = ShardedEngine(config, new, seed=1)
+    assert _budgets(sharded) == budgets and sharded.release_version == version
+    assert sharded.identity.store_id == identity.store_id
+    sharded.close()
+    with pytest.raises(StoreResharded):
+        StreamEngine(config, store=str(tmp_path / "one.db"))
+
+
+def test_the_old_stores_are_refused_for_good(tmp_path) -> None:
+    config = _config("classification")
+    old, _, _ = _deployment(tmp_path, 2)
+    reshard(config, old, shard_locations(str(tmp_path), 1, alone=False))
+    archived = sorted(tmp_path.glob("resharded-from-2-*/shard-*-of-2.db"))
+    assert len(archived) == 2 and not any(tmp_path.glob("shard-*-of-2.db"))
+    for path in archived:
+        with pytest.raises(StoreResharded, match="must never train again"):
+            StreamEngine(config, store=str(path))
+    with pytest.raises(LedgerConflict, match="deployment of 1 shards"):
+        shard_locations(str(tmp_path), 2)
+    with pytest.raises(StoreResharded):  # moved back by hand: still refused
+        for path in archived:
+            path.rename(tmp_path / path.name)
+        ShardedEngine(config, shard_locations(str(tmp_path), 2, alone=False))
+
+
+def test_an_interrupted_reshard_is_redone_or_finished(tmp_path, monkeypatch) -> None:
+    """A crash while the new stores fill: they are pending (refused), the old ones still
+    train, and running it again starts over. A crash after the first tombstone: running it
+    again finishes. Either way the ledgers end up moved exactly once."""
+    config = _config("classification")
+    old, budgets, _ = _deployment(tmp_path, 2)
+    new = shard_locations(str(tmp_path), 3, alone=False)
+    adopt = StreamEngine.adopt
+
+    def crash_on_second(self, moved):
+        if self.store.get_meta("shard_map")["shard"] == 1:
+            raise KeyboardInterrupt("killed")
+        adopt(self, moved)
+
+    monkeypatch.setattr(StreamEngine, "adopt", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        reshard(config, old, new)
+    monkeypatch.setattr(StreamEngine, "adopt", adopt)
+    with pytest.raises(StoreResharded, match="did not finish"):
+        StreamEngine(config, store=new[0])
+    engine = ShardedEngine(config, old)  # the old deployment is intact
+    assert _budgets(engine) == budgets
+    engine.close()
+
+    set_meta, tombs = SQLStateStore.set_meta, []
+
+    def crash_after_one_tomb(self, name, value):
+        if name == "resharded":
+            tombs.append(self.location)
+            if len(tombs) == 2:
+                raise KeyboardInterrupt("killed")
+        set_meta(self, name, value)
+
+    monkeypatch.setattr(SQLStateStore, "set_meta", crash_after_one_tomb)
+    with pytest.raises(KeyboardInterrupt):
+        reshard(config, old, new)
+    monkeypatch.setattr(SQLStateStore, "set_meta", set_meta)
+    with pytest.raises(StoreResharded, match="must never train again"):
+        ShardedEngine(config, old)
+    with pytest.raises(StoreResharded, match="did not finish"):
+        ShardedEngine(config, new)
+    assert reshard(config, old, new).finished_only
+    engine = ShardedEngine(config, shard_locations(str(tmp_path), 3))
+    assert _budgets(engine) == budgets
+    engine.close()
+    for location in new:  # a reshard onto stores that hold ledgers is refused
+        store_at(location).close()
+    fresh = shard_locations(str(tmp_path / "again"), 2)
+    (tmp_path / "again").mkdir()
+    create_shard_stores(config, fresh)
+    with pytest.raises(LedgerConflict):
+        reshard(config, shard_locations(str(tmp_path), 3), fresh[:1] + new[:1])
+
+
+def test_a_store_written_before_origins_opens_and_records_them_from_now_on(tmp_path) -> None:
+    import sqlite3
+
+    config = _config("regression")
+    path = tmp_path / "old.db"
+    engine = StreamEngine(config, store=store_at(path, create=True), seed=1)
+    engine.add(np.zeros((2, 3)), [1.0, 2.0], ["a", "b"], [("t:0", 1), ("t:1", 1)])
+    engine.close()
+    with sqlite3.connect(path) as db:  # the layout before the column existed
+        db.execute("UPDATE keys SET origins = NULL, crc = ?",
+                   (zlib.crc32(b'["a", "b"]', zlib.crc32(db.execute(
+                       "SELECT uids FROM keys").fetchone()[0])),))
+        db.execute("ALTER TABLE keys DROP COLUMN origins")
+    engine = StreamEngine(config, store=str(path), seed=1)
+    engine.add(np.zeros((1, 3)), [1.0], ["c"], [("t:1", 2)])
+    engine.flush()
+    assert engine.store.key_origins() == {"a": None, "b": None, "c": "t:1"}
+    engine.close()
+
+
+def test_keys_without_a_recorded_partition_move_only_with_their_whole_shard() -> None:
+    """Stores written before origins were recorded: a shard whose partitions all go to one
+    new shard moves whole; one whose partitions split is refused (never guessed)."""
+    keys = KeyLedgers(np.array(["a", "b", None], dtype=object),
+                      np.array([None, "t:2", None], dtype=object), np.ones(3, bool),
+                      np.zeros((3, 1)), np.zeros(3), np.zeros(3), np.zeros(3))
+    old_map = {"t": [0, 1, 0, 1]}  # shard 0 holds partitions 0 and 2
+    np.testing.assert_array_equal(_owners(0, keys, 2, 1, old_map, {"t": [0, 0, 0, 0]}),
+                                  [0, 0, 0])
+    with pytest.raises(LedgerConflict, match="no recorded source partition"):
+        _owners(0, keys, 2, 4, old_map, {"t": [0, 1, 2, 3]})
+    known = keys.take(np.array([1, 2]))
+    np.testing.assert_array_equal(_owners(0, known, 2, 4, old_map, {"t": [0, 1, 2, 3]}),
+                                  [2, 0])
+    with pytest.raises(LedgerConflict, match="another shard"):
+        _owners(1, known, 2, 4, old_map, {"t": [0, 1, 2, 3]})
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_kafka_deployment_reshards_and_trains_on(kafka_bootstrap, tmp_path, capsys, request,
+                                                   backend) -> None:
+    """2 shards read 600 events of a 4-partition topic; ``renyiboost reshard --to 3`` moves
+    every key to the shard of its partition (partition ``p`` to shard ``p mod 3``: not the
+    key's hash mod 3, which librdkafka's CRC-32 partitioner would make equal for 4 shards); 3
+    shards read the other 400 events. Budgets at
+    the reshard are unchanged, no event is read twice or skipped, and the model topic holds
+    versions 1…v of one store, in order."""
+    topic = f"reshard-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_bootstrap, topic, partitions=4)
+    events = _abalone_events(limit=1000)
+    _produce(kafka_bootstrap, topic, events[:600])
+    if backend == "postgres":
+        state = f"{request.getfixturevalue('postgres_server').url}?schema=r_{topic[8:]}"
+    else:
+        state = str(tmp_path / "shards")
+    config = str(_service_config(tmp_path, kafka_bootstrap, topic))
+    assert cli(["state", "init", "--config", config, "--state", state, "--shards", "2"]) == 0
+    train = ["train", "--config", config, "--state", state, "--max-idle", "2", "--json"]
+    assert cli([*train, "--shards", "2"]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["positions"] == 600
+
+    from renyiboost.connectors.service import engine_config, load_config
+
+    engine_cfg = engine_config(load_config(config).model)
+    names = sorted({key.decode() for key, _ in events[:600]})
+
+    def budgets(n: int) -> dict:
+        engine = ShardedEngine(engine_cfg, shard_locations(state, n))
+        try:
+            return {name: engine.operator_budget_of(name) for name in names}
+        finally:
+            engine.close()
+
+    before = budgets(2)
+    assert cli(["reshard", "--config", config, "--state", state, "--shards", "2",
+                "--to", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"partition map: {{'{topic}': [0, 1, 2, 0]}}" in out
+    assert budgets(3) == before
+    partition_of = {m.key().decode(): m.partition() for m in read_topic(kafka_bootstrap, topic,
+                                                                        600)}
+    engine = ShardedEngine(engine_cfg, shard_locations(state, 3))
+    for k, worker in enumerate(engine.shards.workers):
+        keys = worker.engine._keys
+        assert keys and all(partition_of[name] % 3 == k for name in keys)
+        assert set(worker.engine.offsets) == {f"{topic}:{p}" for p in range(4) if p % 3 == k}
+    engine.close()
+
+    _produce(kafka_bootstrap, topic, events[600:])
+    assert cli([*train, "--shards", "2"]) == 1
+    assert ("must never train again" if backend == "postgres"
+            else "deployment of 3 shards") in capsys.readouterr().err
+    assert cli([*train, "--shards", "3"]) == 0
+    second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert second["positions"] == len(events) and second["consumed"] == 400
+    version = second["release_version"]
+    assert version > first["release_version"] and second["published_version"] == version
+    releases = [ModelRelease.model_validate_json(m.value())
+                for m in read_topic(kafka_bootstrap, f"{topic}.models", version)]
+    assert [r.version for r in releases] == list(range(1, version + 1))
+    assert len({r.store_id for r in releases}) == 1
+    epochs = [r.epoch for r in releases]
+    assert epochs == sorted(epochs) and epochs[0] < epochs[-1]

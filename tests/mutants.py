@@ -32,6 +32,7 @@ RAY_REFUSALS = [
     "tests/test_ray_shards.py::test_a_changed_partition_map_or_a_second_coordinator_is_refused"]
 RAY_KILLS = ["tests/test_ray_shards.py::test_killed_shard_processes_lose_and_repeat_nothing"]
 RESHARD = "tests/test_reshard.py::test_"
+DPBOOST = ["tests/test_dpboost.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -122,8 +123,9 @@ MUTATIONS = [
              also=(("src/renyiboost/stream/engine.py", "if self._status[uid] == RETIRED:",
                     "if False:"),)),
     Mutation("a missing state file becomes a new store", "src/renyiboost/stream/store.py",
-             "    return SQLiteStore(location, create=create)\n",
-             "    return SQLiteStore(location, create=create or not Path(str(location)).exists())\n",
+             "    return SQLiteStore(location, create=create, continues=continues)\n",
+             "    return SQLiteStore(location, create=create or not Path(str(location)).exists(),"
+             " continues=continues)\n",
              LEDGER),
     Mutation("a missing PostgreSQL store becomes a new one", "src/renyiboost/stream/postgres.py",
              '                raise StoreNotFound(f"no state store at {self.location}. '
@@ -222,6 +224,16 @@ MUTATIONS = [
              "src/renyiboost/stream/reshard.py", "owners[i] = new_map[topic][int(p)]",
              "owners[i] = shard_of(name, n_new)",
              [f"{RESHARD}a_kafka_deployment_reshards_and_trains_on[sqlite]"]),
+    Mutation("DPBoost's gain sensitivity as the paper's Lemma 1 states it",
+             "src/renyiboost/accounting/dpboost.py", "    return 3.0 * g_star**2\n",
+             "    return (3 * 0.1 + 2) / ((2 + 0.1) * (1 + 0.1)) * g_star**2\n", DPBOOST),
+    Mutation("DPBoost's leaves noised at the whole ensemble's ε",
+             "src/renyiboost/models/dpboost.py",
+             "tree_in_ensemble) / self.budget.leaf_epsilon",
+             "tree_in_ensemble) / self.budget.ensemble_epsilon", DPBOOST),
+    Mutation("DPBoost trains on rows whose gradient exceeds g*",
+             "src/renyiboost/models/dpboost.py",
+             "used = mine & (np.abs(grad) <= G_STAR)", "used = mine", DPBOOST),
     Mutation("a listener's exception loses the merges of the next commit",
              "src/renyiboost/stream/engine.py",
              "        self._drain()  # announcements first: a listener that raises leaves nothing "

@@ -15,6 +15,7 @@ from renyiboost.accounting.conversion import rdp_to_dp
 from renyiboost.accounting.rdp import (
     Orders,
     _as_orders,
+    exponential_rdp,
     gaussian_rdp,
     laplace_rdp,
     subsampled_gaussian_rdp,
@@ -35,6 +36,14 @@ class GaussianEvent:
 @dataclass(frozen=True)
 class LaplaceEvent:
     """An ε-DP Laplace mechanism (noise scale = sensitivity / ``epsilon``)."""
+
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class ExponentialEvent:
+    """An ε-DP exponential mechanism (weights ``exp(ε u / (2Δ))``, Δ the score's
+    sensitivity)."""
 
     epsilon: float
 
@@ -62,7 +71,8 @@ class ComposedEvent:
     events: tuple[DpEvent, ...]
 
 
-DpEvent = GaussianEvent | LaplaceEvent | PoissonSampledEvent | SelfComposedEvent | ComposedEvent
+DpEvent = (GaussianEvent | LaplaceEvent | ExponentialEvent | PoissonSampledEvent
+           | SelfComposedEvent | ComposedEvent)
 
 
 def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
@@ -72,6 +82,8 @@ def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
             return gaussian_rdp(z, orders)
         case LaplaceEvent(epsilon=eps):
             return laplace_rdp(eps, orders)
+        case ExponentialEvent(epsilon=eps):
+            return exponential_rdp(eps, orders)
         case PoissonSampledEvent(sampling_rate=q, event=GaussianEvent(noise_multiplier=z)):
             return subsampled_gaussian_rdp(q, z, orders)
         case SelfComposedEvent(event=inner, count=count):

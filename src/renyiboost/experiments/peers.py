@@ -12,6 +12,9 @@ bound from the data:
   :data:`DPEBM_TUNED` (chosen on validation rows, see there).
 * ``dprf`` — diffprivlib's ``RandomForestClassifier`` (Fletcher & Islam 2017) with
   ``bounds`` and ``classes`` given; pure ε-DP (δ = 0); classification only.
+* ``dpboost`` — our :class:`~renyiboost.models.dpboost.DPBoost` (Li et al. 2020, with its
+  corrections: public split candidates, gain sensitivity 3 g*², no data-dependent scaling);
+  pure ε-DP (δ unused), the paper's defaults.
 * ``xgboost`` — ``xgboost.XGB{Regressor,Classifier}`` with its defaults: the non-private
   ceiling (ε = ∞);
 * ``dp_mean`` — our own floor, :class:`~renyiboost.models.baselines.DPMeanBaseline` (one DP
@@ -30,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from renyiboost.models.baselines import DPMeanBaseline
+from renyiboost.models.dpboost import DPBoost
 from renyiboost.schema import PublicSchema
 
 #: DP-EBM learning rate and rounds per data set (defaults: 0.01 and 300), chosen by the
@@ -43,7 +47,7 @@ DPEBM_TUNED: dict[str, dict[str, Any]] = {
     "adult": {"learning_rate": 0.01, "max_rounds": 3000},
 }
 
-PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "xgboost", "dp_mean")
+PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "xgboost", "dp_mean")
 #: Peers that spend no privacy budget.
 NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
 
@@ -158,6 +162,8 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
         return _dprf(schema, task, epsilon, seed)
     if name == "dp_mean":
         return _Wrapped(DPMeanBaseline(schema, task, epsilon, delta, seed), task)
+    if name == "dpboost":
+        return _Wrapped(DPBoost(schema, seed, task=task, epsilon=epsilon), task)
     return _xgboost(task, seed)
 
 

@@ -21,7 +21,47 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 
 
-class SGBDT:
+class MarginModel:
+    """What a batch learner over schema-encoded arrays shares: label checks and predictions
+    from its fitted :class:`~renyiboost.models.trees.Ensemble` (``self.ensemble``) of margins
+    (the target scaled to [−1, 1] by the public bounds, or log-odds)."""
+
+    schema: PublicSchema
+    params: Any  # has .task
+    ensemble: Ensemble | None
+
+    def _validate_target(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=float)
+        if y.ndim != 1 or not np.all(np.isfinite(y)):
+            raise ValueError("y must be a 1-D array of finite numbers")
+        if self.params.task == "classification" and not np.all((y == 0) | (y == 1)):
+            raise ValueError("classification labels must be 0 or 1")
+        return y
+
+    def _ensemble(self) -> Ensemble:
+        if self.ensemble is None:
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) "
+                               "first")
+        return self.ensemble
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """The raw margin (scaled target for regression, log-odds for classification)."""
+        return self._ensemble().predict_margin(self.schema.clip_encoded(np.atleast_2d(X)))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        margin = self.decision_function(X)
+        if self.params.task == "regression":
+            return unscale_margin(margin, self.schema.target_bounds)  # type: ignore[arg-type]
+        return (margin > 0).astype(np.int64)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        if self.params.task != "classification":
+            raise AttributeError("predict_proba is for task='classification'")
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+
+class SGBDT(MarginModel):
     """Differentially private gradient-boosted random trees (S-GBDT) for arrays.
 
     Parameters
@@ -90,14 +130,6 @@ class SGBDT:
         return SGBDTParams(**(policy | explicit))
 
     # ------------------------------------------------------------------ training
-    def _validate_target(self, y: np.ndarray) -> np.ndarray:
-        y = np.asarray(y, dtype=float)
-        if y.ndim != 1 or not np.all(np.isfinite(y)):
-            raise ValueError("y must be a 1-D array of finite numbers")
-        if self.params.task == "classification" and not np.all((y == 0) | (y == 1)):
-            raise ValueError("classification labels must be 0 or 1")
-        return y
-
     def fit(self, X: np.ndarray, y: np.ndarray) -> SGBDT:
         """Train on all rows: DP initial score, then ``total_rounds`` rounds.
 
@@ -146,27 +178,6 @@ class SGBDT:
         return self
 
     # ------------------------------------------------------------------ prediction
-    def _ensemble(self) -> Ensemble:
-        if self.ensemble is None:
-            raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")
-        return self.ensemble
-
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """The raw margin (scaled target for regression, log-odds for classification)."""
-        return self._ensemble().predict_margin(self.schema.clip_encoded(np.atleast_2d(X)))
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        margin = self.decision_function(X)
-        if self.params.task == "regression":
-            return unscale_margin(margin, self.schema.target_bounds)  # type: ignore[arg-type]
-        return (margin > 0).astype(np.int64)
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        if self.params.task != "classification":
-            raise AttributeError("predict_proba is for task='classification'")
-        p = expit(self.decision_function(X))
-        return np.column_stack([1.0 - p, p])
-
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, α̂, σ and B per row (public: functions of the parameters only)."""

@@ -107,13 +107,19 @@ def test_the_leaf_noise_has_the_stated_laplace_scale(monkeypatch) -> None:
     assert abs(np.mean(draws > 0) - 0.5) < 0.01
 
 
-def test_splits_find_a_clear_signal_with_a_large_epsilon() -> None:
+SIGNAL_SCHEMA = PublicSchema(features={"noise": (0, 1), "signal": (0, 1)}, target_bounds=(0, 1))
+
+
+def _signal_fit(cut: float, split_candidates: int | None) -> DPBoost:
+    """One stump at ε = 5000 on y = [signal > cut] (the noise feature carries nothing)."""
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.uniform(size=4000), rng.uniform(size=4000)])
-    y = np.where(X[:, 1] > 0.5, 1.0, 0.0)
-    schema = PublicSchema(features={"noise": (0, 1), "signal": (0, 1)}, target_bounds=(0, 1))
-    model = DPBoost(schema, seed=1, task="regression", epsilon=5000.0, rounds=1, depth=1,
-                    split_candidates=9).fit(X, y)
+    return DPBoost(SIGNAL_SCHEMA, seed=1, task="regression", epsilon=5000.0, rounds=1,
+                   depth=1, split_candidates=split_candidates).fit(X, 1.0 * (X[:, 1] > cut))
+
+
+def test_splits_find_a_clear_signal_with_a_large_epsilon() -> None:
+    model = _signal_fit(0.5, 9)
     assert model.ensemble.features[0, 0] == 1
     assert model.ensemble.thresholds[0, 0] == pytest.approx(0.5)
     left, right = model.ensemble.leaves[0]  # η · clip(−Σg / (n + λ)), g = F − y = ∓1
@@ -180,3 +186,52 @@ def test_dpboost_is_a_peer_of_the_experiment_grid() -> None:
     score = peer.fit(data.X[:2000], data.y[:2000]).predict_score(data.X[2000:2100])
     lo, hi = data.schema.target_bounds
     assert score.shape == (100,) and np.all((score >= lo) & (score <= hi))
+
+
+def test_gridless_candidates_have_the_left_sums_of_their_thresholds() -> None:
+    """Every interval's left gradient sum and count equal those of any threshold inside it
+    (brute force at its midpoint), ties give empty intervals, missing values go right, and
+    each node's intervals tile the public range."""
+    rng = np.random.default_rng(5)
+    n = 400
+    x = np.round(rng.uniform(0, 10, n), 1)  # ties
+    x[rng.uniform(size=n) < 0.1] = np.nan
+    grad, pos = rng.uniform(-1, 1, n), rng.integers(0, 4, n)
+    pos[pos == 3] = 2  # node 3 has no rows
+    schema = PublicSchema(features={"x": (0, 10)}, target_bounds=(0, 1))
+    model = DPBoost(schema, task="regression", epsilon=1.0, split_candidates=None)
+    search = dpboost_module._SplitSearch(schema, model.params, model.budget)
+    node, left_g, left_n, log_w, low, high, feature = search._intervals(0, x, grad, pos, 4)
+    assert np.all(feature == 0) and np.all(high >= low)
+    for j in range(4):
+        mine = node == j
+        np.testing.assert_allclose(np.sum(high[mine] - low[mine]), 10.0)
+    mid = (low + high) / 2
+    for i in np.flatnonzero(high > low):
+        rows = (pos == node[i]) & (x < mid[i])  # NaN < anything is False: right
+        assert left_n[i] == rows.sum()
+        assert left_g[i] == pytest.approx(grad[rows].sum(), abs=1e-9)
+    assert np.all(np.isneginf(log_w[high == low]))
+
+
+def test_gridless_splits_find_the_signal_and_are_uniform_without_rows() -> None:
+    rng = np.random.default_rng(0)
+    schema = SIGNAL_SCHEMA
+    model = _signal_fit(0.37, None)
+    assert model.ensemble.features[0, 0] == 1
+    assert model.ensemble.thresholds[0, 0] == pytest.approx(0.37, abs=0.002)
+    # No rows: the threshold is uniform over the public range (KS distance, 2,000 draws).
+    noise = noise_source(7, warn=False)
+    search = dpboost_module._SplitSearch(schema, model.params, model.budget)
+    drawn = [search.grow(np.zeros((0, 2)), np.zeros(0), noise) for _ in range(2000)]
+    features = np.array([f[0] for f, _, _ in drawn])
+    thresholds = np.array([t[0] for _, t, _ in drawn])
+    assert abs(np.mean(features == 1) - 0.5) < 0.04
+    values = np.sort(thresholds)
+    assert np.max(np.abs(values - (np.arange(1, values.size + 1) / values.size))) < 0.035
+    # Rows bunched in [0, 0.2] with zero gradients (every gain 0): still uniform. A base
+    # measure that weighed the intervals between rows alike would put most draws there.
+    rows = np.column_stack([rng.uniform(0, 0.2, 60), rng.uniform(0, 0.2, 60)])
+    drawn = [search.grow(rows, np.zeros(60), noise) for _ in range(2000)]
+    values = np.sort([t[0] for _, t, _ in drawn])
+    assert np.max(np.abs(values - (np.arange(1, values.size + 1) / values.size))) < 0.035

@@ -15,7 +15,8 @@ Methods so far:
 * ``global`` — global accounting: T rounds in all, as a non-streaming DP-GBDT must;
 * ``sln`` — the learner with static leaf noise (count not released), the leaf-noise ablation;
 * ``sgt`` / ``arf`` — river's ``SGTRegressor`` / ``ARFClassifier`` (non-private; ε = ∞);
-* ``dpebm``, ``dpebm_tuned``, ``dprf``, ``dpboost``, ``xgboost``, ``dp_mean`` — batch peers
+* ``dpebm``, ``dpebm_tuned``, ``dprf``, ``dpboost``, ``dp_gam``, ``xgboost``, ``dp_mean`` —
+  batch peers
   (:mod:`renyiboost.experiments.peers`) refitted ``refits`` times on everything the stream
   had delivered so far and predicting the batches until the next refit (before the first
   fit: the public midpoint of the target, or class 0). A DP batch peer that publishes k
@@ -23,7 +24,8 @@ Methods so far:
   composition), so every method's total is the cell's ε.
 
 Seed policy: repeat ``r`` uses noise seed ``r`` (reproducible, so the runs are test-only).
-``--preset paper`` runs :mod:`renyiboost.experiments.paper` instead of a grid.
+``--preset paper`` runs :mod:`renyiboost.experiments.paper` instead of a grid, ``--preset
+field`` :mod:`renyiboost.experiments.field`.
 """
 
 from __future__ import annotations
@@ -385,9 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="renyiboost experiment",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="TOML file with GridConfig's keys")
-    parser.add_argument("--preset", choices=["paper"],
+    parser.add_argument("--preset", choices=["paper", "field"],
                         help="'paper': the S-GBDT paper's figures beside the peers "
-                             "(experiments.paper; takes --repeats, --workers, --out, --epsilons)")
+                             "(experiments.paper; takes --repeats, --workers, --out, --epsilons);"
+                             " 'field': the DP tree learners side by side on held-out rows "
+                             "(experiments.field; takes --datasets, --epsilons, --repeats, --out)")
     parser.add_argument("--datasets", nargs="+")
     parser.add_argument("--scenarios", nargs="+")
     parser.add_argument("--epsilons", nargs="+", type=float)
@@ -408,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {k: getattr(args, k) for k in ("repeats", "workers", "out", "epsilons")
                   if getattr(args, k) is not None}
         return paper.main(paper.PaperConfig(**chosen))
+    if args.preset == "field":
+        from renyiboost.experiments import field
+
+        chosen = {k: getattr(args, k) for k in ("datasets", "epsilons", "repeats", "out")
+                  if getattr(args, k) is not None}
+        return field.main(field.FieldConfig(**chosen))
     data = tomllib.loads(Path(args.config).read_text()) if args.config else {}
     data.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
     config = GridConfig(**data)

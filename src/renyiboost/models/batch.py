@@ -14,6 +14,7 @@ from scipy.special import expit
 from renyiboost.accounting import SizeEstimate
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
+from renyiboost.models.explain import feature_contributions, feature_importances
 from renyiboost.models.losses import unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
@@ -59,6 +60,31 @@ class MarginModel:
             raise AttributeError("predict_proba is for task='classification'")
         p = expit(self.decision_function(X))
         return np.column_stack([1.0 - p, p])
+
+    # ------------------------------------------------------------------ explanations
+    def _intercept(self) -> float:
+        return float(self._ensemble().init_score)
+
+    def contributions(self, X: np.ndarray) -> np.ndarray:
+        """Per row and feature, the feature's exact share of the margin: for models whose
+        trees each test one feature (:func:`~renyiboost.models.explain.
+        feature_contributions`; ``ValueError`` otherwise)."""
+        return feature_contributions(self._ensemble(),
+                                     self.schema.clip_encoded(np.atleast_2d(X)),
+                                     self.schema.n_features)
+
+    def explain_one(self, x: np.ndarray) -> dict[str, float]:
+        """One encoded row's margin split exactly into ``intercept`` and a term a feature
+        (free post-processing of the release)."""
+        parts = self.contributions(np.asarray(x, dtype=float).reshape(1, -1))[0]
+        return {"intercept": self._intercept(),
+                **{name: float(v) for name, v in zip(self.schema.names, parts, strict=True)}}
+
+    def feature_importances(self) -> dict[str, float]:
+        """Each feature's share of the trees' effect (see
+        :func:`~renyiboost.models.explain.feature_importances`)."""
+        shares = feature_importances(self._ensemble(), self.schema.n_features)
+        return dict(zip(self.schema.names, shares.tolist(), strict=True))
 
 
 class SGBDT(MarginModel):

@@ -20,7 +20,9 @@ Corrections, each a privacy gap of the paper or of its code (QinbinLi/DPBoost):
 1. **Public split candidates.** The code draws splits among LightGBM histogram bins built
    from the training data; here the candidates are ``split_candidates`` equidistant
    thresholds of each numeric feature's *public* range and every code of a categorical one
-   (each feature weighs the same in the mechanism's base measure).
+   (each feature weighs the same in the mechanism's base measure), or, with
+   ``split_candidates=None``, the whole public range (the gridless variant S-GBDT compares
+   with: the continuous exponential mechanism, see :class:`_SplitSearch`).
 2. **Complete trees, depth-wise.** The code grows leaf-wise and picks the leaf to split by a
    non-private argmax of true gains, and stops a node when its best gain is ≤ 0; here every
    node of every level splits (a data-independent shape), as in S-GBDT.
@@ -83,7 +85,7 @@ class DPBoostParams(BaseModel):
     depth: int = Field(5, ge=1, le=12)
     learning_rate: float = Field(0.1, gt=0, lt=1)
     reg_lambda: float = Field(0.1, gt=0)
-    split_candidates: int = Field(32, ge=1)
+    split_candidates: int | None = Field(32, ge=1)
     balanced_partition: bool = False
 
 
@@ -197,26 +199,29 @@ def _draw_parts(shares: np.ndarray, rows: np.ndarray, noise: NoiseSource) -> np.
 
 class _SplitSearch:
     """Grows a complete tree level by level; every node's split is drawn by the exponential
-    mechanism over the public candidates (Gumbel-max: the candidate maximising
-    ``log w + ε G / (2ΔG) + Gumbel`` is a draw from weights ``w · exp(ε G / (2ΔG))``)."""
+    mechanism (Gumbel-max: the candidate maximising ``log w + ε G / (2ΔG) + Gumbel`` is a
+    draw from the weights ``w · exp(ε G / (2ΔG))``).
+
+    The base measure ``w`` gives every feature the same mass, spread evenly over its
+    candidates: the ``split_candidates`` public thresholds of a numeric feature, or — with
+    ``split_candidates=None``, the gridless variant — its whole public range, where the
+    gain is constant between two neighbouring values of the node's rows, so an interval is
+    drawn with weight ``length · exp(ε G / (2ΔG))`` and the threshold uniformly inside it
+    (the continuous exponential mechanism; no grid, and no row value is ever a threshold).
+    A categorical feature's candidates are its codes, the "other" code included."""
 
     def __init__(self, schema: PublicSchema, params: DPBoostParams,
                  budget: DPBoostBudget) -> None:
-        self.params = params
+        self.params, self.schema = params, schema
         self.scale = budget.node_epsilon / (2.0 * gain_sensitivity(G_STAR))
-        self.columns: list[tuple[int, np.ndarray, bool]] = []  # feature, thresholds, is_cat
+        self.log_k = np.log(schema.n_features)
+        self.grid: dict[int, np.ndarray] = {}  # feature -> its discrete candidates
         for f in range(schema.n_features):
             if schema.is_categorical[f]:
-                thresholds = np.arange(int(schema.n_categories[f]) + 1, dtype=float)
-            else:
+                self.grid[f] = np.arange(int(schema.n_categories[f]) + 1, dtype=float)
+            elif params.split_candidates is not None:
                 lo, hi, m = schema.lower[f], schema.upper[f], params.split_candidates
-                thresholds = lo + (hi - lo) * np.arange(1, m + 1) / (m + 1)
-            self.columns.append((f, thresholds, bool(schema.is_categorical[f])))
-        k = len(self.columns)
-        self.log_weight = np.concatenate([np.full(t.size, -np.log(k * t.size))
-                                          for _, t, _ in self.columns])
-        self.feature = np.concatenate([np.full(t.size, f) for f, t, _ in self.columns])
-        self.threshold = np.concatenate([t for _, t, _ in self.columns])
+                self.grid[f] = lo + (hi - lo) * np.arange(1, m + 1) / (m + 1)
 
     def grow(self, X: np.ndarray, grad: np.ndarray, noise: NoiseSource
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -226,46 +231,76 @@ class _SplitSearch:
         features = np.zeros(2**depth - 1, dtype=np.int64)
         thresholds = np.zeros(2**depth - 1)
         pos = np.zeros(grad.size, dtype=np.int64)  # node within its level
+        is_categorical = self.schema.is_categorical
         for level in range(depth):
             n_nodes = 2**level
             total_g = np.bincount(pos, weights=grad, minlength=n_nodes)
             total_n = np.bincount(pos, minlength=n_nodes).astype(float)
-            left_g, left_n = self._left_sums(X, grad, pos, n_nodes)
+            blocks = [self._block(f, X[:, f], grad, pos, n_nodes)
+                      for f in range(self.schema.n_features)]
+            node, left_g, left_n, log_w, low, high, feature = (
+                np.concatenate(part) for part in zip(*blocks, strict=True))
             gain = (left_g**2 / (left_n + lam)
-                    + (total_g[:, None] - left_g) ** 2 / (total_n[:, None] - left_n + lam))
-            score = self.log_weight + self.scale * gain
-            gumbel = -np.log(-np.log(noise.uniform(score.size).reshape(score.shape)))
-            choice = np.argmax(score + gumbel, axis=1)
-            nodes = 2**level - 1 + np.arange(n_nodes)
-            features[nodes], thresholds[nodes] = self.feature[choice], self.threshold[choice]
-            x = X[np.arange(grad.size), features[2**level - 1 + pos]]
-            t = thresholds[2**level - 1 + pos]
-            is_cat = np.isin(features[2**level - 1 + pos],
-                             [f for f, _, cat in self.columns if cat])
-            go_left = np.where(is_cat, x == t, x < t)  # NaN fails both: right
+                    + (total_g[node] - left_g) ** 2 / (total_n[node] - left_n + lam))
+            key = log_w + self.scale * gain - np.log(-np.log(noise.uniform(node.size)))
+            order = np.lexsort((-key, node))
+            best = order[np.searchsorted(node[order], np.arange(n_nodes))]
+            at = 2**level - 1 + np.arange(n_nodes)
+            features[at] = feature[best]
+            thresholds[at] = low[best] + noise.uniform(n_nodes) * (high[best] - low[best])
+            slot = 2**level - 1 + pos
+            x, t = X[np.arange(grad.size), features[slot]], thresholds[slot]
+            go_left = np.where(is_categorical[features[slot]], x == t, x < t)  # NaN: right
             pos = 2 * pos + 1 - go_left
         return features, thresholds, pos
 
-    def _left_sums(self, X: np.ndarray, grad: np.ndarray, pos: np.ndarray, n_nodes: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node and candidate, the gradient sum and count of the rows going left."""
-        sums, counts = [], []
-        for f, thresholds, categorical in self.columns:
-            x = X[:, f]
-            n_bins = thresholds.size + 2  # the candidates' bins, then missing values
-            if categorical:
-                bins = np.where(np.isnan(x), n_bins - 1, np.nan_to_num(x)).astype(np.int64)
-            else:
-                bins = np.where(np.isnan(x), n_bins - 1,
-                                np.searchsorted(thresholds, np.nan_to_num(x), side="right"))
-            flat = pos * n_bins + bins
-            g = np.bincount(flat, weights=grad, minlength=n_nodes * n_bins).reshape(n_nodes,
-                                                                                    n_bins)
-            n = np.bincount(flat, minlength=n_nodes * n_bins).reshape(n_nodes, n_bins)
-            if categorical:  # left: the code equals the threshold
-                sums.append(g[:, :thresholds.size])
-                counts.append(n[:, :thresholds.size].astype(float))
-            else:  # left: below the j-th threshold, i.e. in bins 0 … j
-                sums.append(np.cumsum(g, axis=1)[:, :thresholds.size])
-                counts.append(np.cumsum(n, axis=1)[:, :thresholds.size].astype(float))
-        return np.concatenate(sums, axis=1), np.concatenate(counts, axis=1)
+    def _block(self, f: int, x: np.ndarray, grad: np.ndarray, pos: np.ndarray,
+               n_nodes: int) -> tuple[np.ndarray, ...]:
+        """Feature ``f``'s candidates for every node: node, left gradient sum and count,
+        log base weight, the threshold's interval (``low == high`` for a discrete one)."""
+        if f not in self.grid:
+            return self._intervals(f, x, grad, pos, n_nodes)
+        candidates = self.grid[f]
+        m = candidates.size
+        n_bins = m + 2  # the candidates' bins, then missing values
+        categorical = bool(self.schema.is_categorical[f])
+        missing = np.isnan(x)
+        bins = (np.nan_to_num(x).astype(np.int64) if categorical
+                else np.searchsorted(candidates, np.nan_to_num(x), side="right"))
+        flat = pos * n_bins + np.where(missing, n_bins - 1, bins)
+        g = np.bincount(flat, weights=grad, minlength=n_nodes * n_bins).reshape(n_nodes, n_bins)
+        n = np.bincount(flat, minlength=n_nodes * n_bins).reshape(n_nodes, n_bins)
+        if not categorical:  # left of the j-th threshold: bins 0 … j
+            g, n = np.cumsum(g, axis=1), np.cumsum(n, axis=1)
+        tiled = np.tile(candidates, n_nodes)
+        return (np.repeat(np.arange(n_nodes), m), g[:, :m].ravel(),
+                n[:, :m].ravel().astype(float), np.full(n_nodes * m, -self.log_k - np.log(m)),
+                tiled, tiled, np.full(n_nodes * m, f))
+
+    def _intervals(self, f: int, x: np.ndarray, grad: np.ndarray, pos: np.ndarray,
+                   n_nodes: int) -> tuple[np.ndarray, ...]:
+        """The gridless candidates of numeric feature ``f``: per node, the intervals between
+        its rows' sorted values (and the public bounds); rows with a missing value go right
+        whatever the threshold, so they are in no left sum."""
+        lo, hi = float(self.schema.lower[f]), float(self.schema.upper[f])
+        present = np.flatnonzero(~np.isnan(x))
+        order = present[np.lexsort((x[present], pos[present]))]
+        node, value = pos[order], x[order]
+        cum_g, cum_n = np.cumsum(grad[order]), np.arange(1, order.size + 1, dtype=float)
+        first = np.searchsorted(node, np.arange(n_nodes))  # each node's first sorted row
+        base_g = np.concatenate([[0.0], cum_g])[first][node]
+        base_n = first[node].astype(float)
+        last_in_node = np.ones(node.size, dtype=bool)
+        last_in_node[:-1] = node[1:] != node[:-1]
+        upper = np.where(last_in_node, hi, np.append(value[1:], hi)[: node.size])
+        has_rows = np.bincount(node, minlength=n_nodes) > 0
+        start_upper = np.where(has_rows, value[np.minimum(first, max(order.size - 1, 0))]
+                               if order.size else hi, hi)
+        low = np.concatenate([np.full(n_nodes, lo), value])
+        high = np.concatenate([start_upper, upper])
+        with np.errstate(divide="ignore"):  # an empty interval (tied values) weighs nothing
+            log_w = np.log(high - low) - self.log_k - np.log(hi - lo)
+        return (np.concatenate([np.arange(n_nodes), node]),
+                np.concatenate([np.zeros(n_nodes), cum_g - base_g]),
+                np.concatenate([np.zeros(n_nodes), cum_n - base_n]),
+                log_w, low, high, np.full(low.size, f))

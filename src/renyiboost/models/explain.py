@@ -1,0 +1,55 @@
+"""Explanations of a released tree ensemble (free post-processing: they read the release).
+
+* :func:`feature_contributions` — exact per-feature contributions when every tree tests a
+  single feature (S-GBDT with ``feature_selection="cyclic"``, as S-BDT and DP-EBM train):
+  the model is then a sum of per-feature functions, and a row's margin is its initial score
+  plus one term a feature.
+* :func:`feature_importances` — for any ensemble, each feature's share of the trees'
+  effect: a tree's mean absolute leaf value, split among the features its nodes test in
+  proportion to the nodes. A summary, not an exact decomposition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from renyiboost.models.trees import Ensemble
+
+
+def tree_features(ensemble: Ensemble) -> list[np.ndarray]:
+    """The distinct features each tree tests."""
+    return [np.unique(row) for row in ensemble.features]
+
+
+def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) -> np.ndarray:
+    """Per row of the encoded ``X`` and per feature, the summed leaf values of the trees
+    that test that feature (the initial score is not included). Raises ``ValueError`` when
+    a tree tests more than one feature: no exact per-feature split exists then."""
+    tested = tree_features(ensemble)
+    mixed = [t for t, features in enumerate(tested) if features.size > 1]
+    if mixed:
+        raise ValueError(
+            f"{len(mixed)} trees (e.g. {mixed[:3]}) test several features: a per-feature "
+            "split of the margin is exact only for one-feature trees (train with "
+            "feature_selection='cyclic'); use feature_importances for the others")
+    owner = np.array([features[0] for features in tested], dtype=np.int64)
+    out = np.zeros((X.shape[0], n_features))
+    for f in np.unique(owner):
+        mine = owner == f
+        part = Ensemble(ensemble.depth, ensemble.is_categorical, 0.0,
+                        ensemble.features[mine], ensemble.thresholds[mine],
+                        ensemble.leaves[mine])
+        out[:, f] = part.predict_margin(X)
+    return out
+
+
+def feature_importances(ensemble: Ensemble, n_features: int) -> np.ndarray:
+    """Each feature's share (summing to 1) of the trees' mean absolute leaf values, a tree's
+    share split by how many of its nodes test the feature."""
+    n_internal = ensemble.features.shape[1]
+    per_node = np.abs(ensemble.leaves).mean(axis=1)[:, None] / max(n_internal, 1)
+    weights = np.zeros(n_features)
+    np.add.at(weights, ensemble.features.ravel(),
+              np.broadcast_to(per_node, ensemble.features.shape).ravel())
+    total = weights.sum()
+    return weights / total if total > 0 else weights

@@ -3,7 +3,8 @@
 Every method fits the same training rows of each data set at each ε and is scored on the
 same held-out rows: a fixed 80/20 permutation (seed 0) of the bundled data; the held-out
 rows are never used for any choice. Methods: renyiboost's batch S-GBDT with its default
-policy, :class:`~renyiboost.models.dpboost.DPBoost`, the DP-EBM-style additive learner
+policy, :class:`~renyiboost.models.dpboost.DPBoost`, the
+:class:`~renyiboost.models.diprime.DiPriMe` forest, the DP-EBM-style additive learner
 (:class:`~renyiboost.models.additive.DPAdditiveBoost`), interpret's DP-EBM (the ``dpebm``
 peer, defaults) and the DP mean floor; all get the schema's public bounds and nothing else.
 Regression: R²; classification: error % and AUC.
@@ -31,7 +32,7 @@ from renyiboost.experiments.demo import progress_bar
 from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.experiments.peers import make_peer
 
-METHODS = ("renyiboost", "dpboost", "dp_gam", "dpebm", "dp_mean")
+METHODS = ("renyiboost", "dpboost", "diprime", "dp_gam", "dpebm", "dp_mean")
 DATASETS = ("abalone", "adult", "california", "elec2")
 
 #: Published numbers we can set our rows beside: (data set, ε, metric) → (value, source).
@@ -111,7 +112,7 @@ def summarise(rows: list[dict[str, Any]], config: FieldConfig) -> str:
     """The field table (mean ± std over repeats) and the anchors with verdicts."""
     header = " | ".join(f"ε = {e:g}" for e in config.epsilons)
     lines = [(f"Held-out utility, 80/20 split, {config.repeats} noise seeds, δ = "
-              f"{config.delta:g} (DPBoost: pure ε-DP). Regression: R² (higher is better); "
+              f"{config.delta:g} (DPBoost, DiPriMe: pure ε-DP). Regression: R² (higher is better); "
               "classification: error % / AUC."), "",
              f"| data set | method | {header} |", "|---|---|" + "---|" * len(config.epsilons)]
     for dataset in config.datasets:

@@ -15,7 +15,8 @@ Methods so far:
 * ``global`` — global accounting: T rounds in all, as a non-streaming DP-GBDT must;
 * ``sln`` — the learner with static leaf noise (count not released), the leaf-noise ablation;
 * ``sgt`` / ``arf`` — river's ``SGTRegressor`` / ``ARFClassifier`` (non-private; ε = ∞);
-* ``dpebm``, ``dpebm_tuned``, ``dprf``, ``dpboost``, ``dp_gam``, ``xgboost``, ``dp_mean`` —
+* ``dpebm``, ``dpebm_tuned``, ``dprf``, ``dpboost``, ``diprime``, ``dp_gam``, ``xgboost``,
+  ``dp_mean`` —
   batch peers
   (:mod:`renyiboost.experiments.peers`) refitted ``refits`` times on everything the stream
   had delivered so far and predicting the batches until the next refit (before the first

@@ -15,6 +15,8 @@ bound from the data:
 * ``dpboost`` — our :class:`~renyiboost.models.dpboost.DPBoost` (Li et al. 2020, with its
   corrections: public split candidates, gain sensitivity 3 g*², no data-dependent scaling);
   pure ε-DP (δ unused), the paper's defaults.
+* ``diprime`` — our :class:`~renyiboost.models.diprime.DiPriMe` forest (Consul & Williamson;
+  DP-median splits, every candidate median charged, no public counts); pure ε-DP.
 * ``dp_gam`` — our :class:`~renyiboost.models.additive.DPAdditiveBoost` (DP-EBM-style
   additive boosting on public bins, GDP-accounted) with DP-EBM's published defaults.
 * ``xgboost`` — ``xgboost.XGB{Regressor,Classifier}`` with its defaults: the non-private
@@ -36,6 +38,7 @@ import numpy as np
 
 from renyiboost.models.additive import DPAdditiveBoost
 from renyiboost.models.baselines import DPMeanBaseline
+from renyiboost.models.diprime import DiPriMe
 from renyiboost.models.dpboost import DPBoost
 from renyiboost.schema import PublicSchema
 
@@ -50,8 +53,8 @@ DPEBM_TUNED: dict[str, dict[str, Any]] = {
     "adult": {"learning_rate": 0.01, "max_rounds": 3000},
 }
 
-PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "dp_gam", "xgboost",
-                          "dp_mean")
+PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "diprime", "dp_gam",
+                          "xgboost", "dp_mean")
 #: Peers that spend no privacy budget.
 NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
 
@@ -168,6 +171,8 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
         return _Wrapped(DPMeanBaseline(schema, task, epsilon, delta, seed), task)
     if name == "dpboost":
         return _Wrapped(DPBoost(schema, seed, task=task, epsilon=epsilon), task)
+    if name == "diprime":
+        return _Wrapped(DiPriMe(schema, seed, task=task, epsilon=epsilon), task)
     if name == "dp_gam":
         return _Wrapped(DPAdditiveBoost(schema, seed, task=task, epsilon=epsilon, delta=delta),
                         task)

@@ -116,11 +116,7 @@ class DPAdditiveBoost(MarginModel):
     ensemble = None  # an additive model has shapes, not trees
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self.schema = schema
-        self.seed = seed
-        self.params = AdditiveParams(**params)
-        if self.params.task == "regression" and schema.target_bounds is None:
-            raise ValueError("additive regression needs the schema's public target_bounds")
+        self._setup(schema, seed, AdditiveParams(**params))
         self.noise = AdditiveNoise.of(self.params, schema.n_features)
         self.edges = [None if schema.is_categorical[f] else
                       np.linspace(schema.lower[f], schema.upper[f], self.params.bins + 1)[1:-1]
@@ -146,13 +142,7 @@ class DPAdditiveBoost(MarginModel):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPAdditiveBoost:
         """``rounds`` epochs of one tree a feature (the number of rows is never read)."""
-        X = self.schema.clip_encoded(X)
-        y = self._validate_target(y)
-        if self.params.task == "regression":
-            lo, hi = self.schema.target_bounds  # type: ignore[misc]
-            y = 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        X, _, y = self._training_data(X, y)
         params, noise = self.params, noise_source(self.seed)
         bins = self._bins(X)
         # Leaves are Newton steps at the initial model's hessian: 1 for squared loss, and

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.special import expit
 
 from renyiboost.accounting import SizeEstimate
+from renyiboost.accounting.events import RdpAccountant
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
 from renyiboost.models.explain import feature_contributions, feature_importances
@@ -30,6 +31,28 @@ class MarginModel:
     schema: PublicSchema
     params: Any  # has .task
     ensemble: Ensemble | None
+
+    def _setup(self, schema: PublicSchema, seed: int | None, params: Any) -> None:
+        """The schema, the noise seed and the validated parameters of a private learner;
+        regression needs the schema's public target bounds."""
+        self.schema, self.seed, self.params = schema, seed, params
+        if params.task == "regression" and schema.target_bounds is None:
+            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
+                             "target_bounds")
+        self.ensemble = None
+
+    def _training_data(self, X: np.ndarray, y: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Clipped rows, checked labels, and the target: regression labels scaled to
+        [−1, 1] by the public bounds (never by the data), classification labels as given."""
+        X = self.schema.clip_encoded(X)
+        y = self._validate_target(y)
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        if self.params.task == "classification":
+            return X, y, y
+        lo, hi = self.schema.target_bounds  # type: ignore[misc]
+        return X, y, 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
 
     def _validate_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -85,6 +108,23 @@ class MarginModel:
         :func:`~renyiboost.models.explain.feature_importances`)."""
         shares = feature_importances(self._ensemble(), self.schema.n_features)
         return dict(zip(self.schema.names, shares.tolist(), strict=True))
+
+
+class PureDPModel(MarginModel):
+    """A learner whose whole fit is pure ε-DP with a budget object (``self.budget``: its
+    ``spent_epsilon()`` and its composed ``event()``): DPBoost, DiPriMe."""
+
+    budget: Any
+
+    def privacy_guarantee(self) -> PrivacyGuarantee:
+        """Pure ε-DP per row (δ = 0): a function of the parameters only."""
+        return PrivacyGuarantee(private=True, unit="row", epsilon=self.budget.spent_epsilon(),
+                                delta=0.0, order=None, sigma=None, budget_rdp=None,
+                                seeded_for_testing=self.seed is not None)
+
+    def rdp(self, orders: Any) -> np.ndarray:
+        """The RDP curve of the whole fit (to compose it with Gaussian mechanisms)."""
+        return RdpAccountant(orders).compose(self.budget.event()).rdp
 
 
 class SGBDT(MarginModel):

@@ -60,11 +60,10 @@ from renyiboost.accounting.dpboost import (
     leaf_clip,
     leaf_sensitivity,
 )
-from renyiboost.accounting.events import RdpAccountant
-from renyiboost.models.batch import MarginModel
+from renyiboost.models.batch import PureDPModel
+from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import NoiseSource, noise_source
-from renyiboost.release import PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 
 #: The gradient bound: labels live in [−1, 1] (regression) or {0, 1} (classification).
@@ -89,7 +88,7 @@ class DPBoostParams(BaseModel):
     balanced_partition: bool = False
 
 
-class DPBoost(MarginModel):
+class DPBoost(PureDPModel):
     """DPBoost for arrays encoded by the schema (see the module docstring).
 
     Parameters
@@ -114,23 +113,15 @@ class DPBoost(MarginModel):
     """
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self.schema = schema
-        self.seed = seed
-        self.params = DPBoostParams(**params)
-        if self.params.task == "regression" and schema.target_bounds is None:
-            raise ValueError("DPBoost regression needs the schema's public target_bounds")
+        self._setup(schema, seed, DPBoostParams(**params))
         self.budget = DPBoostBudget(epsilon=self.params.epsilon, rounds=self.params.rounds,
                                     trees_per_ensemble=self.params.trees_per_ensemble,
                                     depth=self.params.depth)
-        self.ensemble: Ensemble | None = None
 
     # ------------------------------------------------------------------ training
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPBoost:
         """Train ``rounds`` trees on all rows (their number is never looked at)."""
-        X = self.schema.clip_encoded(X)
-        target = self._target(y)
-        if X.shape[0] != target.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {target.shape[0]}")
+        X, _, target = self._training_data(X, y)
         params, noise = self.params, noise_source(self.seed)
         grower = _SplitSearch(self.schema, params, self.budget)
         ensemble = Ensemble(params.depth, self.schema.is_categorical)
@@ -153,13 +144,6 @@ class DPBoost(MarginModel):
         self.ensemble = ensemble
         return self
 
-    def _target(self, y: np.ndarray) -> np.ndarray:
-        y = self._validate_target(y)
-        if self.params.task == "classification":
-            return y
-        lo, hi = self.schema.target_bounds  # type: ignore[misc]
-        return 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
-
     def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
         if self.params.task == "classification":
             return expit(margin) - target
@@ -177,17 +161,6 @@ class DPBoost(MarginModel):
         scale = leaf_sensitivity(G_STAR, params.reg_lambda, params.learning_rate,
                                  tree_in_ensemble) / self.budget.leaf_epsilon
         return params.learning_rate * (value + noise.laplace(n_leaves, scale))
-
-    # ------------------------------------------------------------------ privacy
-    def privacy_guarantee(self) -> PrivacyGuarantee:
-        """Pure ε-DP per row (δ = 0): a function of the parameters only."""
-        return PrivacyGuarantee(private=True, unit="row", epsilon=self.budget.spent_epsilon(),
-                                delta=0.0, order=None, sigma=None, budget_rdp=None,
-                                seeded_for_testing=self.seed is not None)
-
-    def rdp(self, orders: Any) -> np.ndarray:
-        """The RDP curve of the whole fit (to compose it with Gaussian mechanisms)."""
-        return RdpAccountant(orders).compose(self.budget.event()).rdp
 
 
 def _draw_parts(shares: np.ndarray, rows: np.ndarray, noise: NoiseSource) -> np.ndarray:
@@ -242,9 +215,7 @@ class _SplitSearch:
                 np.concatenate(part) for part in zip(*blocks, strict=True))
             gain = (left_g**2 / (left_n + lam)
                     + (total_g[node] - left_g) ** 2 / (total_n[node] - left_n + lam))
-            key = log_w + self.scale * gain - np.log(-np.log(noise.uniform(node.size)))
-            order = np.lexsort((-key, node))
-            best = order[np.searchsorted(node[order], np.arange(n_nodes))]
+            best = gumbel_argmax(log_w + self.scale * gain, node, n_nodes, noise)
             at = 2**level - 1 + np.arange(n_nodes)
             features[at] = feature[best]
             thresholds[at] = low[best] + noise.uniform(n_nodes) * (high[best] - low[best])
@@ -279,28 +250,10 @@ class _SplitSearch:
 
     def _intervals(self, f: int, x: np.ndarray, grad: np.ndarray, pos: np.ndarray,
                    n_nodes: int) -> tuple[np.ndarray, ...]:
-        """The gridless candidates of numeric feature ``f``: per node, the intervals between
-        its rows' sorted values (and the public bounds); rows with a missing value go right
-        whatever the threshold, so they are in no left sum."""
+        """The gridless candidates of numeric feature ``f``: per node, the gaps between its
+        rows' sorted values in the public range (:func:`~renyiboost.models.splits.
+        gap_intervals`), each weighing its share of the range."""
         lo, hi = float(self.schema.lower[f]), float(self.schema.upper[f])
-        present = np.flatnonzero(~np.isnan(x))
-        order = present[np.lexsort((x[present], pos[present]))]
-        node, value = pos[order], x[order]
-        cum_g, cum_n = np.cumsum(grad[order]), np.arange(1, order.size + 1, dtype=float)
-        first = np.searchsorted(node, np.arange(n_nodes))  # each node's first sorted row
-        base_g = np.concatenate([[0.0], cum_g])[first][node]
-        base_n = first[node].astype(float)
-        last_in_node = np.ones(node.size, dtype=bool)
-        last_in_node[:-1] = node[1:] != node[:-1]
-        upper = np.where(last_in_node, hi, np.append(value[1:], hi)[: node.size])
-        has_rows = np.bincount(node, minlength=n_nodes) > 0
-        start_upper = np.where(has_rows, value[np.minimum(first, max(order.size - 1, 0))]
-                               if order.size else hi, hi)
-        low = np.concatenate([np.full(n_nodes, lo), value])
-        high = np.concatenate([start_upper, upper])
-        with np.errstate(divide="ignore"):  # an empty interval (tied values) weighs nothing
-            log_w = np.log(high - low) - self.log_k - np.log(hi - lo)
-        return (np.concatenate([np.arange(n_nodes), node]),
-                np.concatenate([np.zeros(n_nodes), cum_g - base_g]),
-                np.concatenate([np.zeros(n_nodes), cum_n - base_n]),
-                log_w, low, high, np.full(low.size, f))
+        node, left_g, left_n, low, high = gap_intervals(x, grad, pos, n_nodes, lo, hi)
+        log_w = log_lengths(low, high) - self.log_k - np.log(hi - lo)
+        return node, left_g, left_n, log_w, low, high, np.full(low.size, f)

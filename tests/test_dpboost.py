@@ -4,7 +4,6 @@ tree of an ensemble, and a fit that beats the DP mean at ε = 4 on held-out rows
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -175,7 +174,6 @@ def test_dpboost_beats_the_dp_mean_on_held_out_adult_rows_at_epsilon_4() -> None
         floor.append(np.mean(mean.fit(data.X[train], data.y[train]).predict(data.X[test])
                              != data.y[test]))
     assert np.mean(ours) < np.mean(floor) - 0.01
-    assert math.isfinite(np.mean(ours))
 
 
 def test_dpboost_is_a_peer_of_the_experiment_grid() -> None:

@@ -44,7 +44,7 @@ from renyiboost.models.booster import SGBDTParams
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
-from renyiboost.stream.store import StoreIdentity, store_at
+from renyiboost.stream.store import StoreIdentity, is_postgres_location, store_at
 
 #: The learner's fields a ``[model]`` table may set; each left out takes the default
 #: policy's value (:mod:`renyiboost.models.defaults`), not a field default of its own.
@@ -150,11 +150,16 @@ def _init_shard_states(config: ServiceConfig, shards: int) -> list[tuple[StoreId
     from renyiboost.stream.sharded import create_shard_stores, shard_locations
 
     locations = shard_locations(config.state, shards)
-    if not config.state.startswith(("postgresql://", "postgres://")):
-        Path(config.state).mkdir(parents=True, exist_ok=True)
+    _make_directory(config.state)
     identities = create_shard_stores(engine_config(config.model), locations)
     return [(identity, without_password(location))
             for identity, location in zip(identities, locations, strict=True)]
+
+
+def _make_directory(state: str) -> None:
+    """The directory of a deployment's SQLite shard files (nothing for a PostgreSQL URL)."""
+    if not is_postgres_location(state):
+        Path(state).mkdir(parents=True, exist_ok=True)
 
 
 def run_reshard(config: ServiceConfig, shards: int | None, to: int,
@@ -176,8 +181,7 @@ def run_reshard(config: ServiceConfig, shards: int | None, to: int,
                               "postgresql:// URL for the new shards' stores")
     if shards == to and target == config.state:
         raise RenyiboostError(f"the deployment already has {to} shards there")
-    if not target.startswith(("postgresql://", "postgres://")):
-        Path(target).mkdir(parents=True, exist_ok=True)
+    _make_directory(target)
     report = reshard(engine_config(config.model), sources,
                      shard_locations(target, to, alone=False))
     what = "finished an interrupted reshard into" if report.finished_only else "resharded into"

@@ -10,8 +10,9 @@ peer, defaults) and the DP mean floor; all get the schema's public bounds and no
 Regression: R²; classification: error % and AUC.
 
 Writes ``summary.md`` (the table, with the anchors from the literature and a verdict each),
-``runs.csv`` and ``adult_dp_gam_shapes.png`` (the additive model's shape functions on
-Adult at ε = 1: a plot of a public release) under ``--out`` (default ``results/field``).
+``runs.csv`` and ``adult_dp_gam_shapes.png`` (the shape functions of the first additive fit
+on Adult at the ε nearest 1, one of the runs: a plot of a public release) under ``--out``
+(default ``results/field``).
 Seeded noise (repeat ``r`` uses seed ``r``): test-only models.
 """
 
@@ -30,7 +31,7 @@ from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import progress_bar
 from renyiboost.experiments.metrics import held_out_metrics
-from renyiboost.experiments.peers import make_peer
+from renyiboost.experiments.peers import as_peer, make_peer
 
 METHODS = ("renyiboost", "dpboost", "diprime", "dp_gam", "dpebm", "dp_mean")
 DATASETS = ("abalone", "adult", "california", "elec2")
@@ -51,28 +52,12 @@ class FieldConfig(BaseModel):
     out: str = "results/field"
 
 
-class _Renyiboost:
-    """The batch S-GBDT with its default policy, behind the peers' interface."""
-
-    def __init__(self, schema: Any, task: str, epsilon: float, delta: float, seed: int):
-        from renyiboost.models.batch import SGBDT
-
-        self.task = task
-        self.model = SGBDT(schema, seed=seed, task=task, epsilon=epsilon, delta=delta)
-
-    def fit(self, X: np.ndarray, y: np.ndarray) -> _Renyiboost:
-        self.model.fit(X, y)
-        return self
-
-    def predict_score(self, X: np.ndarray) -> np.ndarray:
-        if self.task == "regression":
-            return self.model.predict(X)
-        return self.model.predict_proba(X)[:, 1]
-
-
 def _model(method: str, data: Any, epsilon: float, delta: float, seed: int) -> Any:
     if method == "renyiboost":
-        return _Renyiboost(data.schema, data.task, epsilon, delta, seed)
+        from renyiboost.models.batch import SGBDT
+
+        return as_peer(SGBDT(data.schema, seed=seed, task=data.task, epsilon=epsilon,
+                             delta=delta), data.task)
     return make_peer(method, data.schema, data.task, data.name, epsilon, delta, seed)
 
 
@@ -82,6 +67,7 @@ def run_field(config: FieldConfig) -> list[dict[str, Any]]:
     jobs = [(d, m, e, r) for d in config.datasets for m in config.methods
             for e in config.epsilons for r in range(config.repeats)]
     tick, rows, data_of = progress_bar("fits"), [], {}
+    shapes: tuple[float, Any] | None = None  # (ε, model) of the additive fit to plot
     for done, (dataset, method, epsilon, repeat) in enumerate(jobs):
         if dataset not in data_of:
             data = load(dataset)
@@ -94,6 +80,9 @@ def run_field(config: FieldConfig) -> list[dict[str, Any]]:
             warnings.simplefilter("ignore", TestingOnlyWarning)
             model = _model(method, data, epsilon, config.delta, repeat)
             score = model.fit(data.X[train], data.y[train]).predict_score(data.X[test])
+        if (dataset, method, repeat) == ("adult", "dp_gam", 0) and (
+                shapes is None or abs(epsilon - 1.0) < abs(shapes[0] - 1.0)):
+            shapes = (epsilon, model.model)  # the fit nearest ε = 1 is the one plotted
         rows.append({"dataset": dataset, "method": method, "epsilon": epsilon,
                      "repeat": repeat, "seconds": time.perf_counter() - start,
                      **held_out_metrics(data.task, data.y[test], score)})
@@ -103,8 +92,8 @@ def run_field(config: FieldConfig) -> list[dict[str, Any]]:
         writer.writeheader()
         writer.writerows(rows)
     (out / "summary.md").write_text(summarise(rows, config))
-    if "adult" in config.datasets:
-        _shapes_plot(out / "adult_dp_gam_shapes.png")
+    if shapes is not None:
+        shapes[1].plot_shapes(out / "adult_dp_gam_shapes.png")
     return rows
 
 
@@ -144,18 +133,6 @@ def summarise(rows: list[dict[str, Any]], config: FieldConfig) -> str:
                            else "beat" if ours > value else "trail")
                 lines.append(f"| {source} | {value:.3f} | {method}: {ours:.3f} | {verdict} |")
     return "\n".join(lines) + "\n"
-
-
-def _shapes_plot(path: Path) -> None:
-    from renyiboost.models.additive import DPAdditiveBoost
-
-    data = load("adult")
-    order = np.random.default_rng(0).permutation(len(data))
-    train = order[: int(0.8 * len(data))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TestingOnlyWarning)
-        model = DPAdditiveBoost(data.schema, seed=0, task="classification", epsilon=1.0)
-        model.fit(data.X[train], data.y[train]).plot_shapes(path)
 
 
 def main(config: FieldConfig) -> int:

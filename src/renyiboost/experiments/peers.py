@@ -90,6 +90,11 @@ class _Wrapped:
         return proba[:, classes.index(1)] if 1 in classes else np.zeros(len(proba))
 
 
+def as_peer(model: Any, task: str) -> BatchPeer:
+    """A scikit-learn style model (``fit``, ``predict``, ``predict_proba``) as a peer."""
+    return _Wrapped(model, task)
+
+
 def _categories(schema: PublicSchema) -> list[list[str] | None]:
     return [[str(c) for c in spec] if isinstance(spec, list) else None
             for spec in schema.features.values()]
@@ -179,4 +184,4 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
     return _xgboost(task, seed)
 
 
-__all__ = ["DPEBM_TUNED", "NON_PRIVATE_PEERS", "PEERS", "BatchPeer", "make_peer"]
+__all__ = ["DPEBM_TUNED", "NON_PRIVATE_PEERS", "PEERS", "BatchPeer", "as_peer", "make_peer"]

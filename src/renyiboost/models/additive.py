@@ -40,7 +40,6 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.special import expit
 
 from renyiboost.accounting.events import GaussianEvent, RdpAccountant
 from renyiboost.accounting.gdp import gdp_mu
@@ -113,8 +112,6 @@ class DPAdditiveBoost(MarginModel):
     True
     """
 
-    ensemble = None  # an additive model has shapes, not trees
-
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
         self._setup(schema, seed, AdditiveParams(**params))
         self.noise = AdditiveNoise.of(self.params, schema.n_features)
@@ -174,11 +171,6 @@ class DPAdditiveBoost(MarginModel):
                 margin += step[leaf_of_bin][bins[:, f]]
         self.shapes = shapes
         return self
-
-    def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
-        if self.params.task == "classification":
-            return expit(margin) - target
-        return margin - target
 
     def _random_leaves(self, n_bins: int, noise: NoiseSource) -> np.ndarray:
         """A leaf index per bin: the value bins cut at ``max_leaves − 1`` distinct random

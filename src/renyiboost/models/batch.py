@@ -54,6 +54,13 @@ class MarginModel:
         lo, hi = self.schema.target_bounds  # type: ignore[misc]
         return X, y, 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
 
+    def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """The loss gradient at ``margin``: ``F − y`` (squared loss on the scaled target) or
+        ``σ(F) − y`` (log-loss)."""
+        if self.params.task == "classification":
+            return expit(margin) - target
+        return margin - target
+
     def _validate_target(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
         if y.ndim != 1 or not np.all(np.isfinite(y)):

@@ -51,7 +51,6 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.special import expit
 
 from renyiboost.accounting.dpboost import (
     DPBoostBudget,
@@ -129,25 +128,20 @@ class DPBoost(PureDPModel):
         for first in range(0, params.rounds, params.trees_per_ensemble):
             trees = min(params.trees_per_ensemble, params.rounds - first)
             shares = ensemble_shares(trees, params.learning_rate, params.balanced_partition)
-            part = _draw_parts(shares, np.zeros(target.size, dtype=np.int64), noise)
+            part = _draw_parts(shares, target.size, noise)
             for t in range(trees):
                 grad = self._gradient(margin, target)
                 mine = part == t
                 used = mine & (np.abs(grad) <= G_STAR)
                 filtered = np.flatnonzero(mine & ~used)
                 if filtered.size and t + 1 < trees:  # gradient-based data filtering
-                    part[filtered] = t + 1 + _draw_parts(shares[t + 1:], filtered, noise)
+                    part[filtered] = t + 1 + _draw_parts(shares[t + 1:], filtered.size, noise)
                 features, thresholds, leaf = grower.grow(X[used], grad[used], noise)
                 leaves = self._leaves(grad[used], leaf, t, noise)
                 ensemble.append(features, thresholds, leaves)
                 margin += leaves[ensemble.route_one_tree(X, features, thresholds)]
         self.ensemble = ensemble
         return self
-
-    def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
-        if self.params.task == "classification":
-            return expit(margin) - target
-        return margin - target
 
     def _leaves(self, grad: np.ndarray, leaf: np.ndarray, tree_in_ensemble: int,
                 noise: NoiseSource) -> np.ndarray:
@@ -163,10 +157,10 @@ class DPBoost(PureDPModel):
         return params.learning_rate * (value + noise.laplace(n_leaves, scale))
 
 
-def _draw_parts(shares: np.ndarray, rows: np.ndarray, noise: NoiseSource) -> np.ndarray:
-    """For each of ``rows``, an index drawn from ``shares`` (renormalised), independently."""
+def _draw_parts(shares: np.ndarray, size: int, noise: NoiseSource) -> np.ndarray:
+    """``size`` indices drawn independently from ``shares`` (renormalised)."""
     cdf = np.cumsum(shares / shares.sum())
-    drawn = np.searchsorted(cdf, noise.uniform(rows.size), side="right")
+    drawn = np.searchsorted(cdf, noise.uniform(size), side="right")
     return np.minimum(drawn, shares.size - 1)
 
 

@@ -585,15 +585,12 @@ class StreamEngine:
         would give them (2.5 µs per new key that way)."""
         names = normalise_keys(keys)
         known = self._keys
-        if origins is None:
-            fresh = [name for name in dict.fromkeys(names) if name not in known]
-            where: list[str | None] = [None] * len(fresh)
-        else:
-            first: dict[str, int] = {}
-            for i, name in enumerate(names):
-                if name not in known and name not in first:
-                    first[name] = i
-            fresh, where = list(first), [origins(i) for i in first.values()]
+        fresh = [name for name in dict.fromkeys(names) if name not in known]
+        where: list[str | None] = [None] * len(fresh)
+        if origins is not None and fresh:
+            # Each name's first row: zipping the reversed batch leaves the earliest index.
+            first = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
+            where = [origins(first[name]) for name in fresh]
         if fresh:
             uids = self._new_uids(len(fresh)).tolist()
             known.update(zip(fresh, uids, strict=True))
@@ -1204,7 +1201,7 @@ class StreamEngine:
             raise RuntimeError("only an engine on a new, empty store can adopt ledgers")
         keys = moved.keys
         uids = self._new_uids(keys.names.size)
-        named = np.array([name is not None for name in keys.names], dtype=bool)
+        named = np.not_equal(keys.names, None)
         names = keys.names[named].tolist()
         self._keys = dict(zip(names, uids[named].tolist(), strict=True))
         active, gone = uids[keys.active], uids[~keys.active]

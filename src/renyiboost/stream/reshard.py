@@ -58,7 +58,7 @@ from renyiboost.stream.sharded import (
     default_partition_map,
     shard_of,
 )
-from renyiboost.stream.store import SQLStateStore, store_at
+from renyiboost.stream.store import SQLStateStore, is_postgres_location, store_at
 
 #: Store side values that belong to a partition (``topic:p`` → value) and follow it.
 PARTITION_VALUES = ("dead_lettered",)
@@ -196,26 +196,27 @@ def _owners(k: int, keys: KeyLedgers, n_old: int, n_new: int,
     if new_map is None or old_map is None:
         return np.array([k % n_new if name is None else shard_of(name, n_new)
                          for name in keys.names], dtype=np.int64)
-    mine = {(topic, p) for topic, shards in old_map.items()
+    # The new owner of each of this shard's partitions, named as origins are ("topic:p").
+    mine = {f"{topic}:{p}": new_map[topic][p] for topic, shards in old_map.items()
             for p, shard in enumerate(shards) if shard == k}
-    whole = {new_map[topic][p] for topic, p in mine}
-    owners = np.empty(keys.names.size, dtype=np.int64)
-    unplaced = []
-    for i, (name, origin) in enumerate(zip(keys.names, keys.origins, strict=True)):
-        if origin is not None:
-            topic, p = origin.rsplit(":", 1)
-            if (topic, int(p)) not in mine:
-                raise LedgerConflict(
-                    f"key {name!r} of shard {k} of {n_old} first came from partition {origin}, "
-                    "which the recorded partition map gives to another shard: these stores "
-                    "were not written under that map")
-            owners[i] = new_map[topic][int(p)]
-        elif len(whole) == 1:
-            owners[i] = next(iter(whole))
-        elif name is None:
-            owners[i] = k % n_new
-        else:
-            unplaced.append(name)
+    whole = set(mine.values())
+    owners = np.full(keys.names.size, -1, dtype=np.int64)
+    known = np.not_equal(keys.origins, None)
+    if known.any():
+        origins, inverse = np.unique(keys.origins[known].astype(str), return_inverse=True)
+        foreign = [origin for origin in origins if origin not in mine]
+        if foreign:
+            raise LedgerConflict(
+                f"keys of shard {k} of {n_old} first came from partitions {foreign[:3]}, which "
+                "the recorded partition map gives to another shard: these stores were not "
+                "written under that map")
+        owners[known] = np.array([mine[origin] for origin in origins])[inverse]
+    if len(whole) == 1:  # the shard moves whole: no origin needed
+        owners[~known] = next(iter(whole))
+    else:
+        keyless = ~known & np.equal(keys.names, None)
+        owners[keyless] = k % n_new
+    unplaced = keys.names[owners < 0].tolist()
     if unplaced:
         raise LedgerConflict(
             f"{len(unplaced)} keys of shard {k} (e.g. {unplaced[:3]}) have no recorded source "
@@ -316,7 +317,7 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
 def _archive(sources: Sequence[str]) -> None:
     """Move the tombstoned SQLite files of a directory deployment (``shard-K-of-N.db``) to
     ``DIR/resharded-from-N-<time>/``, so the directory holds one deployment again."""
-    paths = [Path(s) for s in sources if not s.startswith(("postgresql://", "postgres://"))]
+    paths = [Path(s) for s in sources if not is_postgres_location(s)]
     if not paths or any(not p.name.startswith("shard-") for p in paths):
         return
     if not all(_tombstoned(p) for p in paths):

@@ -75,7 +75,13 @@ from renyiboost.stream.engine import (
     trees_due,
     trigger_schedule,
 )
-from renyiboost.stream.store import StateStore, StoreIdentity, pin_meta, store_at
+from renyiboost.stream.store import (
+    StateStore,
+    StoreIdentity,
+    is_postgres_location,
+    pin_meta,
+    store_at,
+)
 from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
 
 
@@ -92,7 +98,7 @@ def shard_locations(state: str, n_shards: int, *, alone: bool = True) -> list[st
 
     A directory that also holds the stores of another number of shards is refused unless
     ``alone`` is false (``renyiboost reshard``, which moves them away when it is done)."""
-    if state.startswith(("postgresql://", "postgres://")):
+    if is_postgres_location(state):
         from renyiboost.stream.postgres import split_url
 
         base, schema = split_url(state)

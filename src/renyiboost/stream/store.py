@@ -800,13 +800,18 @@ def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], 
         raise LedgerConflict(refusal(recorded))
 
 
+def is_postgres_location(location: str | Path) -> bool:
+    """Whether a state location is a PostgreSQL URL (else a SQLite path or URL)."""
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
 def store_at(location: str | Path, *, create: bool = False,
              continues: StoreIdentity | None = None) -> SQLStateStore:
     """The durable store a location names: a ``postgresql://…[?schema=name]`` URL →
     :class:`~renyiboost.stream.postgres.PostgresStore`; a path or ``sqlite:///…`` URL →
     :class:`SQLiteStore`. ``create`` and ``continues`` as for either (never implicit)."""
     text = str(location)
-    if text.startswith(("postgresql://", "postgres://")):
+    if is_postgres_location(text):
         from renyiboost.stream.postgres import PostgresStore
 
         return PostgresStore(text, create=create, continues=continues)

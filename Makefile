@@ -32,7 +32,7 @@ reproduce: $(VENV)/.installed
 paper: $(VENV)/.installed
 	$(VENV)/bin/renyiboost experiment --preset paper --repeats 2 --workers 2 --out results/paper
 
-# The field table (issue 15): the DP tree learners on held-out rows, about 40 s.
+# The field tables (issue 15): the DP tree learners on held-out rows and DiPriMe's protocol, about 3 min.
 field: $(VENV)/.installed
 	$(VENV)/bin/renyiboost experiment --preset field --out results/field
 

@@ -33,6 +33,8 @@ RAY_REFUSALS = [
 RAY_KILLS = ["tests/test_ray_shards.py::test_killed_shard_processes_lose_and_repeat_nothing"]
 RESHARD = "tests/test_reshard.py::test_"
 DPBOOST = ["tests/test_dpboost.py"]
+MULTICLASS = ["tests/test_multiclass.py"]
+FEDXGB = ["tests/test_fedxgboost.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -50,8 +52,8 @@ class Mutation:
 
 MUTATIONS = [
     Mutation("gradient-sum noise x 0.1", "src/renyiboost/models/booster.py",
-             "release.sum_noise_std(params.grad_clip))",
-             "0.1 * release.sum_noise_std(params.grad_clip))", PRIVACY),
+             "sum_std = release.sum_noise_std(params.grad_clip)",
+             "sum_std = 0.1 * release.sum_noise_std(params.grad_clip)", PRIVACY),
     Mutation("count noise x 0.1", "src/renyiboost/models/booster.py",
              "n_leaves, release.count_noise_std(self.count_sensitivity))",
              "n_leaves, 0.1 * release.count_noise_std(self.count_sensitivity))", PRIVACY),
@@ -65,7 +67,8 @@ MUTATIONS = [
              "return grad_clip * self.sigma / math.sqrt(2.0)",
              "return grad_clip * self.sigma / 2.0", PRIVACY),
     Mutation("initial score charges nobody (batch)", "src/renyiboost/models/booster.py",
-             "spent[active] += cal.init_charge", "pass", PRIVACY),
+             "spent[active] += cal.init_charge\n        if public_count is not None and cal",
+             "pass\n        if public_count is not None and cal", PRIVACY),
     Mutation("initial score charges nobody (stream)", "src/renyiboost/stream/engine.py",
              "np.where(pool.retired, pool.spent, pool.spent + event.charge)", "pool.spent",
              PRIVACY),
@@ -75,9 +78,9 @@ MUTATIONS = [
              "sampling_rate else 0.0)\n", PRIVACY),
     Mutation("only Poisson-sampled records are charged (numpy reference)",
              "src/renyiboost/models/booster.py",
-             "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)",
-             "sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)"
-             "\n        spent[active] = np.where(sampled, spent[active], pool.spent[active])",
+             "                              if sample else False)\n",
+             "                              if sample else False)\n"
+             "        spent[active] = np.where(sampled, spent[active], pool.spent[active])\n",
              KERNELS),
     Mutation("charge table rounds s^2 down", "src/renyiboost/accounting/filter.py",
              "np.ceil(s2 * self.resolution)", "np.floor(s2 * self.resolution)", PRIVACY,
@@ -174,8 +177,8 @@ MUTATIONS = [
              "extra = 0.0", DEFAULTS),
     Mutation("merged leaves get the noise of one fine leaf split four ways",
              "src/renyiboost/models/booster.py",
-             "release.sum_noise_std(params.grad_clip))",
-             "release.sum_noise_std(params.grad_clip) / 2**shift)", DEFAULTS),
+             "sum_std = release.sum_noise_std(params.grad_clip)",
+             "sum_std = release.sum_noise_std(params.grad_clip) / 2**shift", DEFAULTS),
     Mutation("the selection leaves out the log of its expected runs",
              "src/renyiboost/accounting/selection.py", "log_mean = math.log(mean_runs)",
              "log_mean = 0.0", DEFAULTS),
@@ -205,8 +208,8 @@ MUTATIONS = [
              "return noise_stage_at(self.config, len(self.pool))", STAGES),
     Mutation("a replay recomputes every round at the main stage",
              "src/renyiboost/stream/engine.py",
-             "event.thresholds, event.leaves,\n                                                      event.stage)",
-             "event.thresholds, event.leaves,\n                                                      None)",
+             "event.leaves.reshape(self.booster.ensemble.leaf_shape), event.stage)",
+             "event.leaves.reshape(self.booster.ensemble.leaf_shape), None)",
              STAGES),
     Mutation("a store whose ledgers were resharded away trains again",
              "src/renyiboost/stream/engine.py", '    moved = store.get_meta("resharded")\n',
@@ -283,6 +286,32 @@ MUTATIONS = [
              "            flight = self._in_flight\n            if flight is None:\n",
              "            flight, self._in_flight = self._in_flight, None\n"
              "            if flight is None:\n", WRITE_BEHIND),
+    Mutation("a multiclass record is charged by its largest class gradient, not the L2 norm",
+             "src/renyiboost/models/losses.py",
+             "return LeafStatistics(grad, np.ones(grad.shape[0]), 1.0, clipped / self.grad_clip)",
+             "return LeafStatistics(grad, np.ones(grad.shape[0]), 1.0,\n"
+             "                              np.abs(grad).max(axis=1) / self.grad_clip)",
+             MULTICLASS),
+    Mutation("vector leaves split a scalar sum's noise over the classes",
+             "src/renyiboost/models/booster.py",
+             "sum_std = release.sum_noise_std(params.grad_clip)",
+             "sum_std = release.sum_noise_std(params.grad_clip) / (\n"
+             "                    grad_sum.shape[1] ** 0.5 if grad_sum.ndim == 2 else 1.0)",
+             MULTICLASS),
+    Mutation("the multiclass initial histogram charges nobody", "src/renyiboost/models/booster.py",
+             "            spent[active] += cal.init_charge\n            init = LeafRelease(",
+             "            init = LeafRelease(", MULTICLASS),
+    Mutation("FedXGBoost-LDP reports at the whole epsilon every round",
+             "src/renyiboost/models/fedxgboost.py",
+             "reports = randomise(grad, params.randomiser, self.budget.round_epsilon,",
+             "reports = randomise(grad, params.randomiser, params.epsilon,", FEDXGB),
+    Mutation("FedXGBoost-LDP scores splits with the paper's biased squares",
+             "src/renyiboost/accounting/ldp.py",
+             "** 2 - np.asarray(count, dtype=float) * variance", "** 2", FEDXGB),
+    Mutation("a DiPriMe categorical median counts a node's missing values in the next node",
+             "src/renyiboost/models/diprime.py",
+             "flat = pos * (codes.size + 1) + np.where(", "flat = pos * codes.size + np.where(",
+             ["tests/test_diprime.py"]),
 ]
 
 

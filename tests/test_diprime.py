@@ -59,6 +59,28 @@ def test_the_dp_median_finds_the_median_at_large_epsilon_and_spreads_at_small() 
     assert np.max(np.abs(values - np.arange(1, values.size + 1) / values.size)) < 0.035
 
 
+def test_a_categorical_median_counts_each_nodes_own_rows() -> None:
+    """Whatever code a node's DP median picks, the left count and label sum it reports are
+    those of that node's rows with that code (brute force), missing values included in no
+    code: rows of one node never leak into another's counts (which would double the
+    median's sensitivity)."""
+    schema = PublicSchema(features={"c": ["p", "q", "r"], "b": (0, 1)}, target_bounds=(0, 1))
+    model = DiPriMe(schema, seed=0, task="regression", epsilon=1.0, depth=3)
+    rng = np.random.default_rng(4)
+    n, n_nodes = 3000, 4
+    x = rng.integers(0, 4, n).astype(float)  # codes 0–2 and "other" (3)
+    x[rng.uniform(size=n) < 0.1] = np.nan
+    pos = rng.integers(0, n_nodes, n)
+    signed = rng.uniform(-1, 1, n)
+    noise = noise_source(5, warn=False)
+    for _ in range(50):
+        threshold, left_s, left_n = model._median(0, x, signed, pos, n_nodes, 1e-3, noise)
+        for node in range(n_nodes):
+            mine = (pos == node) & (x == threshold[node])
+            assert left_n[node] == mine.sum()
+            assert left_s[node] == pytest.approx(signed[mine].sum(), abs=1e-9)
+
+
 def test_permute_and_flip_picks_the_best_by_far_and_ties_uniformly() -> None:
     model = DiPriMe(SCHEMA, seed=0, task="regression", epsilon=1.0)
     noise = noise_source(3, warn=False)

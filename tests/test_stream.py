@@ -57,9 +57,10 @@ def _regressor(**kwargs) -> SGBDTRegressor:
 
 def _river_checks():
     for cls in (SGBDTRegressor, SGBDTClassifier):
-        model = cls(**next(cls._unit_test_params()))
-        for check in checks.yield_checks(model):
-            yield pytest.param(model, check, id=f"{cls.__name__}-{check.__name__}")
+        for i, params in enumerate(cls._unit_test_params()):
+            model = cls(**params)
+            for check in checks.yield_checks(model):
+                yield pytest.param(model, check, id=f"{cls.__name__}{i}-{check.__name__}")
 
 
 @pytest.mark.parametrize(("model", "check"), list(_river_checks()))

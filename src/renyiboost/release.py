@@ -85,7 +85,8 @@ class ReleasedTree(BaseModel):
     round: int
     features: list[int]
     thresholds: list[float]
-    leaves: list[float]
+    #: One value a leaf, or one value a class of a multiclass model (vector leaves).
+    leaves: list[float] | list[list[float]]
 
 
 class ModelRelease(BaseModel):
@@ -108,7 +109,8 @@ class ModelRelease(BaseModel):
     depth: int
     public_schema: dict[str, Any]
     params: dict[str, Any]
-    init_score: float
+    #: The initial margin: one number, or one a class of a multiclass model.
+    init_score: float | list[float]
     max_trees: int | None
     trees: list[ReleasedTree]
     guarantee: PrivacyGuarantee

@@ -22,7 +22,14 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from renyiboost.exceptions import PrivacyLeakWarning
 
@@ -40,6 +47,12 @@ class PublicSchema(BaseModel):
         allowed values for a categorical one. The order of the mapping is the column order.
     target_bounds
         ``(lo, hi)`` of a regression target; ``None`` for classification.
+    labels
+        The public label set of a classifier, in a fixed order (JSON scalars: strings,
+        integers, booleans). Two labels make a binary model whose positive class is the
+        second; three or more a multiclass (softmax) model. ``None``: binary labels 0/1 (or
+        False/True). Like bounds, it is never read from the data: a class that a data set
+        happens to lack would otherwise be told apart from one it has.
 
     Examples
     --------
@@ -52,6 +65,7 @@ class PublicSchema(BaseModel):
 
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
+    labels: list[Category] | None = None
 
     @field_validator("features", mode="before")
     @classmethod
@@ -90,11 +104,62 @@ class PublicSchema(BaseModel):
                 raise ValueError(f"target_bounds must be finite with lo < hi, got {value!r}")
         return value
 
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: list[Category] | None) -> Any:
+        if value is not None:
+            if len(value) < 2:
+                raise ValueError(f"labels must list at least two classes, got {value!r}")
+            if len(set(value)) != len(value):  # also catches 1 and True, which hash alike
+                raise ValueError(f"labels must be unique (1 and True count as one), got "
+                                 f"{value!r}")
+        return value
+
     @model_validator(mode="after")
     def _at_least_one(self) -> PublicSchema:
         if not self.features:
             raise ValueError("features must name at least one feature")
+        if self.labels is not None and self.target_bounds is not None:
+            raise ValueError("a schema has target_bounds (regression) or labels "
+                             "(classification), not both")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_labels(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without a label set the dump is what it was before label sets existed, so the
+        fingerprints that stores pin and earlier releases stay the same."""
+        out = handler(self)
+        if out.get("labels", 0) is None:
+            del out["labels"]
+        return out
+
+    # ------------------------------------------------------------------ labels
+    @property
+    def n_classes(self) -> int:
+        """Classes of a classifier: ``len(labels)``, or 2 (labels 0/1) without a label set."""
+        return 2 if self.labels is None else len(self.labels)
+
+    @property
+    def n_outputs(self) -> int:
+        """Margins a model of this schema has per row: C for a multiclass label set (softmax
+        over C margins), else 1 (a regression value or binary log-odds)."""
+        return self.n_classes if self.n_classes > 2 else 1
+
+    @cached_property
+    def _label_index(self) -> Any:
+        import pandas as pd
+
+        return pd.Index(self.labels if self.labels is not None else [0, 1], dtype=object)
+
+    def label_codes(self, y: Any) -> np.ndarray:
+        """Each label's index in the public label set (vectorised hashing), −1 for a label
+        outside it. Without a label set the set is ``[0, 1]`` (False/True match them)."""
+        values = np.asarray(y, dtype=object).reshape(-1)
+        return np.asarray(self._label_index.get_indexer(values), dtype=np.int64)
+
+    def label_of(self, code: int) -> Any:
+        """The label of class ``code`` (``False``/``True`` without a label set)."""
+        return bool(code) if self.labels is None else self.labels[code]
 
     # ------------------------------------------------------------------ columnar views
     @cached_property

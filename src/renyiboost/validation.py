@@ -140,6 +140,9 @@ class RecordValidator:
         self.task = task
         self.strict = strict
         self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
+        #: label → class index, for a classifier with a public label set.
+        self._label_codes: dict[Any, int] | None = None if schema.labels is None else {
+            label: i for i, label in enumerate(schema.labels)}
         #: name → (column, category index or None, lo, hi): one dict lookup per value.
         self._encoders = {name: (j, index, lo, hi)
                           for j, (name, index, lo, hi) in enumerate(schema._encoders)}
@@ -306,7 +309,14 @@ class RecordValidator:
 
     # ------------------------------------------------------------------ labels
     def label(self, y: Any) -> float:
-        """The label as a float; raises ``InvalidRecord('label', …)``."""
+        """The label as a float (a class's index in the schema's public label set, if it
+        has one); raises ``InvalidRecord('label', …)``."""
+        if self._label_codes is not None:
+            try:
+                return float(self._label_codes[y])
+            except (KeyError, TypeError):
+                raise InvalidRecord("label", f"label {y!r:.40} is not in the public label set "
+                                             f"{self.schema.labels!r:.120}") from None
         kind = type(y)
         if kind is float or kind is int:  # the common case, without ABC checks
             value = _as_float(y)
@@ -335,9 +345,18 @@ class RecordValidator:
                                          f"({lo}, {hi})")
         return value
 
+    def label_column(self, raw: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Decoded labels of a batch as floats (class indices with a label set) and the mask
+        of those :meth:`label` accepts (the caller judges the others alone)."""
+        if self._label_codes is not None:
+            codes = self.schema.label_codes(raw)
+            return codes.astype(float), codes >= 0
+        values = np.array(raw, dtype=float)  # a bool is 0.0 or 1.0
+        return values, self.labels_ok(values)
+
     def labels_ok(self, values: np.ndarray) -> np.ndarray:
         """:meth:`label`'s rule on an array of float labels, as a boolean mask (the caller has
-        already refused non-numbers)."""
+        already refused non-numbers; not for a label set, see :meth:`label_column`)."""
         if self.task == "classification":
             return (values == 0.0) | (values == 1.0)
         lo, hi = self.schema.target_bounds  # type: ignore[misc]
@@ -347,6 +366,11 @@ class RecordValidator:
         """:meth:`label` for a whole array at once; the first bad label is reported by
         :meth:`label` itself, so the reasons are the same."""
         raw = np.asarray(y)
+        if self._label_codes is not None:
+            values, ok = self.label_column(raw.reshape(-1).tolist())
+            if not ok.all():
+                self.label(raw.reshape(-1)[~ok][0])
+            return values
         if raw.dtype.kind not in "biuf":
             for value in raw.reshape(-1).tolist():
                 self.label(value)
@@ -359,7 +383,9 @@ class RecordValidator:
     def bad_labels(self, y: Any) -> list[tuple[int, InvalidRecord]]:
         """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""
         raw = np.asarray(y)
-        if raw.dtype.kind in "biuf":
+        if self._label_codes is not None:
+            suspects = np.flatnonzero(~self.label_column(raw.reshape(-1).tolist())[1]).tolist()
+        elif raw.dtype.kind in "biuf":
             values = raw.astype(float).reshape(-1)
             suspects = np.flatnonzero(~self.labels_ok(values)).tolist()
         else:

@@ -18,6 +18,7 @@ from renyiboost.accounting.rdp import (
     exponential_rdp,
     gaussian_rdp,
     laplace_rdp,
+    randomized_response_rdp,
     subsampled_gaussian_rdp,
 )
 
@@ -49,6 +50,13 @@ class ExponentialEvent:
 
 
 @dataclass(frozen=True)
+class RandomizedResponseEvent:
+    """ε-DP binary randomized response (truth with probability ``e^ε/(1 + e^ε)``)."""
+
+    epsilon: float
+
+
+@dataclass(frozen=True)
 class PoissonSampledEvent:
     """``event`` applied to a Poisson subsample drawn at ``sampling_rate``."""
 
@@ -71,8 +79,8 @@ class ComposedEvent:
     events: tuple[DpEvent, ...]
 
 
-DpEvent = (GaussianEvent | LaplaceEvent | ExponentialEvent | PoissonSampledEvent
-           | SelfComposedEvent | ComposedEvent)
+DpEvent = (GaussianEvent | LaplaceEvent | ExponentialEvent | RandomizedResponseEvent
+           | PoissonSampledEvent | SelfComposedEvent | ComposedEvent)
 
 
 def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
@@ -84,6 +92,8 @@ def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
             return laplace_rdp(eps, orders)
         case ExponentialEvent(epsilon=eps):
             return exponential_rdp(eps, orders)
+        case RandomizedResponseEvent(epsilon=eps):
+            return randomized_response_rdp(eps, orders)
         case PoissonSampledEvent(sampling_rate=q, event=GaussianEvent(noise_multiplier=z)):
             return subsampled_gaussian_rdp(q, z, orders)
         case SelfComposedEvent(event=inner, count=count):

@@ -39,6 +39,14 @@ def _check_noise_multiplier(noise_multiplier: float) -> float:
     return z
 
 
+def _pure_epsilon(epsilon: float, orders: Orders) -> tuple[float, np.ndarray]:
+    """A pure-DP mechanism's ε (checked ≥ 0) and the orders as floats."""
+    eps = float(epsilon)
+    if not eps >= 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+    return eps, _as_orders(orders, integer=False)
+
+
 def gaussian_rdp(noise_multiplier: float, orders: Orders) -> np.ndarray:
     """RDP of the Gaussian mechanism: ``α / (2 z²)`` (Mironov 2017, Prop. 7).
 
@@ -178,10 +186,7 @@ def laplace_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     >>> bool(laplace_rdp(1.0, [2, 1000])[1] < 1.0)
     True
     """
-    eps = float(epsilon)
-    if not eps >= 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    alphas = _as_orders(orders, integer=False)
+    eps, alphas = _pure_epsilon(epsilon, orders)
     log_mix = np.logaddexp(
         np.log(alphas / (2 * alphas - 1)) + (alphas - 1) * eps,
         np.log((alphas - 1) / (2 * alphas - 1)) - alphas * eps,
@@ -203,8 +208,24 @@ def exponential_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     >>> exponential_rdp(0.4, [2, 100]).round(4).tolist()
     [0.04, 0.4]
     """
-    eps = float(epsilon)
-    if not eps >= 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    alphas = _as_orders(orders, integer=False)
+    eps, alphas = _pure_epsilon(epsilon, orders)
     return np.minimum(eps, alphas * eps**2 / 8.0)
+
+
+def randomized_response_rdp(epsilon: float, orders: Orders) -> np.ndarray:
+    """RDP of ε-DP binary randomized response (report the truth with probability
+    ``p = e^ε/(1 + e^ε)``; Duchi et al.'s one-bit mechanism is one):
+
+    ``ρ(α) = 1/(α−1) · log(p^α (1−p)^{1−α} + (1−p)^α p^{1−α})`` (Mironov 2017, Prop. 5),
+    evaluated in logs so large orders do not overflow.
+
+    Examples
+    --------
+    >>> bool(randomized_response_rdp(1.0, [2, 1000])[1] < 1.0)
+    True
+    """
+    eps, alphas = _pure_epsilon(epsilon, orders)
+    log_p, log_q = -np.logaddexp(0.0, -eps), -np.logaddexp(0.0, eps)
+    log_mix = np.logaddexp(alphas * log_p + (1 - alphas) * log_q,
+                           alphas * log_q + (1 - alphas) * log_p)
+    return np.maximum(log_mix / (alphas - 1), 0.0)

@@ -148,7 +148,8 @@ def _event_decoder(validator: RecordValidator, event_format: EventFormat
          for j, spec in enumerate(specs.values())],
         rename={f"f{j}": name for j, name in enumerate(specs)},
         forbid_unknown_fields=True, gc=False)  # no cycles: never worth the collector's time
-    label: Any = float | bool if validator.task == "classification" else float
+    label: Any = (Any if validator.schema.labels is not None  # judged by the label set
+                  else float | bool if validator.task == "classification" else float)
     fields: list[tuple[Any, ...]] = [("features", features), ("label", label)]
     rename = {"features": fmt.features_field, "label": fmt.label_field}
     if fmt.key_field is not None:
@@ -347,14 +348,14 @@ class EventParser:
         features: Sequence[Any] = ()
         if events:
             features = list(map(_FEATURES, events))
-            labels = np.array(list(map(_LABEL, events)), dtype=float)  # a bool is 0.0 or 1.0
+            labels, labels_ok = self.validator.label_column(list(map(_LABEL, events)))
             keys = self._batch_keys(
                 list(map(_KEY, events)) if fmt.key_field is not None
                 else message_keys if len(index) == len(values)
                 else [message_keys[i] for i in index])
             numbers = self._numbers(features)
             # ±inf cannot come from msgspec (see _numbers): a safeguard that costs nothing
-            ok = self.validator.labels_ok(labels) & ~np.isinf(numbers).any(axis=1)
+            ok = labels_ok & ~np.isinf(numbers).any(axis=1)
             if None in keys:
                 ok &= np.array([key is not None for key in keys])
             if not ok.all():

@@ -85,7 +85,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.sharded import ShardedEngine, default_partition_map
-from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta
+from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta, score_value
 from renyiboost.validation import RecordValidator
 
 __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTrainer", "event_json",
@@ -730,9 +730,10 @@ class ModelFollower:
             self.validator = RecordValidator(schema, release.task)
             self.task = release.task
             self.store_id = release.store_id
-            self.ensemble = Ensemble(depth=release.depth, is_categorical=schema.is_categorical)
+            self.ensemble = Ensemble(depth=release.depth, is_categorical=schema.is_categorical,
+                                     n_outputs=schema.n_outputs)
         ens = self.ensemble
-        ens.init_score = release.init_score
+        ens.init_score = score_value(release.init_score)
         for tree in release.trees:
             if tree.round >= self._next_round:
                 ens.append(np.asarray(tree.features, dtype=np.int64),

@@ -39,7 +39,7 @@ class Dataset:
 
     name: str
     X: np.ndarray  # (n, k) encoded as by PublicSchema.encode_columns
-    y: np.ndarray  # (n,) float labels; 0/1 for classification
+    y: np.ndarray  # (n,) float labels; 0/1 for binary; the labels of schema.labels if set
     schema: PublicSchema
     task: Task
 
@@ -48,8 +48,12 @@ class Dataset:
 
     def records(self) -> Iterator[tuple[dict[str, Any], float | bool]]:
         """The rows as River-style ``(x, y)`` pairs (``y`` a bool for classification)."""
+        labelled = self.schema.labels is not None
         for row, label in zip(self.X, self.y, strict=True):
-            y = bool(label) if self.task == "classification" else float(label)
+            if labelled:
+                y: Any = label.item() if hasattr(label, "item") else label
+            else:
+                y = bool(label) if self.task == "classification" else float(label)
             yield self.schema.decode_row(row), y
 
 
@@ -225,10 +229,14 @@ COVERTYPE_SCHEMA = PublicSchema(
     },
 )
 COVERTYPE_ENV = "RENYIBOOST_COVTYPE"
+#: The seven cover types by their codebook codes (1 Spruce/Fir, 2 Lodgepole Pine, 3 Ponderosa
+#: Pine, 4 Cottonwood/Willow, 5 Aspen, 6 Douglas-fir, 7 Krummholz): a public label set.
+COVERTYPE_CLASSES = list(range(1, 8))
 
 
-def load_covertype(path: str | None = None) -> Dataset:
-    """Covertype (581,012 rows), binary: is the cover type Lodgepole Pine (class 2)?
+def load_covertype(path: str | None = None, multiclass: bool = False) -> Dataset:
+    """Covertype (581,012 rows), binary: is the cover type Lodgepole Pine (class 2)? With
+    ``multiclass=True`` the label is the cover type code 1–7 (:data:`COVERTYPE_CLASSES`).
 
     Not bundled (11 MB): pass the path of ``covtype.csv.gz`` (54 feature columns with the
     one-hot wilderness and soil columns, then the class 1–7) or set ``RENYIBOOST_COVTYPE``.
@@ -247,7 +255,46 @@ def load_covertype(path: str | None = None) -> Dataset:
     columns["Wilderness_Area"] = (wilderness.argmax(axis=1) + 1).astype(str)
     columns["Soil_Type"] = (soil.argmax(axis=1) + 1).astype(str)
     X = COVERTYPE_SCHEMA.encode_columns(columns)
+    if multiclass:
+        schema = COVERTYPE_SCHEMA.model_copy(update={"labels": COVERTYPE_CLASSES})
+        return Dataset("covertype7", X, label.astype(np.int64), schema, "classification")
     return Dataset("covertype", X, (label == 2).astype(float), COVERTYPE_SCHEMA, "classification")
+
+
+# --------------------------------------------------------------------------- ImageSegments
+#: UCI Statlog Image Segmentation (river's ``ImageSegments``): 3×3 regions of seven outdoor
+#: images. Bounds from the attributes' definitions (UCI ``segment.doc``), not the rows:
+#: centroids are pixel coordinates of 256-pixel images; line densities are fractions;
+#: edge contrasts, RGB means, intensity (the RGB mean) and value are on the 8-bit scale;
+#: an excess colour such as 2R − (G + B) lies in [−510, 510]; saturation in [0, 1], hue an
+#: angle in radians. The edge "sd" columns reach 1,386 in the file, beyond what an sd on the
+#: 8-bit scale can be (they look like variances); the bound stays the definition's 255 and
+#: larger values clip (counted, with a warning, on a stream).
+IMAGE_SEGMENTS_SCHEMA = PublicSchema(
+    features={
+        "region-centroid-col": (0.0, 255.0), "region-centroid-row": (0.0, 255.0),
+        "short-line-density-5": (0.0, 1.0), "short-line-density-2": (0.0, 1.0),
+        "vedge-mean": (0.0, 255.0), "vegde-sd": (0.0, 255.0),
+        "hedge-mean": (0.0, 255.0), "hedge-sd": (0.0, 255.0),
+        "intensity-mean": (0.0, 255.0), "rawred-mean": (0.0, 255.0),
+        "rawblue-mean": (0.0, 255.0), "rawgreen-mean": (0.0, 255.0),
+        "exred-mean": (-510.0, 510.0), "exblue-mean": (-510.0, 510.0),
+        "exgreen-mean": (-510.0, 510.0), "value-mean": (0.0, 255.0),
+        "saturation-mean": (0.0, 1.0), "hue-mean": (-3.1416, 3.1416),
+    },
+    labels=["brickface", "sky", "foliage", "cement", "window", "path", "grass"],
+)
+
+
+def load_image_segments() -> Dataset:
+    """River's ``ImageSegments`` (2,310 rows, 7 classes, shipped with river)."""
+    from river import datasets
+
+    rows = list(datasets.ImageSegments())
+    columns = {name: [x[name] for x, _ in rows] for name in IMAGE_SEGMENTS_SCHEMA.names}
+    y = np.array([label for _, label in rows], dtype=object)
+    return Dataset("image_segments", IMAGE_SEGMENTS_SCHEMA.encode_columns(columns), y,
+                   IMAGE_SEGMENTS_SCHEMA, "classification")
 
 
 LOADERS: dict[str, Callable[[], Dataset]] = {
@@ -257,6 +304,8 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "elec2": load_elec2,
     "california": load_california,
     "covertype": load_covertype,
+    "covertype7": lambda: load_covertype(multiclass=True),
+    "image_segments": load_image_segments,
 }
 
 
@@ -269,7 +318,8 @@ def load(name: str) -> Dataset:
 
 
 __all__ = [
-    "ABALONE_SCHEMA", "ADULT_SCHEMA", "CALIFORNIA_SCHEMA", "COVERTYPE_SCHEMA", "ELEC2_SCHEMA",
-    "LOADERS", "Dataset", "load", "load_abalone", "load_adult", "load_california",
-    "load_covertype", "load_elec2",
+    "ABALONE_SCHEMA", "ADULT_SCHEMA", "CALIFORNIA_SCHEMA", "COVERTYPE_CLASSES",
+    "COVERTYPE_SCHEMA", "ELEC2_SCHEMA", "IMAGE_SEGMENTS_SCHEMA", "LOADERS", "Dataset", "load",
+    "load_abalone", "load_adult", "load_california", "load_covertype", "load_elec2",
+    "load_image_segments",
 ]

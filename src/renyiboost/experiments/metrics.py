@@ -21,9 +21,12 @@ def error_rate(y_true: np.ndarray, proba: np.ndarray, threshold: float = 0.5) ->
 
 def held_out_metrics(task: str, y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
     """R² of a regression prediction; error % and AUC of class-1 scores (AUC 0.5 when all
-    scores are equal, e.g. a constant model)."""
+    scores are equal, e.g. a constant model); error % of a multiclass probability matrix
+    (``y_true`` then holds class indices)."""
     if task == "regression":
         return {"r2": r2_score(y_true, score)}
+    if np.ndim(score) == 2:  # multiclass: score holds the probability of every class
+        return {"error": 100.0 * float(np.mean(score.argmax(axis=1) != y_true))}
     auc = roc_auc(y_true, score) if np.ptp(score) > 0 else 0.5
     return {"error": error_rate(y_true, score), "auc": auc}
 

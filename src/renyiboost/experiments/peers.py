@@ -17,6 +17,9 @@ bound from the data:
   pure ε-DP (δ unused), the paper's defaults.
 * ``diprime`` — our :class:`~renyiboost.models.diprime.DiPriMe` forest (Consul & Williamson;
   DP-median splits, every candidate median charged, no public counts); pure ε-DP.
+* ``fedxgb_ldp`` — our :class:`~renyiboost.models.fedxgboost.FedXGBoostLDP` (Le et al.
+  2021; first-order splits on ε/T-LDP gradient reports, debiased, accounted per user over
+  all rounds). *Label* LDP: the feature holder's rows are not protected.
 * ``dp_gam`` — our :class:`~renyiboost.models.additive.DPAdditiveBoost` (DP-EBM-style
   additive boosting on public bins, GDP-accounted) with DP-EBM's published defaults.
 * ``xgboost`` — ``xgboost.XGB{Regressor,Classifier}`` with its defaults: the non-private
@@ -25,7 +28,8 @@ bound from the data:
   mean of the clipped labels), behind the same interface.
 
 All wrappers share one interface: ``fit(X, y)`` on schema-encoded arrays and
-``predict_score(X)`` → the regression prediction or the probability of class 1.
+``predict_score(X)`` → the regression prediction or the probability of class 1 (a
+``multiclass`` task: the probability of every class, in the order of the public labels).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from renyiboost.models.additive import DPAdditiveBoost
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.diprime import DiPriMe
 from renyiboost.models.dpboost import DPBoost
+from renyiboost.models.fedxgboost import FedXGBoostLDP
 from renyiboost.schema import PublicSchema
 
 #: DP-EBM learning rate and rounds per data set (defaults: 0.01 and 300), chosen by the
@@ -54,7 +59,7 @@ DPEBM_TUNED: dict[str, dict[str, Any]] = {
 }
 
 PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "diprime", "dp_gam",
-                          "xgboost", "dp_mean")
+                          "fedxgb_ldp", "xgboost", "dp_mean")
 #: Peers that spend no privacy budget.
 NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
 
@@ -73,7 +78,8 @@ class _Wrapped:
         self.to_input = to_input if to_input is not None else (lambda X: X)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> _Wrapped:
-        target = np.asarray(y, float) if self.task == "regression" else np.asarray(y).astype(int)
+        target = (np.asarray(y, float) if self.task == "regression"
+                  else np.asarray(y) if self.task == "multiclass" else np.asarray(y).astype(int))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # peers warn about their own defaults
             self.model.fit(self.to_input(X), target)
@@ -86,6 +92,8 @@ class _Wrapped:
             if self.task == "regression":
                 return np.asarray(self.model.predict(inputs), dtype=float)
             proba = np.asarray(self.model.predict_proba(inputs), dtype=float)
+        if self.task == "multiclass":  # the model's classes in the public label order
+            return proba
         classes = list(getattr(self.model, "classes_", [0, 1]))
         return proba[:, classes.index(1)] if 1 in classes else np.zeros(len(proba))
 
@@ -178,6 +186,8 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
         return _Wrapped(DPBoost(schema, seed, task=task, epsilon=epsilon), task)
     if name == "diprime":
         return _Wrapped(DiPriMe(schema, seed, task=task, epsilon=epsilon), task)
+    if name == "fedxgb_ldp":
+        return _Wrapped(FedXGBoostLDP(schema, seed, task=task, epsilon=epsilon), task)
     if name == "dp_gam":
         return _Wrapped(DPAdditiveBoost(schema, seed, task=task, epsilon=epsilon, delta=delta),
                         task)

@@ -25,6 +25,7 @@ repository (``RENYIBOOST_COVTYPE`` overrides its path).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import itertools
 import os
@@ -119,17 +120,23 @@ def covertype_path() -> Path:
     return Path(env) if env else COVERTYPE_DEFAULT_PATH
 
 
-def _load_covertype() -> tuple[np.ndarray, np.ndarray]:
+def covertype_sample(multiclass: bool = False) -> _bundled.Dataset:
     """A fixed 50,000-row sample of Covertype (the full 581k rows are too slow for choosing
-    defaults): the first 50k of ``default_rng(0).permutation``, kept in file order."""
+    defaults): the first 50k of ``default_rng(0).permutation``, kept in file order; binary
+    (Lodgepole Pine or not) or the seven cover types."""
     path = covertype_path()
     if not path.is_file():
         raise FileNotFoundError(
             f"Covertype is not bundled and {path} does not exist; set "
             f"{_bundled.COVERTYPE_ENV} to the path of covtype.csv.gz")
-    data = _bundled.load_covertype(str(path))
+    data = _bundled.load_covertype(str(path), multiclass=multiclass)
     keep = np.sort(np.random.default_rng(0).permutation(len(data))[:COVERTYPE_SAMPLE])
-    return data.X[keep], data.y[keep]
+    return dataclasses.replace(data, X=data.X[keep], y=data.y[keep])
+
+
+def _load_covertype() -> tuple[np.ndarray, np.ndarray]:
+    data = covertype_sample()
+    return data.X, data.y
 
 
 # --------------------------------------------------------------------------- Phishing
@@ -487,6 +494,6 @@ def load_suite_set(name: str) -> tuple[SuiteSet, np.ndarray, np.ndarray]:
 __all__ = [
     "AGRAWAL_SCHEMA", "BANANAS_SCHEMA", "BREAST_CANCER_SCHEMA", "CHICK_SCHEMA",
     "COVERTYPE_DEFAULT_PATH", "COVERTYPE_SAMPLE", "FRIEDMAN_SCHEMA", "PHISHING_SCHEMA",
-    "RAW_READERS", "SEA_SCHEMA", "SUITE", "TRUMP_SCHEMA", "SuiteSet", "covertype_path",
+    "RAW_READERS", "SEA_SCHEMA", "SUITE", "TRUMP_SCHEMA", "SuiteSet", "covertype_path", "covertype_sample",
     "load_suite_set",
 ]

@@ -15,7 +15,9 @@ class DPMeanBaseline:
 
     The whole (ε, δ) budget goes to a single depth-0 DP leaf, released like the learner's
     initial score: (noisy Σ clipped y) / (noisy n) with Gaussian noise of scale σ from
-    :func:`calibrate` (one round, no subsampling, shares 0.5/0.5).
+    :func:`calibrate` (one round, no subsampling, shares 0.5/0.5). With a multiclass label
+    set it is the DP class prior: a histogram of the labels, each count with noise std
+    σ/√2 (a record adds a one-hot vector of L2 norm 1: the same mechanism), normalised.
 
     Examples
     --------
@@ -37,15 +39,27 @@ class DPMeanBaseline:
         )
         self.calibration: Calibration = calibrate(epsilon, delta, rounds=1, init_share=0.0)
         self.value_: float | None = None
+        #: Class probabilities of a multiclass fit, in the order of ``schema.labels``.
+        self.proba_: np.ndarray | None = None
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPMeanBaseline:
         noise = noise_source(self.seed, warn=False)
+        release = LeafRelease(self.calibration.sigma, 0.5)
+        if self.schema.n_classes > 2 and self.task == "classification":
+            codes = self.schema.label_codes(y)
+            if (codes < 0).any():
+                raise ValueError("a label is not in the schema's public label set")
+            counts = np.bincount(codes, minlength=self.schema.n_classes) + noise.normal(
+                self.schema.n_classes, release.lone_sum_noise_std(1.0))
+            counts = np.maximum(counts, 0.0)
+            self.proba_ = (counts / counts.sum() if counts.sum() > 0
+                           else np.full(counts.size, 1.0 / counts.size))
+            return self
         if self.task == "regression":
             lo, hi = self.schema.target_bounds  # type: ignore[misc]
             scaled = SquaredLoss(lo, hi, grad_clip=1.0).scale(y)
         else:
             scaled = np.asarray(y, float)
-        release = LeafRelease(self.calibration.sigma, 0.5)
         total = scaled.sum() + noise.normal(1, release.sum_noise_std(1.0))[0]
         count = scaled.size + noise.normal(1, release.count_noise_std(1.0))[0]
         mean = float(total / count) if count > 1 else 0.0
@@ -57,14 +71,18 @@ class DPMeanBaseline:
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        n = np.atleast_2d(X).shape[0]
+        if self.proba_ is not None:
+            return np.full(n, self.schema.label_of(int(self.proba_.argmax())), dtype=object)
         if self.value_ is None:
             raise RuntimeError("fit the baseline first")
-        n = np.atleast_2d(X).shape[0]
         if self.task == "regression":
             return np.full(n, self.value_)
         return np.full(n, int(self.value_ > 0.5))
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        if self.proba_ is not None:
+            return np.tile(self.proba_, (np.atleast_2d(X).shape[0], 1))
         p = np.full(np.atleast_2d(X).shape[0], float(self.value_))
         return np.column_stack([1.0 - p, p])
 

@@ -16,7 +16,7 @@ from renyiboost.accounting.events import RdpAccountant
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
 from renyiboost.models.explain import feature_contributions, feature_importances
-from renyiboost.models.losses import unscale_margin
+from renyiboost.models.losses import softmax, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -62,11 +62,23 @@ class MarginModel:
         return margin - target
 
     def _validate_target(self, y: np.ndarray) -> np.ndarray:
+        """Regression labels as floats; class labels as their index in the schema's public
+        label set (0/1 without one)."""
+        if self.params.task == "classification" and self.schema.labels is not None:
+            raw = np.asarray(y, dtype=object)
+            if raw.ndim != 1:
+                raise ValueError("y must be a 1-D array of labels")
+            codes = self.schema.label_codes(raw)
+            if (codes < 0).any():
+                raise ValueError(f"label {raw[codes < 0][0]!r} is not in the schema's public "
+                                 f"labels {self.schema.labels}")
+            return codes.astype(float)
         y = np.asarray(y, dtype=float)
         if y.ndim != 1 or not np.all(np.isfinite(y)):
             raise ValueError("y must be a 1-D array of finite numbers")
         if self.params.task == "classification" and not np.all((y == 0) | (y == 1)):
-            raise ValueError("classification labels must be 0 or 1")
+            raise ValueError("classification labels must be 0 or 1 (or give the schema a "
+                             "public label set, labels=[...])")
         return y
 
     def _ensemble(self) -> Ensemble:
@@ -76,24 +88,34 @@ class MarginModel:
         return self.ensemble
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """The raw margin (scaled target for regression, log-odds for classification)."""
+        """The raw margin (scaled target for regression, log-odds for classification; one
+        column a class for multiclass)."""
         return self._ensemble().predict_margin(self.schema.clip_encoded(np.atleast_2d(X)))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        """Regression: values on the target's scale. Classification: class indices 0/1
+        without a public label set, else the labels themselves."""
         margin = self.decision_function(X)
         if self.params.task == "regression":
             return unscale_margin(margin, self.schema.target_bounds)  # type: ignore[arg-type]
-        return (margin > 0).astype(np.int64)
+        codes = margin.argmax(axis=1) if margin.ndim == 2 else (margin > 0).astype(np.int64)
+        if self.schema.labels is None:
+            return codes
+        return np.asarray(self.schema.labels, dtype=object)[codes]
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities, one column a class in the order of the public labels."""
         if self.params.task != "classification":
             raise AttributeError("predict_proba is for task='classification'")
-        p = expit(self.decision_function(X))
+        margin = self.decision_function(X)
+        if margin.ndim == 2:
+            return softmax(margin)
+        p = expit(margin)
         return np.column_stack([1.0 - p, p])
 
     # ------------------------------------------------------------------ explanations
-    def _intercept(self) -> float:
-        return float(self._ensemble().init_score)
+    def _intercept(self) -> float | list[float]:
+        return np.asarray(self._ensemble().init_score).tolist()  # type: ignore[no-any-return]
 
     def contributions(self, X: np.ndarray) -> np.ndarray:
         """Per row and feature, the feature's exact share of the margin: for models whose
@@ -103,12 +125,12 @@ class MarginModel:
                                      self.schema.clip_encoded(np.atleast_2d(X)),
                                      self.schema.n_features)
 
-    def explain_one(self, x: np.ndarray) -> dict[str, float]:
+    def explain_one(self, x: np.ndarray) -> dict[str, Any]:
         """One encoded row's margin split exactly into ``intercept`` and a term a feature
         (free post-processing of the release)."""
         parts = self.contributions(np.asarray(x, dtype=float).reshape(1, -1))[0]
-        return {"intercept": self._intercept(),
-                **{name: float(v) for name, v in zip(self.schema.names, parts, strict=True)}}
+        return {"intercept": self._intercept(),  # a list a class for a multiclass model
+                **{name: v.tolist() for name, v in zip(self.schema.names, parts, strict=True)}}
 
     def feature_importances(self) -> dict[str, float]:
         """Each feature's share of the trees' effect (see
@@ -199,7 +221,8 @@ class SGBDT(MarginModel):
         if not self._needs_size():
             return SGBDTParams(**explicit)
         policy = default_params(self._given.task, self._given.epsilon,
-                                PRIOR_RECORDS if records is None else records)
+                                PRIOR_RECORDS if records is None else records,
+                                self.schema.n_classes)
         return SGBDTParams(**(policy | explicit))
 
     # ------------------------------------------------------------------ training
@@ -231,7 +254,7 @@ class SGBDT(MarginModel):
             else:
                 self.params = self._resolve(y.size)
         booster = SGBDTBooster(self.params, self.schema, self.seed, noise=noise)
-        pool = RecordPool.from_arrays(X, booster.loss.scale(y))
+        pool = RecordPool.from_arrays(X, booster.loss.scale(y), n_outputs=booster.n_outputs)
         score, pool.spent = booster.initial_score(pool)
         booster.ensemble.init_score = score
         pool.margin[:] = score
@@ -267,7 +290,8 @@ class SGBDT(MarginModel):
             model=model, store_id=None, epoch=None, version=ens.n_trees + 1,
             task=self.params.task, depth=self.params.depth,
             public_schema=self.schema.model_dump(mode="json"),
-            params=self.params.model_dump(mode="json"), init_score=ens.init_score,
+            params=self.params.model_dump(mode="json"),
+            init_score=np.asarray(ens.init_score).tolist(),
             max_trees=None,
             trees=released_trees(ens.features, ens.thresholds, ens.leaves, 0),
             guarantee=self.privacy_guarantee(),
@@ -283,8 +307,11 @@ class SGBDT(MarginModel):
         model = cls(PublicSchema(**release.public_schema), **release.params)
         schema = model.schema
         depth = release.depth
+        n_outputs = schema.n_outputs
         model.ensemble = Ensemble(depth=depth, is_categorical=schema.is_categorical,
-                                  init_score=release.init_score)
+                                  init_score=np.asarray(release.init_score, dtype=float)
+                                  if n_outputs > 1 else float(release.init_score),
+                                  n_outputs=n_outputs)
         for tree in release.trees:
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),

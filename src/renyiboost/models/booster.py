@@ -42,7 +42,7 @@ from renyiboost.accounting import (
     stage_calibrations,
 )
 from renyiboost.models import kernels
-from renyiboost.models.losses import LogisticLoss, SquaredLoss
+from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from renyiboost.models.trees import Ensemble, FeatureSelection, RandomTreeGrower
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
@@ -128,18 +128,20 @@ class RecordPool:
     """Columnar state of the records the learner trains on (the active pool)."""
 
     X: np.ndarray  # (n, k) encoded features
-    target: np.ndarray  # (n,) label on the loss's scale
-    margin: np.ndarray  # (n,) cached ensemble margin
+    target: np.ndarray  # (n,) label on the loss's scale (a class index for multiclass)
+    margin: np.ndarray  # (n,) cached ensemble margin; (n, C) for multiclass
     spent: np.ndarray  # (n,) spent RDP at the filter's order
     retired: np.ndarray  # (n,) bool: budget exhausted, never used again
 
     @classmethod
-    def from_arrays(cls, X: np.ndarray, target: np.ndarray, init_margin: float = 0.0) -> RecordPool:
+    def from_arrays(cls, X: np.ndarray, target: np.ndarray, init_margin: float = 0.0,
+                    n_outputs: int = 1) -> RecordPool:
+        """A fresh pool; ``n_outputs`` > 1 (multiclass) gives margins of shape ``(n, C)``."""
         n = X.shape[0]
         return cls(
             X=X,
             target=target,
-            margin=np.full(n, init_margin, dtype=float),
+            margin=np.full((n, n_outputs) if n_outputs > 1 else n, init_margin, dtype=float),
             spent=np.zeros(n, dtype=float),
             retired=np.zeros(n, dtype=bool),
         )
@@ -237,7 +239,6 @@ class SGBDTBooster:
                  noise: NoiseSource | None = None, compiled: bool = True,
                  stage_rounds: tuple[int, ...] = ()) -> None:
         self.params = params
-        self.compiled = compiled
         self.schema = schema
         self.seed = seed
         self.noise: NoiseSource = noise if noise is not None else noise_source(seed)
@@ -248,14 +249,27 @@ class SGBDTBooster:
                     "labels would leak them"
                 )
             lo, hi = schema.target_bounds
-            self.loss: SquaredLoss | LogisticLoss = SquaredLoss(lo, hi, params.grad_clip)
+            self.loss: SquaredLoss | LogisticLoss | SoftmaxLoss = SquaredLoss(
+                lo, hi, params.grad_clip)
+        elif schema.n_classes > 2:
+            if params.hess_clip is not None:
+                raise ValueError("hess_clip (Newton leaves) is for binary labels: a multiclass "
+                                 "leaf divides by its noisy count; leave hess_clip unset")
+            self.loss = SoftmaxLoss(schema.n_classes, params.grad_clip)
+            # Multiclass rounds run the numpy reference (vectorised over records; the
+            # compiled round pass is written for scalar margins).
+            compiled = False
         else:
             self.loss = LogisticLoss(params.grad_clip, params.hess_clip)
+        #: Margins per record: 1, or C for a multiclass (softmax) model.
+        self.n_outputs = schema.n_outputs
+        self.compiled = compiled
         self.count_sensitivity = params.hess_clip if params.hess_clip is not None else 1.0
         self.grower = RandomTreeGrower(
             schema, params.depth, params.feature_selection, params.split_candidates
         )
-        self.ensemble = Ensemble(depth=params.depth, is_categorical=schema.is_categorical)
+        self.ensemble = Ensemble(depth=params.depth, is_categorical=schema.is_categorical,
+                                 n_outputs=self.n_outputs)
         self.calibration: Calibration | None = None
         #: The noise stages, earliest first; the last is the main one (``calibration``).
         self.stages: tuple[NoiseStage, ...] = ()
@@ -290,8 +304,10 @@ class SGBDTBooster:
 
     # ------------------------------------------------------------------ initial score
     def initial_score(self, pool: RecordPool, public_count: float | None = None
-                      ) -> tuple[float, np.ndarray]:
+                      ) -> tuple[float | np.ndarray, np.ndarray]:
         """DP initial score over the active pool and the records' new spent budgets.
+
+        Multiclass: see :meth:`_class_prior_score` (``public_count`` is not needed there).
 
         Released as a depth-0 DP leaf over the scaled labels: (noisy Σ y) / (noisy n),
         with the leaf noise split of :class:`LeafRelease` at ``init_sigma``. n is *not*
@@ -316,6 +332,8 @@ class SGBDTBooster:
         total, count = float(y.sum()), float(y.size)
         spent = pool.spent.copy()
         cal = self.calibration
+        if isinstance(self.loss, SoftmaxLoss):
+            return self._class_prior_score(y, spent, active)
         if public_count is not None and public_count < count:
             raise ValueError(f"public_count {public_count} is below the pool's {int(count)} "
                              "active records")
@@ -355,8 +373,33 @@ class SGBDTBooster:
         p = float(np.clip(mean, 0.01, 0.99))
         return math.log(p / (1.0 - p))
 
-    def _neutral_score(self) -> float:
-        return 0.0
+    def _neutral_score(self) -> float | np.ndarray:
+        return 0.0 if self.n_outputs == 1 else np.zeros(self.n_outputs)
+
+    def _class_prior_score(self, y: np.ndarray, spent: np.ndarray, active: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """A multiclass initial score: centred log class frequencies from a noisy histogram.
+
+        Every class count gets Gaussian noise of std ``init_sigma/√2``
+        (:meth:`LeafRelease.lone_sum_noise_std` at sensitivity 1). A record adds a one-hot
+        vector, L2 norm 1, so the histogram is one Gaussian mechanism at noise multiplier
+        ``init_sigma/√2``: the worst-case charge the binary initial score costs
+        (``init_charge``), and no count is released besides (the frequencies are the
+        histogram normalised by its own sum). Frequencies are floored at 1 % before the log,
+        as the binary score's mean is."""
+        counts = np.bincount(y.astype(np.int64), minlength=self.n_outputs).astype(float)
+        cal = self.calibration
+        if cal is not None:
+            if cal.init_sigma is None:
+                return self._neutral_score(), spent  # type: ignore[return-value]
+            spent[active] += cal.init_charge
+            init = LeafRelease(cal.init_sigma, self.params.count_share)
+            counts += self.noise.normal(self.n_outputs, init.lone_sum_noise_std(1.0))
+        counts = np.maximum(counts, 0.0)
+        if counts.sum() <= 0:
+            return self._neutral_score(), spent  # type: ignore[return-value]
+        log_p = np.log(np.maximum(counts / counts.sum(), 0.01))
+        return log_p - log_p.mean(), spent
 
     # ------------------------------------------------------------------ one round
     @property
@@ -451,8 +494,10 @@ class SGBDTBooster:
 
     def _shard_numpy(self, pool: RecordPool, features: np.ndarray, thresholds: np.ndarray,
                      levels: int, margin: np.ndarray, stage: NoiseStage | None,
-                     ) -> tuple[LeafSums, dict[str, Any]]:
-        """The numpy reference of :meth:`shard_round`: one array pass per step."""
+                     sample: bool = True) -> tuple[LeafSums, dict[str, Any]]:
+        """The numpy reference of :meth:`shard_round`: one array pass per step (the
+        multiclass round too). ``sample=False`` (a replay) draws no Poisson sample: the
+        charges do not depend on it."""
         active = np.flatnonzero(~pool.retired)
         stats = self.loss.statistics(margin[active], pool.target[active])
         spent = pool.spent.copy()
@@ -472,11 +517,17 @@ class SGBDTBooster:
             digest = int(kernels.codes_digest(step.codes))
         else:
             eligible = np.ones(active.size, dtype=bool)
-        sampled = eligible & self.noise.bernoulli(self.params.sampling_rate, active.size)
+        sampled = eligible & (self.noise.bernoulli(self.params.sampling_rate, active.size)
+                              if sample else False)
         leaf_of_active = self.ensemble.route_one_tree(pool.X[active], features, thresholds)
         leaf = leaf_of_active[sampled] >> (self.params.depth - levels)
         n_leaves = 2**levels
-        grad_sum = np.bincount(leaf, stats.grad[sampled], n_leaves).astype(float)
+        grad = stats.grad[sampled]
+        if grad.ndim == 1:
+            grad_sum = np.bincount(leaf, grad, n_leaves).astype(float)
+        else:  # vector leaves: one pass a class
+            grad_sum = np.stack([np.bincount(leaf, grad[:, k], n_leaves)
+                                 for k in range(grad.shape[1])], axis=1).astype(float)
         den_sum = np.bincount(leaf, stats.denominator[sampled], n_leaves).astype(float)
         leaf_of_record = np.zeros(len(pool), dtype=np.int64)
         leaf_of_record[active] = leaf_of_active
@@ -531,8 +582,13 @@ class SGBDTBooster:
         refuses a replay that differs. No noise is drawn and the leaves are the committed ones.
         ``stage`` is the noise stage the round ran at.
         """
-        _, pool_side = self._charge_pass(pool, features, thresholds, pool.margin, np.empty(0),
-                                         1.0, self.params.depth, self.stage(stage))
+        if self.compiled:
+            _, pool_side = self._charge_pass(pool, features, thresholds, pool.margin,
+                                             np.empty(0), 1.0, self.params.depth,
+                                             self.stage(stage))
+        else:
+            _, pool_side = self._shard_numpy(pool, features, thresholds, self.params.depth,
+                                             pool.margin, self.stage(stage), sample=False)
         pool_side["n_sampled"] = 0
         return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
                             **pool_side)  # type: ignore[arg-type]
@@ -571,17 +627,21 @@ class SGBDTBooster:
         shift = params.depth - levels
         n_leaves = 2**levels
         noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        # Vector leaves (multiclass): grad_sum is (leaves, C), one count a leaf; every
+        # coordinate of the sum gets the scalar sum's noise (see losses.SoftmaxLoss).
+        column = (slice(None),) + (None,) * (grad_sum.ndim - 1)  # den_sum against grad_sum
         if params.leaf_noise == "static":
             # Σg/(n + λ) on the sampled records (0 for an empty leaf when λ = 0), then noise
-            values = np.divide(grad_sum, den_sum + params.reg_lambda, out=np.zeros(n_leaves),
-                               where=den_sum + params.reg_lambda > 0)
+            den = (den_sum + params.reg_lambda)[column]
+            values = np.divide(grad_sum, den, out=np.zeros(grad_sum.shape), where=den > 0)
             if release is not None:
-                values += self.noise.normal(n_leaves, release.static_value_noise_std(
-                    params.grad_clip, params.reg_lambda))
+                values += self.noise.normal(grad_sum.size, release.static_value_noise_std(
+                    params.grad_clip, params.reg_lambda)).reshape(grad_sum.shape)
             values *= -params.learning_rate
         else:
             if release is not None:
-                grad_sum += self.noise.normal(n_leaves, release.sum_noise_std(params.grad_clip))
+                sum_std = release.sum_noise_std(params.grad_clip)
+                grad_sum += self.noise.normal(grad_sum.size, sum_std).reshape(grad_sum.shape)
                 den_sum += self.noise.normal(
                     n_leaves, release.count_noise_std(self.count_sensitivity))
             noisy_sums = (grad_sum.copy(), den_sum.copy())
@@ -590,14 +650,15 @@ class SGBDTBooster:
                 keep = den_sum + params.reg_lambda > 0
             else:
                 keep = den_sum > 0
-            values = np.divide(-params.learning_rate * grad_sum, den_sum + params.reg_lambda,
-                               out=np.zeros(n_leaves), where=keep)
+            values = np.divide(-params.learning_rate * grad_sum,
+                               (den_sum + params.reg_lambda)[column], out=np.zeros(grad_sum.shape),
+                               where=np.broadcast_to(keep[column], grad_sum.shape))
         if params.trees_per_gradient > 1:  # one of a batch of trees on the same gradients
             values = values / params.trees_per_gradient
         if params.leaf_clip is not None:
             values = np.clip(values, -params.leaf_clip, params.leaf_clip)
         if shift:
-            values = np.repeat(values, 2**shift)
+            values = np.repeat(values, 2**shift, axis=0)
         return values, *noisy_sums
 
     def advance(self, pool: RecordPool, outcome: RoundOutcome) -> RecordPool:

@@ -160,7 +160,8 @@ class DiPriMe(PureDPModel):
         total_n = np.bincount(pos, minlength=n_nodes).astype(float)
         if schema.is_categorical[f]:
             codes = np.arange(int(schema.n_categories[f]) + 1)
-            flat = pos * codes.size + np.where(np.isnan(x), codes.size, np.nan_to_num(x))
+            # codes.size bins a node, then one for missing values (stride codes.size + 1)
+            flat = pos * (codes.size + 1) + np.where(np.isnan(x), codes.size, np.nan_to_num(x))
             flat = flat.astype(np.int64)
             size = n_nodes * (codes.size + 1)
             left_s = np.bincount(flat, weights=signed, minlength=size).reshape(n_nodes, -1)

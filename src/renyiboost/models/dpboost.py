@@ -177,10 +177,11 @@ class _SplitSearch:
     (the continuous exponential mechanism; no grid, and no row value is ever a threshold).
     A categorical feature's candidates are its codes, the "other" code included."""
 
-    def __init__(self, schema: PublicSchema, params: DPBoostParams,
-                 budget: DPBoostBudget) -> None:
+    def __init__(self, schema: PublicSchema, params: Any,
+                 budget: DPBoostBudget | None = None) -> None:
         self.params, self.schema = params, schema
-        self.scale = budget.node_epsilon / (2.0 * gain_sensitivity(G_STAR))
+        self.scale = (0.0 if budget is None
+                      else budget.node_epsilon / (2.0 * gain_sensitivity(G_STAR)))
         self.log_k = np.log(schema.n_features)
         self.grid: dict[int, np.ndarray] = {}  # feature -> its discrete candidates
         for f in range(schema.n_features):
@@ -194,7 +195,7 @@ class _SplitSearch:
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Splits (heap order) of one tree over the rows ``X`` with gradients ``grad``, and
         every row's leaf."""
-        depth, lam = self.params.depth, self.params.reg_lambda
+        depth = self.params.depth
         features = np.zeros(2**depth - 1, dtype=np.int64)
         thresholds = np.zeros(2**depth - 1)
         pos = np.zeros(grad.size, dtype=np.int64)  # node within its level
@@ -207,9 +208,8 @@ class _SplitSearch:
                       for f in range(self.schema.n_features)]
             node, left_g, left_n, log_w, low, high, feature = (
                 np.concatenate(part) for part in zip(*blocks, strict=True))
-            gain = (left_g**2 / (left_n + lam)
-                    + (total_g[node] - left_g) ** 2 / (total_n[node] - left_n + lam))
-            best = gumbel_argmax(log_w + self.scale * gain, node, n_nodes, noise)
+            best = self._choose(node, left_g, left_n, total_g[node], total_n[node], log_w,
+                                n_nodes, noise)
             at = 2**level - 1 + np.arange(n_nodes)
             features[at] = feature[best]
             thresholds[at] = low[best] + noise.uniform(n_nodes) * (high[best] - low[best])
@@ -218,6 +218,15 @@ class _SplitSearch:
             go_left = np.where(is_categorical[features[slot]], x == t, x < t)  # NaN: right
             pos = 2 * pos + 1 - go_left
         return features, thresholds, pos
+
+    def _choose(self, node: np.ndarray, left_g: np.ndarray, left_n: np.ndarray,
+                total_g: np.ndarray, total_n: np.ndarray, log_w: np.ndarray, n_nodes: int,
+                noise: NoiseSource) -> np.ndarray:
+        """Each node's candidate, by the exponential mechanism on DPBoost's gain."""
+        lam = self.params.reg_lambda
+        gain = (left_g**2 / (left_n + lam)
+                + (total_g - left_g) ** 2 / (total_n - left_n + lam))
+        return gumbel_argmax(log_w + self.scale * gain, node, n_nodes, noise)
 
     def _block(self, f: int, x: np.ndarray, grad: np.ndarray, pos: np.ndarray,
                n_nodes: int) -> tuple[np.ndarray, ...]:

@@ -16,6 +16,7 @@ from scipy.special import expit
 
 from renyiboost.exceptions import InvalidRecord
 from renyiboost.models.defaults import POLICY, Policy
+from renyiboost.models.losses import softmax
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
@@ -42,6 +43,7 @@ class _SGBDTEstimator:
         self,
         features: Mapping[str, Any],
         target_bounds: tuple[float, float] | None = None,
+        labels: list[Any] | None = None,
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
         expected_records: int | None = None,
@@ -72,6 +74,7 @@ class _SGBDTEstimator:
     ) -> None:
         self.features = features
         self.target_bounds = target_bounds
+        self.labels = labels
         self.epsilon = epsilon
         self.delta = delta
         self.expected_records = expected_records
@@ -100,10 +103,15 @@ class _SGBDTEstimator:
         self.seed = seed
         self.strict = strict
         if self._task == "classification" and target_bounds is not None:
-            raise ValueError("target_bounds is for regression; a classifier's labels are 0/1")
+            raise ValueError("target_bounds is for regression; a classifier takes a public "
+                             "label set, labels=[...]")
+        if self._task == "regression" and labels is not None:
+            raise ValueError("labels is a classifier's public label set; a regressor takes "
+                             "target_bounds")
         schema = PublicSchema(
             features=dict(features),
             target_bounds=target_bounds if self._task == "regression" else None,
+            labels=None if labels is None else list(labels),
         )
         given = {name: getattr(self, name) for name in _POLICY_ARGUMENTS}
         config = EngineConfig.from_defaults(
@@ -191,7 +199,7 @@ class _SGBDTEstimator:
         good = np.ones(n, dtype=bool)
         good[list(bad)] = False
         index = np.flatnonzero(good)
-        engine.add(rows[index], targets[index].astype(float),
+        engine.add(rows[index], targets[index],
                    None if names is None else [names[i] for i in index.tolist()],
                    event_index=index, n_events=n)
         if bad:
@@ -323,12 +331,19 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
 
 
 class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
-    """Binary classifier version of :class:`SGBDTRegressor` (logistic loss).
+    """Classifier version of :class:`SGBDTRegressor`: binary (logistic loss) or multiclass
+    (softmax loss with vector leaves).
 
-    ``hess_clip`` switches to Newton leaves (noisy clipped-hessian sums in the denominator).
-    Labels are booleans (or 0/1); ``predict_proba_one`` returns ``{False: p0, True: p1}``,
-    also before any learning (then 0.5 each). Parameters are those of
-    :class:`SGBDTRegressor` (``target_bounds`` must stay None).
+    ``labels`` is the *public* label set, in a fixed order (JSON scalars: strings, integers,
+    booleans). Without it labels are booleans (or 0/1) and ``predict_proba_one`` returns
+    ``{False: p0, True: p1}``. Two labels make a binary model whose positive class is the
+    second; three or more a multiclass one, where each round's random tree releases one
+    noisy clipped-gradient sum per class and one noisy count per leaf, and each record is
+    charged from the L2 norm of its clipped gradient vector (see
+    :class:`~renyiboost.models.losses.SoftmaxLoss`). A label outside the set is refused
+    (``InvalidRecord``); ``predict_proba_one`` always returns every label, also before any
+    learning (then uniform). ``hess_clip`` (Newton leaves) is for binary models. The other
+    parameters are those of :class:`SGBDTRegressor` (``target_bounds`` must stay None).
 
     Examples
     --------
@@ -340,40 +355,72 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
     >>> metric = evaluate.progressive_val_score(phishing, model, metrics.Accuracy())
     >>> model.predict_proba_one({"https": 1.0}).keys() == {False, True}
     True
+
+    A multiclass stream (river's ``ImageSegments``, public bounds in
+    :data:`renyiboost.datasets.IMAGE_SEGMENTS_SCHEMA`):
+
+    >>> from renyiboost.datasets import IMAGE_SEGMENTS_SCHEMA as segments
+    >>> model = SGBDTClassifier(segments.features, labels=segments.labels, epsilon=1.0,
+    ...                         expected_records=2310)
+    >>> metric = evaluate.progressive_val_score(datasets.ImageSegments(), model,
+    ...                                         metrics.Accuracy())
+    >>> sorted(model.predict_proba_one({"hue-mean": 0.5}))[:3]
+    ['brickface', 'cement', 'foliage']
     """
 
     _task = "classification"
 
     @property
     def _multiclass(self) -> bool:
-        return False
+        return self._engine.schema.n_classes > 2
 
-    def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[bool, float]:
-        p = float(expit(self._engine.predict_margin(self._encode_one(x))[0]))
-        return {False: 1.0 - p, True: p}
+    @property
+    def _classes(self) -> list[Any]:
+        schema = self._engine.schema
+        return [schema.label_of(code) for code in range(schema.n_classes)]
 
-    def predict_one(self, x: dict, **kwargs: Any) -> bool:
-        return bool(self._engine.predict_margin(self._encode_one(x))[0] > 0.0)
+    def _probabilities(self, margin: np.ndarray) -> np.ndarray:
+        """Class probabilities (one column a class) of margins from the engine."""
+        if margin.ndim == 2:
+            return softmax(margin)
+        p = expit(margin)
+        return np.column_stack([1.0 - p, p])
+
+    def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Any, float]:
+        p = self._probabilities(self._engine.predict_margin(self._encode_one(x)))[0]
+        return dict(zip(self._classes, p.tolist(), strict=True))
+
+    def predict_one(self, x: dict, **kwargs: Any) -> Any:
+        margin = self._engine.predict_margin(self._encode_one(x))
+        code = int(margin[0].argmax()) if margin.ndim == 2 else int(margin[0] > 0.0)
+        return self._classes[code]
 
     def predict_proba_many(self, X: Any) -> Any:
         import pandas as pd
 
-        p = expit(self._margins(X))
-        return pd.DataFrame({False: 1.0 - p, True: p}, index=getattr(X, "index", None))
+        return pd.DataFrame(self._probabilities(self._margins(X)), columns=self._classes,
+                            index=getattr(X, "index", None))
 
     def predict_many(self, X: Any) -> Any:
-        return self._series(self._margins(X) > 0.0, X)
+        margin = self._margins(X)
+        codes = margin.argmax(axis=1) if margin.ndim == 2 else (margin > 0.0).astype(int)
+        return self._series(np.asarray(self._classes, dtype=object)[codes], X)
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        yield {
-            "features": {name: (0.0, 1.0) for name in (
-                "empty_server_form_handler", "popup_window", "https",
-                "request_from_other_domain", "anchor_from_other_domain", "is_popular",
-                "long_url", "age_of_domain", "ip_in_url")},
-            "epsilon": 1.0, "rounds": 5, "depth": 2, "sampling_rate": 0.5,
-            "train_every": 20, "warmup": 20, "learning_rate": 0.5,
-        }
+        phishing = {name: (0.0, 1.0) for name in (
+            "empty_server_form_handler", "popup_window", "https", "request_from_other_domain",
+            "anchor_from_other_domain", "is_popular", "long_url", "age_of_domain",
+            "ip_in_url")}
+        small = {"epsilon": 1.0, "rounds": 5, "depth": 2, "sampling_rate": 0.5,
+                 "train_every": 20, "warmup": 20, "learning_rate": 0.5}
+        yield {"features": phishing, **small}
+        # Multiclass: River's checks feed Phishing (bool labels) and ImageSegments, so the
+        # public schema and label set cover both.
+        from renyiboost.datasets import IMAGE_SEGMENTS_SCHEMA
+
+        yield {"features": phishing | IMAGE_SEGMENTS_SCHEMA.features,
+               "labels": [False, True, *IMAGE_SEGMENTS_SCHEMA.labels], **small}
 
 
 __all__ = ["SGBDTClassifier", "SGBDTRegressor"]

@@ -23,7 +23,8 @@ def tree_features(ensemble: Ensemble) -> list[np.ndarray]:
 
 def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) -> np.ndarray:
     """Per row of the encoded ``X`` and per feature, the summed leaf values of the trees
-    that test that feature (the initial score is not included). Raises ``ValueError`` when
+    that test that feature (the initial score is not included); per class too for vector
+    leaves (shape ``(n, k, C)``). Raises ``ValueError`` when
     a tree tests more than one feature: no exact per-feature split exists then."""
     tested = tree_features(ensemble)
     mixed = [t for t, features in enumerate(tested) if features.size > 1]
@@ -33,12 +34,12 @@ def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) ->
             "split of the margin is exact only for one-feature trees (train with "
             "feature_selection='cyclic'); use feature_importances for the others")
     owner = np.array([features[0] for features in tested], dtype=np.int64)
-    out = np.zeros((X.shape[0], n_features))
+    out = np.zeros((X.shape[0], n_features, *ensemble.leaf_shape[1:]))
     for f in np.unique(owner):
         mine = owner == f
         part = Ensemble(ensemble.depth, ensemble.is_categorical, 0.0,
                         ensemble.features[mine], ensemble.thresholds[mine],
-                        ensemble.leaves[mine])
+                        ensemble.leaves[mine], n_outputs=ensemble.n_outputs)
         out[:, f] = part.predict_margin(X)
     return out
 
@@ -47,7 +48,8 @@ def feature_importances(ensemble: Ensemble, n_features: int) -> np.ndarray:
     """Each feature's share (summing to 1) of the trees' mean absolute leaf values, a tree's
     share split by how many of its nodes test the feature."""
     n_internal = ensemble.features.shape[1]
-    per_node = np.abs(ensemble.leaves).mean(axis=1)[:, None] / max(n_internal, 1)
+    per_tree = np.abs(ensemble.leaves).reshape(ensemble.n_trees, -1).mean(axis=1)
+    per_node = per_tree[:, None] / max(n_internal, 1)
     weights = np.zeros(n_features)
     np.add.at(weights, ensemble.features.ravel(),
               np.broadcast_to(per_node, ensemble.features.shape).ravel())

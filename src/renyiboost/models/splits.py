@@ -58,6 +58,12 @@ def gumbel_argmax(log_weight: np.ndarray, group: np.ndarray, n_groups: int,
     """Per group ``0 … n_groups − 1``, the index of one candidate drawn with probability
     proportional to ``exp(log_weight)`` among the group's candidates (every group needs
     one)."""
-    key = log_weight - np.log(-np.log(noise.uniform(group.size)))
-    order = np.lexsort((-key, group))
+    return grouped_argmax(log_weight - np.log(-np.log(noise.uniform(group.size))), group,
+                          n_groups)
+
+
+def grouped_argmax(value: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group ``0 … n_groups − 1``, the index of its largest ``value`` (the first of
+    equals; every group needs one candidate)."""
+    order = np.lexsort((-value, group))
     return order[np.searchsorted(group[order], np.arange(n_groups))]

@@ -114,23 +114,35 @@ class Ensemble:
     """Stacked complete trees of one depth, an additive initial score, compiled routing.
 
     ``features``/``thresholds`` have shape ``(n_trees, 2^d − 1)``, ``leaves`` shape
-    ``(n_trees, 2^d)``; ``is_categorical`` is the schema's column mask.
+    ``(n_trees, 2^d)``; ``is_categorical`` is the schema's column mask. A multiclass model
+    has ``n_outputs`` = C > 1: vector leaves of shape ``(n_trees, 2^d, C)``, an initial
+    score of shape ``(C,)`` and margins of shape ``(n, C)``.
     """
 
     depth: int
     is_categorical: np.ndarray
-    init_score: float = 0.0
+    init_score: float | np.ndarray = 0.0
     features: np.ndarray = field(default=None)  # type: ignore[assignment]
     thresholds: np.ndarray = field(default=None)  # type: ignore[assignment]
     leaves: np.ndarray = field(default=None)  # type: ignore[assignment]
+    n_outputs: int = 1
 
     def __post_init__(self) -> None:
         n_internal = 2**self.depth - 1
         self.is_categorical = np.ascontiguousarray(self.is_categorical, dtype=np.bool_)
+        if self.n_outputs < 1:
+            raise ValueError(f"n_outputs must be >= 1, got {self.n_outputs}")
+        if self.n_outputs > 1 and np.ndim(self.init_score) == 0:
+            self.init_score = np.full(self.n_outputs, float(self.init_score))
         if self.features is None:
             self.features = np.zeros((0, n_internal), dtype=np.int64)
             self.thresholds = np.zeros((0, n_internal), dtype=float)
-            self.leaves = np.zeros((0, 2**self.depth), dtype=float)
+            self.leaves = np.zeros((0, *self.leaf_shape), dtype=float)
+
+    @property
+    def leaf_shape(self) -> tuple[int, ...]:
+        """One tree's leaves: ``(2^d,)``, or ``(2^d, C)`` for vector leaves."""
+        return (2**self.depth,) if self.n_outputs == 1 else (2**self.depth, self.n_outputs)
 
     @property
     def n_trees(self) -> int:
@@ -139,7 +151,8 @@ class Ensemble:
     def append(self, features: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray) -> None:
         self.features = np.vstack([self.features, features[None, :]])
         self.thresholds = np.vstack([self.thresholds, thresholds[None, :]])
-        self.leaves = np.vstack([self.leaves, leaves[None, :]])
+        self.leaves = np.concatenate(
+            [self.leaves, np.asarray(leaves, dtype=float).reshape(1, *self.leaf_shape)])
 
     def keep_last(self, n_trees: int) -> None:
         """Drop all but the newest ``n_trees`` trees (free post-processing)."""
@@ -204,11 +217,18 @@ class Ensemble:
         thresholds = np.ascontiguousarray(self.thresholds[trees], dtype=np.float64)
         leaves = np.ascontiguousarray(self.leaves[trees], dtype=np.float64)
         X = self._rows(X)
-        out = np.zeros(X.shape[0], dtype=np.float64)
+        out = np.zeros((X.shape[0], *self.leaf_shape[1:]), dtype=np.float64)
         if leaves.shape[0] == 0 or X.shape[0] == 0:
             return out
         self._check_trees(features, thresholds, leaves)
-        sum_leaves(X, features, thresholds, leaves, self.is_categorical, self.depth, out)
+        if self.n_outputs == 1:
+            sum_leaves(X, features, thresholds, leaves, self.is_categorical, self.depth, out)
+            return out
+        column = np.empty(X.shape[0])
+        for k in range(self.n_outputs):  # one walk per class: C x the routing, not per row
+            sum_leaves(X, features, thresholds, np.ascontiguousarray(leaves[..., k]),
+                       self.is_categorical, self.depth, column)
+            out[:, k] = column
         return out
 
     def leaf_sum_reference(self, X: np.ndarray, trees: slice = slice(None)) -> np.ndarray:
@@ -217,7 +237,7 @@ class Ensemble:
         features, thresholds = self.features[trees], self.thresholds[trees]
         leaves = self.leaves[trees]
         n_trees = leaves.shape[0]
-        out = np.zeros(X.shape[0], dtype=float)
+        out = np.zeros((X.shape[0], *self.leaf_shape[1:]), dtype=float)
         if n_trees == 0:
             return out
         tree = np.arange(n_trees)[None, :]
@@ -232,10 +252,10 @@ class Ensemble:
         shape ``(1,)``."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
-            return np.array([self.predict_margin_one(X)])
+            return np.asarray(self.predict_margin_one(X))[None]
         return self.init_score + self.leaf_sum(X)
 
-    def predict_margin_one(self, x: np.ndarray) -> float:
+    def predict_margin_one(self, x: np.ndarray) -> float | np.ndarray:
         """Initial score plus the sum of every tree's leaf value for one row ``x`` (1-D).
 
         One compiled call (:func:`~renyiboost.models.predict_kernels.leaf_sum_one`) and no
@@ -247,8 +267,13 @@ class Ensemble:
                 f"expected one row of {self.is_categorical.shape[0]} features, got shape "
                 f"{x.shape}"
             )
-        return self.init_score + leaf_sum_one(x, self.features, self.thresholds, self.leaves,
-                                              self.is_categorical, self.depth)
+        if self.n_outputs == 1:
+            return self.init_score + leaf_sum_one(x, self.features, self.thresholds,
+                                                  self.leaves, self.is_categorical, self.depth)
+        return self.init_score + np.array([
+            leaf_sum_one(x, self.features, self.thresholds,
+                         np.ascontiguousarray(self.leaves[..., k]), self.is_categorical,
+                         self.depth) for k in range(self.n_outputs)])
 
     def _rows(self, X: np.ndarray) -> np.ndarray:
         """``X`` as the C-contiguous float64 matrix the kernels read, at least as wide as
@@ -268,7 +293,7 @@ class Ensemble:
         shapes = [(features.shape, (n_trees, n_internal)),
                   (thresholds.shape, (n_trees, n_internal))]
         if leaves is not None:
-            shapes.append((leaves.shape, (n_trees, 2**self.depth)))
+            shapes.append((leaves.shape, (n_trees, *self.leaf_shape)))
         for got, expected in shapes:
             if got != expected:
                 raise ValueError(f"trees of depth {self.depth}: expected arrays of shape "
@@ -282,7 +307,8 @@ class Ensemble:
         return {
             "depth": self.depth,
             "is_categorical": self.is_categorical.tolist(),
-            "init_score": self.init_score,
+            "init_score": np.asarray(self.init_score).tolist(),
+            "n_outputs": self.n_outputs,
             "features": self.features.tolist(),
             "thresholds": self.thresholds.tolist(),
             "leaves": self.leaves.tolist(),
@@ -292,11 +318,15 @@ class Ensemble:
     def from_dict(cls, data: dict) -> Ensemble:
         depth = int(data["depth"])
         n_internal = 2**depth - 1
+        n_outputs = int(data.get("n_outputs", 1))
+        init = np.asarray(data["init_score"], dtype=float)
+        leaf_shape = (2**depth,) if n_outputs == 1 else (2**depth, n_outputs)
         return cls(
             depth=depth,
             is_categorical=np.asarray(data["is_categorical"], dtype=bool),
-            init_score=float(data["init_score"]),
+            init_score=float(init) if n_outputs == 1 else init,
             features=np.asarray(data["features"], dtype=np.int64).reshape(-1, n_internal),
             thresholds=np.asarray(data["thresholds"], dtype=float).reshape(-1, n_internal),
-            leaves=np.asarray(data["leaves"], dtype=float).reshape(-1, 2**depth),
+            leaves=np.asarray(data["leaves"], dtype=float).reshape(-1, *leaf_shape),
+            n_outputs=n_outputs,
         )

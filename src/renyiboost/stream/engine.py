@@ -56,6 +56,7 @@ are public (see :mod:`renyiboost.release`); :meth:`StreamEngine.operator_telemet
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 import warnings
@@ -108,6 +109,7 @@ from renyiboost.stream.store import (
     StoreIdentity,
     grid_digest,
     open_store,
+    score_value,
 )
 from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
 
@@ -206,7 +208,7 @@ class EngineConfig(BaseModel):
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
         learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
-        policy = default_params(task, epsilon, records)
+        policy = default_params(task, epsilon, records, public_schema.n_classes)
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
                                    triggers["trigger_growth"], triggers["max_train_every"])
@@ -409,7 +411,8 @@ class StreamEngine:
             stage.rounds for stage in config.noise_stages))
         self.validator = RecordValidator(self.schema, config.params.task, strict)
         k = self.schema.n_features
-        self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0))
+        self.pool = RecordPool.from_arrays(np.zeros((0, k)), np.zeros(0),
+                                           n_outputs=self.booster.n_outputs)
         self.pool_uids = np.zeros(0, dtype=np.int64)
         self._n_retired_rows = 0  # retired rows the pool's arrays still hold (COMPACT_SHARE)
         self._keys: dict[str, int] = {}
@@ -1105,7 +1108,8 @@ class StreamEngine:
             "counters": dict(self.counters),
             "offsets": dict(self._merged_offsets),
             "positions": self._merged_positions,
-            "init_score": event.score if init else self.booster.ensemble.init_score,
+            "init_score": np.asarray(event.score if init
+                                     else self.booster.ensemble.init_score).tolist(),
             "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
         }
@@ -1120,7 +1124,7 @@ class StreamEngine:
         self._status[snap.retired_uids] = RETIRED
         self._ledger_spent[snap.retired_uids] = snap.retired_spent
         pool = snap.pool
-        self.pool = RecordPool(pool.X, pool.target, pool.margin, pool.spent,
+        self.pool = RecordPool(pool.X, pool.target, self._margins(pool.margin), pool.spent,
                                np.zeros(pool.uids.size, dtype=bool))
         self.pool_uids = pool.uids
         self._status[pool.uids] = ACTIVE
@@ -1132,17 +1136,18 @@ class StreamEngine:
         for round_ in sorted(r for r in snap.trees if r < first_replayed):
             ens.append(*snap.trees[round_])
         self.booster.rounds_done = first_replayed
-        ens.init_score = float(meta.get("init_score", 0.0))
+        ens.init_score = score_value(meta.get("init_score", 0.0))
         self._initialized = bool(meta.get("initialized", False))
         for event in snap.events:
             if isinstance(event, MergeEvent):
-                self._apply_merge(event)
+                self._apply_merge(dataclasses.replace(event,
+                                                      margin=self._margins(event.margin)))
             elif isinstance(event, InitEvent):
                 self._install(event, self._init_state(event))
             else:
-                outcome = self.booster.replay_outcome(self.pool, event.features,
-                                                      event.thresholds, event.leaves,
-                                                      event.stage)
+                outcome = self.booster.replay_outcome(
+                    self.pool, event.features, event.thresholds,
+                    event.leaves.reshape(self.booster.ensemble.leaf_shape), event.stage)
                 self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
         self._offsets = dict(meta["offsets"] or {})
@@ -1151,6 +1156,12 @@ class StreamEngine:
         self._positions = self._merged_positions = int(meta["positions"])
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
+
+    def _margins(self, stored: np.ndarray) -> np.ndarray:
+        """Margins as the store keeps them (flat) in the pool's shape: ``(n, C)`` for a
+        multiclass model."""
+        n_outputs = self.booster.n_outputs
+        return stored if n_outputs == 1 else stored.reshape(-1, n_outputs)
 
     def _check_replay(self, event: RoundEvent, outcome: RoundOutcome) -> None:
         """Refuse a replayed round whose charges differ from the committed ones."""

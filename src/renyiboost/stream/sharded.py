@@ -365,6 +365,10 @@ class ShardedEngine:
     def __init__(self, config: EngineConfig, shards: ShardGroup | Sequence[StateStore | str | None],
                  seed: int | None = None, recover_timeout: float = 120.0) -> None:
         self.config = config
+        if config.public_schema.n_outputs > 1:
+            raise ValueError("a multiclass model trains on one engine: the sharded initial "
+                             "score sums one label a record, not a class histogram "
+                             "(not built yet)")
         if not isinstance(shards, Sequence):
             self.shards: ShardGroup = shards
         elif len(shards) < 1:

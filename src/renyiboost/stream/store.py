@@ -118,9 +118,10 @@ class MergeEvent:
 
 @dataclass(frozen=True)
 class InitEvent:
-    """The DP initial score was released, charging every pool record ``charge``."""
+    """The DP initial score was released, charging every pool record ``charge`` (a score
+    a class for a multiclass model)."""
 
-    score: float
+    score: float | np.ndarray
     charge: float
 
 
@@ -203,6 +204,11 @@ class StoreIdentity:
 
     store_id: str
     epoch: int
+
+
+def score_value(stored: Any) -> float | np.ndarray:
+    """An initial score as stored in JSON: a number, or a list (one a class)."""
+    return np.asarray(stored, dtype=float) if isinstance(stored, list) else float(stored)
 
 
 def grid_digest(grid: np.ndarray | None) -> str | None:
@@ -528,7 +534,7 @@ class SQLStateStore(StateStore):
             return MergeEvent(_array(seg[0], "<i8"), _array(seg[1], "<f8").reshape(-1, k),
                               _array(seg[2], "<f8"), _array(data, "<f8"))
         if kind == "init":
-            return InitEvent(float(info["score"]), float(info["charge"]))
+            return InitEvent(score_value(info["score"]), float(info["charge"]))
         row = self._execute("SELECT features, thresholds, leaves FROM trees WHERE round = ?",
                                (info["round"],)).fetchone()
         return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
@@ -631,7 +637,8 @@ class SQLStateStore(StateStore):
             seg = self._insert_segment(event.uids, event.X, event.target)
             self._insert_event("merge", {"seg": seg}, _blob(event.margin, "<f8"))
         elif isinstance(event, InitEvent):
-            self._insert_event("init", {"score": event.score, "charge": event.charge}, None)
+            self._insert_event("init", {"score": np.asarray(event.score).tolist(),
+                                        "charge": event.charge}, None)
         else:
             blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
                      _blob(event.leaves, "<f8"))

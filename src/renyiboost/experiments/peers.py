@@ -14,7 +14,8 @@ bound from the data:
   ``bounds`` and ``classes`` given; pure ε-DP (δ = 0); classification only.
 * ``dpboost`` — our :class:`~renyiboost.models.dpboost.DPBoost` (Li et al. 2020, with its
   corrections: public split candidates, gain sensitivity 3 g*², no data-dependent scaling);
-  pure ε-DP (δ unused), the paper's defaults.
+  pure ε-DP (δ unused), the paper's defaults. ``dpboost_naive``: the paper's baseline
+  without gradient-based filtering and geometric leaf clipping.
 * ``diprime`` — our :class:`~renyiboost.models.diprime.DiPriMe` forest (Consul & Williamson;
   DP-median splits, every candidate median charged, no public counts); pure ε-DP.
 * ``fedxgb_ldp`` — our :class:`~renyiboost.models.fedxgboost.FedXGBoostLDP` (Le et al.
@@ -58,8 +59,8 @@ DPEBM_TUNED: dict[str, dict[str, Any]] = {
     "adult": {"learning_rate": 0.01, "max_rounds": 3000},
 }
 
-PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "diprime", "dp_gam",
-                          "fedxgb_ldp", "xgboost", "dp_mean")
+PEERS: tuple[str, ...] = ("dpebm", "dpebm_tuned", "dprf", "dpboost", "dpboost_naive",
+                          "diprime", "dp_gam", "fedxgb_ldp", "xgboost", "dp_mean")
 #: Peers that spend no privacy budget.
 NON_PRIVATE_PEERS: frozenset[str] = frozenset({"xgboost"})
 
@@ -184,6 +185,9 @@ def make_peer(name: str, schema: PublicSchema, task: str, dataset: str, epsilon:
         return _Wrapped(DPMeanBaseline(schema, task, epsilon, delta, seed), task)
     if name == "dpboost":
         return _Wrapped(DPBoost(schema, seed, task=task, epsilon=epsilon), task)
+    if name == "dpboost_naive":
+        return _Wrapped(DPBoost(schema, seed, task=task, epsilon=epsilon,
+                                gradient_filtering=False, leaf_clipping=False), task)
     if name == "diprime":
         return _Wrapped(DiPriMe(schema, seed, task=task, epsilon=epsilon), task)
     if name == "fedxgb_ldp":

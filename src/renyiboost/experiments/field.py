@@ -184,8 +184,9 @@ def _dpboost_finding(rows: list[dict[str, Any]], config: FieldConfig) -> list[st
     Per data set and ε: does ``dpboost`` beat ``dpboost_naive`` here?"""
     if not {"dpboost", "dpboost_naive"} <= set(config.methods):
         return []
-    out = ["", "DPBoost's relative finding (its two techniques beat its baseline without "
-           "them): R² or error %, DPBoost vs the baseline.", "",
+    title = ("DPBoost's relative finding (its two techniques beat its baseline without "
+             "them): R² or error %, DPBoost vs the baseline.")
+    out = ["", title, "",
            "| data set | ε | DPBoost | baseline | holds here |", "|---|---|---|---|---|"]
     for dataset in config.datasets:
         for epsilon in config.epsilons:

@@ -83,3 +83,8 @@ class ShardUnavailable(RenyiboostError):
     def __init__(self, shard: int, detail: str) -> None:
         super().__init__(f"shard {shard} is unavailable: {detail}")
         self.shard = shard
+
+
+class BudgetExceeded(ValueError, RenyiboostError):
+    """A model would spend more of a shared privacy budget than is left
+    (:class:`~renyiboost.accounting.budget.PrivacyAccountant`); nothing was charged."""

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.special import expit
 
 from renyiboost.accounting import SizeEstimate
+from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.accounting.events import RdpAccountant
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
@@ -31,6 +32,27 @@ class MarginModel:
     schema: PublicSchema
     params: Any  # has .task
     ensemble: Ensemble | None
+    #: The shared budget every fit draws from (:meth:`draw_from`), or None.
+    accountant: PrivacyAccountant | None = None
+    accounting_name: str = ""
+
+    # ------------------------------------------------------------------ shared budget
+    def draw_from(self, accountant: PrivacyAccountant, name: str | None = None) -> Any:
+        """Charge every later :meth:`fit` of this model to ``accountant`` (a budget shared
+        by the models trained on the same data): each fit first charges its planned (ε, δ)
+        and is refused (``BudgetExceeded``, before any record is read) if it would overspend.
+        Returns the model."""
+        self.accountant = accountant
+        self.accounting_name = name or f"{type(self).__name__} {len(accountant.charges) + 1}"
+        return self
+
+    def planned_privacy(self) -> tuple[float | None, float]:
+        """The (ε, δ) a fit will spend, from the parameters alone."""
+        return self.params.epsilon, float(getattr(self.params, "delta", 0.0))
+
+    def _draw_budget(self) -> None:
+        if self.accountant is not None:
+            self.accountant.charge(self.accounting_name, *self.planned_privacy())
 
     def _setup(self, schema: PublicSchema, seed: int | None, params: Any) -> None:
         """The schema, the noise seed and the validated parameters of a private learner;
@@ -49,6 +71,7 @@ class MarginModel:
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        self._draw_budget()  # before any record is read by a mechanism
         if self.params.task == "classification":
             return X, y, y
         lo, hi = self.schema.target_bounds  # type: ignore[misc]
@@ -151,6 +174,9 @@ class PureDPModel(MarginModel):
                                 delta=0.0, order=None, sigma=None, budget_rdp=None,
                                 seeded_for_testing=self.seed is not None)
 
+    def planned_privacy(self) -> tuple[float | None, float]:
+        return self.budget.spent_epsilon(), 0.0
+
     def rdp(self, orders: Any) -> np.ndarray:
         """The RDP curve of the whole fit (to compose it with Gaussian mechanisms)."""
         return RdpAccountant(orders).compose(self.budget.event()).rdp
@@ -209,6 +235,9 @@ class SGBDT(MarginModel):
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
 
+    def planned_privacy(self) -> tuple[float | None, float]:
+        return self._given.epsilon, self._given.delta
+
     def _needs_size(self) -> bool:
         return bool(policy_fields(self._given.task) - self.explicit_params.keys())
 
@@ -239,10 +268,7 @@ class SGBDT(MarginModel):
         which the filter admits nobody still releases its tree (noise-only leaves), because
         stopping early would tell whether some row still had budget.
         """
-        X = self.schema.clip_encoded(X)
-        y = self._validate_target(y)
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         self.size_estimate_epsilon = self.size_estimate_ = None
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():

@@ -7,6 +7,8 @@ store — is the engine's.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,7 +16,8 @@ import numpy as np
 from river import base
 from scipy.special import expit
 
-from renyiboost.exceptions import InvalidRecord
+from renyiboost.accounting.budget import PrivacyAccountant
+from renyiboost.exceptions import BudgetExceeded, InvalidRecord, PrivacyLeakWarning
 from renyiboost.models.defaults import POLICY, Policy
 from renyiboost.models.losses import softmax
 from renyiboost.release import ModelRelease, PrivacyGuarantee
@@ -119,6 +122,8 @@ class _SGBDTEstimator:
             individual_filter=individual_filter, max_trees=max_trees,
             **{name: value for name, value in given.items() if not isinstance(value, Policy)})
         self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
+        self._drawn_from: PrivacyAccountant | None = None
+        self._wrapper_checked = False
 
     # ------------------------------------------------------------------ River plumbing
     @property
@@ -148,6 +153,44 @@ class _SGBDTEstimator:
             raise InvalidRecord(bad[first].reason, f"row {first}: {bad[first].detail}")
         return rows
 
+    # ------------------------------------------------------------------ shared budget
+    def draw_from(self, accountant: PrivacyAccountant, name: str | None = None) -> Any:
+        """Charge this stream's lifetime per-key (ε, δ) to ``accountant``, a budget shared
+        by the models trained on the same records; refused (``BudgetExceeded``) if it would
+        overspend, and a second time for the same estimator. Call it before learning."""
+        if self._drawn_from is not None:
+            raise BudgetExceeded("this estimator already drew its budget; a stream's (ε, δ) "
+                                 "covers its whole life")
+        guarantee = self.privacy_guarantee()
+        accountant.charge(name or f"{type(self).__name__} {len(accountant.charges) + 1}",
+                          guarantee.epsilon, guarantee.delta)
+        self._drawn_from = accountant
+        return self
+
+    def _check_wrapper(self) -> None:
+        """Warn once when a River model-selection wrapper drives this estimator: each
+        candidate reports its own ε, but all candidates learn from the same records, so
+        together (and the selection among them) they spend the sum."""
+        self._wrapper_checked = True
+        if self._engine.booster.calibration is None or self._drawn_from is not None:
+            return
+        from river.model_selection.base import ModelSelector
+
+        frame = sys._getframe(2)
+        for _ in range(8):  # the wrapper calls learn_one from its own learn_one
+            if frame is None:
+                return
+            if isinstance(frame.f_locals.get("self"), ModelSelector):
+                warnings.warn(
+                    f"a private {type(self).__name__} is a candidate of River's "
+                    f"{type(frame.f_locals['self']).__name__}: every candidate learns from the "
+                    "same records, so together they spend the sum of their ε, not the ε each "
+                    "reports. Draw them from one renyiboost.accounting.budget."
+                    "PrivacyAccountant (draw_from), or select privately with `renyiboost tune "
+                    "--private`.", PrivacyLeakWarning, stacklevel=3)
+                return
+            frame = frame.f_back
+
     # ------------------------------------------------------------------ learning
     def learn_one(self, x: dict, y: Any, *, key: Any = None, **kwargs: Any) -> None:
         """Buffer a copy of ``x`` under ``key`` (a new sequence id if None); may run rounds.
@@ -158,6 +201,8 @@ class _SGBDTEstimator:
         learned, but its call still counts as one stream position (the public schedule must
         not depend on whether a record was valid).
         """
+        if not self._wrapper_checked:
+            self._check_wrapper()
         engine, outside = self._engine, []
         try:
             row = engine.validator.features(x, outside)

@@ -52,6 +52,7 @@ from renyiboost.accounting.ldp import (
     randomise,
     report_variance_bound,
 )
+from renyiboost.exceptions import BudgetExceeded
 from renyiboost.models.batch import MarginModel
 from renyiboost.models.dpboost import _SplitSearch
 from renyiboost.models.splits import grouped_argmax
@@ -130,6 +131,12 @@ class FedXGBoostLDP(MarginModel):
         return LocalGuarantee(epsilon=budget.spent_epsilon(), rounds=budget.rounds,
                               round_epsilon=budget.round_epsilon, randomiser=budget.randomiser,
                               seeded_for_testing=self.seed is not None)
+
+    def planned_privacy(self) -> tuple[float | None, float]:
+        """Refused: label LDP bounds no record's privacy loss (the features are in the
+        clear), so this model cannot draw from a record-level budget."""
+        raise BudgetExceeded("FedXGBoost-LDP protects labels only (local DP); it cannot "
+                             "draw from a record-level privacy budget")
 
     def rdp(self, orders: Any) -> np.ndarray:
         """The RDP curve of one user's reports (to compose with other mechanisms)."""

@@ -1,0 +1,114 @@
+"""A privacy budget that several models trained on the same data draw from (issue 16,
+item 5).
+
+Each renyiboost model reports its own (ε, δ); fitted on the same records, k of them together
+spend more. :class:`PrivacyAccountant` holds the total and charges each model **before** it
+reads any record: its planned (ε, δ), which its parameters fix (a batch S-GBDT's target ε,
+including the count it may buy; a stream's per-key guarantee for its whole lifetime; the
+pure-DP learners' ε; the additive learner's GDP-converted (ε, δ)). A model that would
+overspend is refused with :class:`~renyiboost.exceptions.BudgetExceeded` and charged
+nothing, and so is every later fit of a batch model once the budget is gone (a refit reads
+the records again).
+
+Composition is sequential composition of (ε, δ)-DP (Dwork & Roth 2014, Thm. 3.16): the ε
+and the δ add up. It holds for any mix of mechanisms and any adaptivity between the models,
+which is what a model-selection loop does; it is not tight (an RDP composition of several
+S-GBDT models at one order would be), and it is stated so.
+
+FedXGBoost-LDP cannot draw from it: its guarantee is local DP of the labels only, and its
+feature holder sees the features, so it does not bound a record's privacy loss.
+
+Examples
+--------
+>>> from renyiboost.accounting.budget import PrivacyAccountant
+>>> budget = PrivacyAccountant(epsilon=3.0, delta=1e-6)
+>>> budget.charge("first", 1.0, 2e-7); budget.charge("second", 1.5, 2e-7)
+>>> round(budget.remaining_epsilon, 6)
+0.5
+>>> budget.charge("third", 1.0, 0.0)
+Traceback (most recent call last):
+...
+renyiboost.exceptions.BudgetExceeded: 'third' would spend ε = 1 of a budget with ε = 0.5 left (of 3; charged so far: first 1, second 1.5)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from renyiboost.exceptions import BudgetExceeded
+
+#: Relative slack for floating-point sums: a model planned at exactly what is left fits.
+SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One model's draw from the budget."""
+
+    name: str
+    epsilon: float
+    delta: float
+
+
+class PrivacyAccountant:
+    """A total (ε, δ) for all models trained on the same data (see the module docstring).
+
+    Parameters
+    ----------
+    epsilon, delta
+        The total guarantee the data owner allows, over every model charged here.
+    """
+
+    def __init__(self, epsilon: float, delta: float) -> None:
+        if not (epsilon > 0 and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        if not 0 <= delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.charges: list[Charge] = []
+
+    @property
+    def spent_epsilon(self) -> float:
+        return math.fsum(c.epsilon for c in self.charges)
+
+    @property
+    def spent_delta(self) -> float:
+        return math.fsum(c.delta for c in self.charges)
+
+    @property
+    def remaining_epsilon(self) -> float:
+        return self.epsilon - self.spent_epsilon
+
+    @property
+    def remaining_delta(self) -> float:
+        return self.delta - self.spent_delta
+
+    def charge(self, name: str, epsilon: float | None, delta: float | None) -> None:
+        """Record a model's (ε, δ), or refuse it (nothing recorded) if the totals would pass
+        the budget. ``epsilon=None`` is a model without privacy: refused, since it would
+        spend the records without bound."""
+        if epsilon is None:
+            raise BudgetExceeded(f"{name!r} trains without privacy (epsilon=None): it cannot "
+                                 "draw from a privacy budget")
+        delta = 0.0 if delta is None else float(delta)
+        if not (epsilon >= 0 and math.isfinite(epsilon)) or not 0 <= delta < 1:
+            raise ValueError(f"a charge needs epsilon >= 0 and delta in [0, 1), got "
+                             f"({epsilon!r}, {delta!r})")
+        so_far = ", ".join(f"{c.name} {c.epsilon:.4g}" for c in self.charges) or "none"
+        if epsilon > self.remaining_epsilon + SLACK * self.epsilon:
+            raise BudgetExceeded(
+                f"{name!r} would spend ε = {epsilon:.4g} of a budget with ε = "
+                f"{max(self.remaining_epsilon, 0.0):.4g} left (of {self.epsilon:.4g}; charged "
+                f"so far: {so_far})")
+        if delta > self.remaining_delta + SLACK * max(self.delta, 1e-300):
+            raise BudgetExceeded(
+                f"{name!r} would spend δ = {delta:.3g} of a budget with δ = "
+                f"{max(self.remaining_delta, 0.0):.3g} left (of {self.delta:.3g}; charged so "
+                f"far: {so_far})")
+        self.charges.append(Charge(name, float(epsilon), delta))
+
+    def __repr__(self) -> str:
+        return (f"PrivacyAccountant(epsilon={self.epsilon:g}, delta={self.delta:g}, "
+                f"spent=({self.spent_epsilon:.4g}, {self.spent_delta:.3g}), "
+                f"models={len(self.charges)})")

@@ -1,0 +1,188 @@
+"""ONNX export of a public release (issue 16, item 6).
+
+:func:`to_onnx` turns a :class:`~renyiboost.release.ModelRelease` — the public release and
+nothing else: trees, initial score, schema, privacy parameters — into an ONNX model that any
+ONNX runtime can serve. The trees become one ``ai.onnx.ml`` ``TreeEnsembleRegressor``
+(regression) or ``TreeEnsembleClassifier`` (binary: logistic; multiclass: softmax over one
+score a class), opset 3, with thresholds, leaf values and initial scores stored as doubles.
+
+The model's input ``X`` is the **schema-encoded** float64 matrix of
+:meth:`~renyiboost.schema.PublicSchema.encode_columns` (numeric values clipped to their
+public bounds, categories as codes, NaN for a missing value), one column a schema feature in
+its order. The tree tests map one to one:
+
+* numeric node: ``BRANCH_LT`` (``x < threshold`` goes to the true branch, our left child);
+* categorical node: ``BRANCH_EQ`` (``code == threshold``);
+* a missing value fails both tests and goes to the false branch, our fixed right branch
+  (``nodes_missing_value_tracks_true`` = 0).
+
+A regression model's margin is clipped to [−1, 1] and mapped back to the public target
+bounds with ``Clip``/``Add``/``Mul`` nodes after the ensemble, as
+:func:`~renyiboost.models.losses.unscale_margin` does. The privacy guarantee, the model's
+name and version and the store it came from travel as metadata (``metadata_props``), all of
+them public fields of the release; no count or budget of anybody is in the file.
+
+Why by hand: ``skl2onnx`` and ``onnxmltools`` convert scikit-learn, XGBoost and LightGBM
+models, not an ensemble of complete random trees with our missing-value rule, and building
+the operator from the release takes fewer lines than an adapter to one of their classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from renyiboost.release import ModelRelease
+from renyiboost.schema import PublicSchema
+
+#: The ``ai.onnx.ml`` opset of the tree operators (``*_as_tensor`` double attributes).
+ML_OPSET = 3
+#: The default-domain opset (``Clip`` with min/max inputs needs 11 or later).
+ONNX_OPSET = 17
+
+
+def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, list[Any]]:
+    """The per-node attributes of every tree (heap order: internal node ``i`` has the id
+    ``i``, its children ``2i + 1`` (true) and ``2i + 2`` (false); leaf ``j`` the id
+    ``2^d − 1 + j``)."""
+    n_internal = 2**release.depth - 1
+    node = np.arange(n_internal + 2**release.depth)
+    internal = node < n_internal
+    columns: dict[str, list[Any]] = {name: [] for name in (
+        "nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+        "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")}
+    for tree, released in enumerate(release.trees):
+        features = np.zeros(node.size, dtype=np.int64)
+        values = np.zeros(node.size)
+        features[:n_internal] = released.features
+        values[:n_internal] = released.thresholds
+        categorical = schema.is_categorical[features] & internal
+        modes = np.where(internal, np.where(categorical, "BRANCH_EQ", "BRANCH_LT"), "LEAF")
+        columns["nodes_treeids"] += [tree] * node.size
+        columns["nodes_nodeids"] += node.tolist()
+        columns["nodes_featureids"] += features.tolist()
+        columns["nodes_values"] += values.tolist()
+        columns["nodes_modes"] += modes.tolist()
+        columns["nodes_truenodeids"] += np.where(internal, 2 * node + 1, 0).tolist()
+        columns["nodes_falsenodeids"] += np.where(internal, 2 * node + 2, 0).tolist()
+        columns["nodes_missing_value_tracks_true"] += [0] * node.size
+    return columns
+
+
+def _leaf_targets(release: ModelRelease, n_outputs: int) -> tuple[list[int], list[int],
+                                                                  list[int], list[float]]:
+    """(tree ids, node ids, output ids, weights) of every leaf value: one a leaf, or one a
+    class and leaf for vector leaves."""
+    n_internal = 2**release.depth - 1
+    trees, nodes, outputs, weights = [], [], [], []
+    for tree, released in enumerate(release.trees):
+        leaves = np.asarray(released.leaves, dtype=float).reshape(2**release.depth, n_outputs)
+        for leaf in range(leaves.shape[0]):
+            for output in range(n_outputs):
+                trees.append(tree)
+                nodes.append(n_internal + leaf)
+                outputs.append(output)
+                weights.append(float(leaves[leaf, output]))
+    return trees, nodes, outputs, weights
+
+
+def _double_tensor(name: str, values: Any) -> Any:
+    from onnx import TensorProto, helper
+
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    return helper.make_tensor(name, TensorProto.DOUBLE, [flat.size], flat.tolist())
+
+
+def _class_labels(schema: PublicSchema) -> dict[str, list[Any]]:
+    labels = [schema.label_of(code) for code in range(schema.n_classes)]
+    if all(isinstance(label, str) for label in labels):
+        return {"classlabels_strings": labels}
+    if all(isinstance(label, int) for label in labels):  # bools are ints: False/True → 0/1
+        return {"classlabels_int64s": [int(label) for label in labels]}
+    raise ValueError(f"ONNX class labels are all strings or all integers; the public label "
+                     f"set {schema.labels!r} mixes them")
+
+
+def to_onnx(release: ModelRelease) -> Any:
+    """The release as an ``onnx.ModelProto`` (see the module docstring).
+
+    Needs the ``onnx`` package (the ``onnx`` extra). Outputs: ``variable`` (the prediction,
+    shape ``(N, 1)``) for regression; ``label`` and ``probabilities`` (one column a class,
+    in the order of the public labels) for classification.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from renyiboost.models.batch import SGBDT
+    >>> from renyiboost.schema import PublicSchema
+    >>> schema = PublicSchema(features={"a": (0, 1)}, target_bounds=(0, 3))
+    >>> X = np.random.default_rng(0).uniform(0, 1, (500, 1))
+    >>> model = SGBDT(schema, epsilon=1.0, rounds=5, depth=2, seed=0).fit(X, 3 * X[:, 0])
+    >>> onnx_model = to_onnx(model.release())   # doctest: +SKIP
+    """
+    try:
+        from onnx import TensorProto, checker, helper
+    except ImportError as missing:  # pragma: no cover - depends on the environment
+        raise ImportError("ONNX export needs the onnx package: pip install 'renyiboost[onnx]'"
+                          ) from missing
+    schema = PublicSchema(**release.public_schema)
+    n_outputs = schema.n_outputs if release.task == "classification" else 1
+    base = np.atleast_1d(np.asarray(release.init_score, dtype=float))
+    attributes: dict[str, Any] = _tree_attributes(release, schema)
+    values = attributes.pop("nodes_values")
+    attributes["nodes_values_as_tensor"] = _double_tensor("nodes_values", values)
+    trees, nodes, outputs, weights = _leaf_targets(release, n_outputs)
+    X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
+    extra: list[Any] = []
+    if release.task == "regression":
+        lo, hi = schema.target_bounds  # type: ignore[misc]
+        ensemble = helper.make_node(
+            "TreeEnsembleRegressor", ["X"], ["margin"], domain="ai.onnx.ml", n_targets=1,
+            target_treeids=trees, target_nodeids=nodes, target_ids=outputs,
+            target_weights_as_tensor=_double_tensor("target_weights", weights),
+            base_values_as_tensor=_double_tensor("base_values", base),
+            aggregate_function="SUM", post_transform="NONE", **attributes)
+        constants = {"minus_one": -1.0, "one": 1.0, "half_range": (hi - lo) / 2.0, "lo": lo}
+        extra = [helper.make_tensor(name, TensorProto.FLOAT, [], [value])
+                 for name, value in constants.items()]
+        nodes_list = [
+            ensemble,
+            helper.make_node("Clip", ["margin", "minus_one", "one"], ["clipped"]),
+            helper.make_node("Add", ["clipped", "one"], ["shifted"]),
+            helper.make_node("Mul", ["shifted", "half_range"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "lo"], ["variable"]),
+        ]
+        graph_outputs = [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, 1])]
+    else:
+        binary = n_outputs == 1
+        labels = _class_labels(schema)
+        label_type = (TensorProto.STRING if "classlabels_strings" in labels
+                      else TensorProto.INT64)
+        nodes_list = [helper.make_node(
+            "TreeEnsembleClassifier", ["X"], ["label", "probabilities"], domain="ai.onnx.ml",
+            class_treeids=trees, class_nodeids=nodes,
+            # binary: one score a leaf (the positive class's log-odds, class id 0 as for
+            # two labels the runtime reports [1 − σ(s), σ(s)])
+            class_ids=outputs,
+            class_weights_as_tensor=_double_tensor("class_weights", weights),
+            base_values_as_tensor=_double_tensor("base_values", base),
+            post_transform="LOGISTIC" if binary else "SOFTMAX", **labels, **attributes)]
+        graph_outputs = [
+            helper.make_tensor_value_info("label", label_type, [None]),
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
+                                          [None, schema.n_classes])]
+    graph = helper.make_graph(nodes_list, f"renyiboost_{release.model}", [X], graph_outputs,
+                              initializer=extra)
+    model = helper.make_model(graph, producer_name="renyiboost", opset_imports=[
+        helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid("ai.onnx.ml", ML_OPSET)])
+    model.doc_string = ("A renyiboost public release: DP trees over schema-encoded inputs "
+                        "(see renyiboost.export).")
+    helper.set_model_props(model, {
+        "renyiboost.format": release.format, "model": release.model,
+        "version": str(release.version), "store_id": str(release.store_id),
+        "epoch": str(release.epoch), "task": release.task,
+        "public_schema": schema.model_dump_json(),
+        "privacy_guarantee": release.guarantee.model_dump_json()})
+    checker.check_model(model)
+    return model

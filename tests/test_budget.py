@@ -1,0 +1,123 @@
+"""A privacy budget shared by the models trained on the same data (issue 16, item 5), and
+the warning inside River's model-selection wrappers.
+
+Would these fail if a model spent without being charged, if a refused model still read the
+data, or if a refit were free? Each is asserted."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from river import bandit, datasets, metrics, model_selection
+
+from renyiboost import SGBDTClassifier
+from renyiboost.accounting.budget import PrivacyAccountant
+from renyiboost.exceptions import BudgetExceeded, PrivacyLeakWarning, TestingOnlyWarning
+from renyiboost.models.additive import DPAdditiveBoost
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.diprime import DiPriMe
+from renyiboost.models.dpboost import DPBoost
+from renyiboost.models.fedxgboost import FedXGBoostLDP
+from renyiboost.schema import PublicSchema
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)})
+X = np.random.default_rng(0).uniform(0, 1, (600, 2))
+Y = (X[:, 0] > 0.5).astype(float)
+
+
+def test_charges_add_up_and_an_overspend_is_refused_without_a_trace() -> None:
+    budget = PrivacyAccountant(epsilon=2.0, delta=1e-6)
+    budget.charge("a", 1.2, 4e-7)
+    with pytest.raises(BudgetExceeded, match="would spend ε = 0.9 of a budget with ε = 0.8"):
+        budget.charge("b", 0.9, 0.0)
+    with pytest.raises(BudgetExceeded, match="δ"):
+        budget.charge("c", 0.1, 7e-7)
+    with pytest.raises(BudgetExceeded, match="without privacy"):
+        budget.charge("d", None, None)
+    assert [c.name for c in budget.charges] == ["a"]
+    budget.charge("e", 0.8, 6e-7)  # exactly what is left fits
+    assert budget.remaining_epsilon == pytest.approx(0.0, abs=1e-12)
+
+
+def test_every_fit_of_a_batch_model_draws_and_a_refused_fit_reads_nothing(monkeypatch) -> None:
+    budget = PrivacyAccountant(epsilon=2.5, delta=1e-5)
+    first = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=3, depth=1,
+                  expected_records=600).draw_from(budget, "first")
+    first.fit(X, Y)
+    first.fit(X, Y)  # a refit reads the records again: charged again
+    assert [(c.name, c.epsilon, c.delta) for c in budget.charges] == [
+        ("first", 1.0, 1e-6), ("first", 1.0, 1e-6)]
+    second = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=3, depth=1,
+                   expected_records=600).draw_from(budget)
+    from renyiboost.models import booster
+
+    def no_round(*args, **kwargs):  # a refused fit must not get this far
+        raise AssertionError("a refused fit ran a round")
+
+    monkeypatch.setattr(booster.SGBDTBooster, "plan_round", no_round)
+    with pytest.raises(BudgetExceeded, match="first 1, first 1"):
+        second.fit(X, Y)
+    assert second.ensemble is None and len(budget.charges) == 2
+
+
+def test_the_fields_learners_draw_their_guarantee_and_label_ldp_is_refused() -> None:
+    budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
+    DPBoost(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=2).draw_from(
+        budget, "dpboost").fit(X, Y)
+    DiPriMe(SCHEMA, seed=0, task="classification", epsilon=2.0).draw_from(
+        budget, "diprime").fit(X, Y)
+    DPAdditiveBoost(SCHEMA, seed=0, task="classification", epsilon=1.5).draw_from(
+        budget, "gam").fit(X, Y)
+    assert [(c.name, c.epsilon) for c in budget.charges] == [
+        ("dpboost", 1.0), ("diprime", 2.0), ("gam", 1.5)]
+    assert budget.charges[2].delta > 0 and budget.charges[0].delta == 0.0
+    ldp = FedXGBoostLDP(SCHEMA, seed=0, task="classification", epsilon=1.0).draw_from(budget)
+    with pytest.raises(BudgetExceeded, match="labels only"):
+        ldp.fit(X, Y)
+    assert len(budget.charges) == 3
+
+
+def _phishing_candidates(n: int) -> list[SGBDTClassifier]:
+    features = {name: (0, 1) for name in next(iter(datasets.Phishing()))[0]}
+    return [SGBDTClassifier(features, epsilon=1.0, rounds=5, depth=2, train_every=50,
+                            warmup=50, learning_rate=lr, seed=1) for lr in (0.1, 0.3, 0.5)[:n]]
+
+
+def test_a_stream_draws_its_lifetime_guarantee_once() -> None:
+    budget = PrivacyAccountant(epsilon=2.5, delta=1e-5)
+    first, second, third = _phishing_candidates(3)
+    first.draw_from(budget)
+    second.draw_from(budget)
+    with pytest.raises(BudgetExceeded, match="already drew"):
+        first.draw_from(budget)
+    with pytest.raises(BudgetExceeded, match="would spend"):
+        third.draw_from(budget)
+    assert budget.spent_epsilon == pytest.approx(2 * first.privacy_guarantee().epsilon)
+
+
+def test_river_model_selection_over_private_candidates_warns_unless_they_share_a_budget(
+) -> None:
+    def run(models: list[SGBDTClassifier]) -> list[warnings.WarningMessage]:
+        selector = model_selection.BanditClassifier(models, metrics.Accuracy(),
+                                                    bandit.EpsilonGreedy(0.1, seed=1))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for x, y in datasets.Phishing().take(60):
+                selector.learn_one(x, y)
+        return [w for w in caught if issubclass(w.category, PrivacyLeakWarning)
+                and "BanditClassifier" in str(w.message)]
+
+    assert run(_phishing_candidates(3))
+    budget = PrivacyAccountant(epsilon=3.5, delta=1e-5)
+    shared = [model.draw_from(budget) for model in _phishing_candidates(3)]
+    assert not run(shared)
+    # alone, outside a wrapper: no such warning
+    model = _phishing_candidates(1)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x, y in datasets.Phishing().take(5):
+            model.learn_one(x, y)
+    assert not [w for w in caught if "BanditClassifier" in str(w.message)]

@@ -1,0 +1,116 @@
+"""ONNX export (issue 16, item 6): every export runs in onnxruntime and gives the model's own
+predictions; the file carries the public release and nothing else."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.export import to_onnx
+from renyiboost.models.batch import SGBDT
+from renyiboost.schema import PublicSchema
+
+ort = pytest.importorskip("onnxruntime")
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+FEATURES = {"a": (0.0, 1.0), "b": (-5.0, 5.0), "c": ["x", "y", "z"]}
+
+
+def _rows(n: int, seed: int = 0) -> np.ndarray:
+    """Encoded rows with categorical codes, the "other" code, values on thresholds' scale
+    and missing values in every column."""
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.uniform(0, 1, n), rng.uniform(-5, 5, n),
+                         rng.integers(0, 4, n).astype(float)])
+    X[rng.uniform(size=(n, 3)) < 0.1] = np.nan
+    return X
+
+
+def _target(X: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(2 * X[:, 0] + (X[:, 2] == 1) + 0.1 * X[:, 1], nan=0.5)
+
+
+def _session(release) -> object:
+    return ort.InferenceSession(to_onnx(release).SerializeToString())
+
+
+def test_a_regression_export_predicts_what_the_model_predicts() -> None:
+    schema = PublicSchema(features=FEATURES, target_bounds=(-1.0, 4.0))
+    X = _rows(3000)
+    model = SGBDT(schema, seed=0, epsilon=1.0).fit(X[:2000], _target(X[:2000]))
+    assert model.params.depth >= 2 and not model.params.split_candidates  # continuous cuts
+    (out,) = _session(model.release()).run(None, {"X": X[2000:]})
+    assert out.shape == (1000, 1)
+    np.testing.assert_allclose(out[:, 0], model.predict(X[2000:]), rtol=1e-6, atol=1e-5)
+
+
+def test_binary_and_multiclass_exports_give_the_models_labels_and_probabilities() -> None:
+    X = _rows(3000, seed=1)
+    signal = _target(X)
+    for labels, y in ((None, (signal > 1.2).astype(float)),
+                      (["no", "yes"], np.where(signal > 1.2, "yes", "no")),
+                      (["low", "mid", "high"],
+                       np.array(["low", "mid", "high"])[np.digitize(signal, [0.8, 1.6])])):
+        schema = PublicSchema(features=FEATURES, labels=labels)
+        model = SGBDT(schema, seed=2, task="classification", epsilon=2.0).fit(
+            X[:2000], y[:2000])
+        label, proba = _session(model.release()).run(None, {"X": X[2000:]})
+        np.testing.assert_allclose(proba, model.predict_proba(X[2000:]), atol=1e-6)
+        assert (np.asarray(label) == model.predict(X[2000:])).all()
+
+
+def test_a_stream_release_with_dropped_trees_exports_the_committed_model() -> None:
+    """A River estimator's release (max_trees: the oldest trees dropped) and a multiclass
+    one: the export predicts what predict_one answers."""
+    rng = np.random.default_rng(3)
+    rows = [{"a": float(a), "b": float(b), "c": ["x", "y", "z"][c]} for a, b, c in
+            zip(rng.uniform(0, 1, 600), rng.uniform(-5, 5, 600), rng.integers(0, 3, 600),
+                strict=True)]
+    regressor = SGBDTRegressor(FEATURES, target_bounds=(-1.0, 4.0), epsilon=1.0, seed=4,
+                               rounds=12, depth=3, train_every=40, warmup=40, max_trees=5)
+    classifier = SGBDTClassifier(FEATURES, labels=["p", "q", "r"], epsilon=1.0, seed=4,
+                                 rounds=12, depth=3, train_every=40, warmup=40)
+    for i, x in enumerate(rows):
+        regressor.learn_one(x, float(np.clip(2 * x["a"] + (x["c"] == "y"), -1, 4)), key=i)
+        classifier.learn_one(x, "pqr"[int(x["a"] * 3)], key=i)
+    release = regressor.release()
+    assert len(release.trees) == 5 < regressor.engine.booster.rounds_done
+    encoded = np.vstack([regressor.engine.validator.features(x) for x in rows[:100]])
+    (out,) = _session(release).run(None, {"X": encoded})
+    np.testing.assert_allclose(out[:, 0], [regressor.predict_one(x) for x in rows[:100]],
+                               rtol=1e-6, atol=1e-5)
+    label, proba = _session(classifier.release()).run(None, {"X": encoded})
+    expected = [classifier.predict_proba_one(x) for x in rows[:100]]
+    np.testing.assert_allclose(proba, [[p[c] for c in "pqr"] for p in expected], atol=1e-6)
+    assert list(label) == [classifier.predict_one(x) for x in rows[:100]]
+
+
+def test_the_file_holds_the_public_release_only() -> None:
+    """Metadata: the release's public fields (guarantee, schema, identity); nothing of the
+    operator channel (no count of keys or records, no budget of anybody)."""
+    schema = PublicSchema(features=FEATURES, target_bounds=(-1.0, 4.0))
+    X = _rows(500)
+    model = SGBDT(schema, seed=0, epsilon=1.0, rounds=4, depth=2).fit(X, _target(X))
+    release = model.release()
+    exported = to_onnx(release)
+    props = {p.key: p.value for p in exported.metadata_props}
+    assert set(props) == {"renyiboost.format", "model", "version", "store_id", "epoch",
+                          "task", "public_schema", "privacy_guarantee"}
+    assert json.loads(props["privacy_guarantee"]) == release.guarantee.model_dump(mode="json")
+    assert PublicSchema.model_validate_json(props["public_schema"]) == schema
+    text = exported.SerializeToString()
+    assert b"eligible" not in text and b"sampled" not in text and b"spent" not in text
+
+
+def test_mixed_label_types_are_refused() -> None:
+    schema = PublicSchema(features=FEATURES, labels=["a", 1, "c"])
+    X = _rows(300)
+    model = SGBDT(schema, seed=0, task="classification", epsilon=1.0, rounds=2, depth=1).fit(
+        X, np.array(["a", 1, "c"] * 100, dtype=object))
+    with pytest.raises(ValueError, match="mixes them"):
+        to_onnx(model.release())

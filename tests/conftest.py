@@ -32,6 +32,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     broker.stop()
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                            replication_factor=1)])
+    futures[topic].result(10)
+
+
 def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
     """Read a topic from the beginning until ``expected`` messages or the timeout."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import Message, Producer
-from conftest import read_topic
+from conftest import create_topic, read_topic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,15 +35,6 @@ warnings.simplefilter("ignore", TestingOnlyWarning)
 
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                            replication_factor=1)])
-    futures[topic].result(10)
 
 
 def _produce(

@@ -18,7 +18,24 @@ COMMANDS = {
     "experiment": "a cached grid of prequential stream runs: tables and plots",
     "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
     "tune": "hyper-parameter search on training data only (--private: accounted selection)",
+    "serve": "an HTTP JSON predict endpoint that follows a model topic (public releases)",
 }
+
+
+def _serve(argv: list[str]) -> int:
+    from renyiboost.connectors.serving import run_serve
+
+    parser = argparse.ArgumentParser(prog="renyiboost serve", description=COMMANDS["serve"])
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers host:port")
+    parser.add_argument("--model-topic", required=True, help="the topic the trainer publishes "
+                        "its releases to")
+    parser.add_argument("--model-name", default="model",
+                        help="the releases' message key (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    args = parser.parse_args(argv)
+    return run_serve(args.bootstrap, args.model_topic, args.model_name, args.host, args.port)
 
 
 def _train(argv: list[str]) -> int:
@@ -173,6 +190,8 @@ def _dispatch(argv: list[str]) -> int:
         return _replay(rest)
     if command == "reshard":
         return _reshard(rest)
+    if command == "serve":
+        return _serve(rest)
     if command == "demo":
         from renyiboost.experiments.demo import main as run
     elif command == "experiment":

@@ -1,0 +1,197 @@
+"""``renyiboost serve``: an HTTP JSON predict endpoint that follows the model topic (issue 16,
+item 7).
+
+A :class:`~renyiboost.connectors.kafka.ModelFollower` reads the public releases from the
+model topic in a background thread; a FastAPI app (an ASGI app, served by uvicorn) answers
+from the newest version it has applied. Everything it serves is public: predictions of the
+released model, the version and store that produced them, the schema and the guarantee.
+No operator telemetry is reachable from here (the follower has none: it reads the public
+topic only).
+
+Endpoints:
+
+* ``POST /predict`` ``{"rows": [{feature: value, ...}, ...]}`` → ``{"model", "version",
+  "store_id", "predictions": [...]}`` and, for a classifier, ``"probabilities"`` (one
+  ``{label: p}`` a row). Rows are validated against the public schema exactly as a
+  training record is (unknown features, non-numbers, non-finite numbers are refused): a bad
+  row answers 422 with its index, reason and detail, and nothing is predicted. 503 until a
+  first release has arrived.
+* ``GET /model`` → the public description of the served version (schema, task, guarantee).
+* ``GET /health`` → 200 ``{"status": "ready", "version": v}`` or 503 while waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from renyiboost.exceptions import InvalidRecord
+from renyiboost.models.losses import softmax, unscale_margin
+
+log = logging.getLogger("renyiboost.serve")
+
+#: Rows one request may hold (a bound on the work a single request can ask for).
+MAX_ROWS = 10_000
+
+
+class PredictRequest(BaseModel):
+    """The body of ``POST /predict``."""
+
+    rows: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_ROWS)
+
+
+class PredictResponse(BaseModel):
+    """Predictions of one model version (public: the release's predictions and identity)."""
+
+    model: str
+    version: int
+    store_id: str | None
+    predictions: list[Any]
+    probabilities: list[dict[str, float]] | None = None
+
+
+class FollowerService:
+    """A model follower polled in a background thread, and predictions under one lock (a
+    release is applied whole between two predictions, never during one)."""
+
+    def __init__(self, follower: Any, poll_interval: float = 0.2) -> None:
+        self.follower = follower
+        self.poll_interval = poll_interval
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._follow, name="model-follower",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.follower.consumer.close()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self.lock:
+                    applied = self.follower.poll(0.0)
+                if applied:
+                    log.info("serving model %r version %d", self.follower.model_name,
+                             self.follower.version)
+            except Exception:  # keep serving the last good version; say why
+                log.exception("reading the model topic failed; still serving version %d",
+                              self.follower.version)
+            self._stop.wait(self.poll_interval)
+
+    def predict(self, rows: list[dict[str, Any]]) -> PredictResponse:
+        """Validated rows → predictions of the current version (``LookupError`` before the
+        first release; :class:`InvalidRecord` naming the first bad row)."""
+        with self.lock:
+            follower = self.follower
+            if follower.ensemble is None or follower.validator is None:
+                raise LookupError("no model version received yet")
+            encoded = []
+            for i, row in enumerate(rows):
+                try:
+                    encoded.append(follower.validator.features(row))
+                except InvalidRecord as why:
+                    raise InvalidRecord(why.reason, f"row {i}: {why.detail}") from None
+            margin = follower.ensemble.predict_margin(np.vstack(encoded))
+            schema = follower.validator.schema
+            response = {"model": follower.model_name, "version": follower.version,
+                        "store_id": follower.store_id}
+        if follower.task == "regression":
+            values = unscale_margin(margin, schema.target_bounds)
+            return PredictResponse(**response, predictions=values.tolist())
+        if margin.ndim == 2:
+            proba = softmax(margin)
+        else:
+            p = 1.0 / (1.0 + np.exp(-margin))
+            proba = np.column_stack([1.0 - p, p])
+        labels = [schema.label_of(code) for code in range(schema.n_classes)]
+        return PredictResponse(
+            **response, predictions=[labels[c] for c in proba.argmax(axis=1).tolist()],
+            probabilities=[{str(label): float(p) for label, p in zip(labels, row, strict=True)}
+                           for row in proba])
+
+    def describe(self) -> dict[str, Any]:
+        """The public description of the served version."""
+        with self.lock:
+            follower = self.follower
+            if follower.validator is None:
+                raise LookupError("no model version received yet")
+            return {"model": follower.model_name, "version": follower.version,
+                    "store_id": follower.store_id, "task": follower.task,
+                    "public_schema": follower.validator.schema.model_dump(mode="json"),
+                    "guarantee": follower.guarantee.model_dump(mode="json")}
+
+
+def create_app(service: FollowerService) -> Any:
+    """The ASGI app over ``service`` (started and stopped with the app's lifespan)."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import JSONResponse
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        service.start()
+        yield
+        service.stop()
+
+    app = FastAPI(title="renyiboost", description="DP tree model served from its model "
+                  "topic (public releases only)", lifespan=lifespan)
+
+    @app.post("/predict", response_model=PredictResponse, response_model_exclude_none=True)
+    def predict(request: PredictRequest) -> PredictResponse:
+        try:
+            return service.predict(request.rows)
+        except LookupError as why:
+            raise HTTPException(status_code=503, detail=str(why)) from None
+        except InvalidRecord as why:
+            raise HTTPException(status_code=422, detail={
+                "reason": why.reason, "detail": why.detail}) from None
+
+    @app.get("/model")
+    def model() -> dict[str, Any]:
+        try:
+            return service.describe()
+        except LookupError as why:
+            raise HTTPException(status_code=503, detail=str(why)) from None
+
+    @app.get("/health")
+    def health() -> JSONResponse:
+        version = service.follower.version
+        if version == 0:
+            return JSONResponse({"status": "waiting", "version": 0}, status_code=503)
+        return JSONResponse({"status": "ready", "version": version})
+
+    return app
+
+
+def run_serve(bootstrap: str, model_topic: str, model_name: str = "model",
+              host: str = "127.0.0.1", port: int = 8000) -> int:
+    """Follow ``model_topic`` and serve it over HTTP until interrupted."""
+    try:
+        import uvicorn
+    except ImportError as missing:  # pragma: no cover - depends on the environment
+        raise ImportError("serving needs the serve extra: pip install 'renyiboost[serve]'"
+                          ) from missing
+    from renyiboost.connectors.kafka import ModelFollower
+
+    # A model topic the trainer creates after the server starts is found within seconds
+    # (librdkafka's default metadata refresh is five minutes).
+    follower = ModelFollower(bootstrap, model_topic, model_name,
+                             extra={"topic.metadata.refresh.interval.ms": "2000"})
+    service = FollowerService(follower)
+    log.info("following %s on %s; serving on http://%s:%d", model_topic, bootstrap, host, port)
+    started = time.monotonic()
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    log.info("stopped after %.0f s", time.monotonic() - started)
+    return 0

@@ -1,0 +1,154 @@
+"""``renyiboost serve`` (issue 16, item 7): the real command, a real broker, a real HTTP
+client. The server answers 503 until a release arrives, then the model's own predictions
+with the version it used; a newer release on the topic moves it on; bad rows get 422 with
+the reason; and only public fields are served."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+
+import numpy as np
+import pytest
+from confluent_kafka import Producer
+from conftest import create_topic
+
+from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.exceptions import TestingOnlyWarning
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+FEATURES = {"a": (0.0, 1.0), "b": (-5.0, 5.0), "c": ["x", "y", "z"]}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _rows(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"a": float(a), "b": float(b), "c": "xyz"[c]} for a, b, c in
+            zip(rng.uniform(0, 1, n), rng.uniform(-5, 5, n), rng.integers(0, 3, n),
+                strict=True)]
+
+
+def _publish(bootstrap: str, topic: str, model, name: str, versions: range) -> None:
+    """What the trainer's publisher does: one message a version, the trees it adds."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for version in versions:
+        release = model.engine.release(name, after=version - 1, upto=version)
+        producer.produce(topic, key=name.encode(), value=release.model_dump_json().encode())
+    assert producer.flush(30) == 0
+
+
+def _wait(client, path: str, version: int, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            answer = client.get(path)
+            if answer.status_code == 200 and answer.json()["version"] >= version:
+                return answer.json()
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"the server did not reach version {version}")
+
+
+@pytest.fixture(params=[True, False], ids=["topic-exists", "topic-later"])
+def server(kafka_bootstrap, tmp_path, request):
+    """Start ``renyiboost serve`` on a fresh topic; yields (topic, client)."""
+    topic = f"serve-{uuid.uuid4().hex[:8]}.models"
+    if request.param:  # the trainer made the topic already; else it appears after the server
+        create_topic(kafka_bootstrap, topic)
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")  # a file: a full pipe would block the server
+    process = subprocess.Popen(
+        [sys.executable, "-m", "renyiboost", "serve", "--bootstrap", kafka_bootstrap,
+         "--model-topic", topic, "--model-name", "m", "--port", str(port)],
+        env={**os.environ, "PYTHONWARNINGS": "ignore"}, stderr=log, text=True)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # up, but waiting for a model
+            try:
+                if client.get("/health").status_code == 503:
+                    break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("serve did not start: "
+                                       + (tmp_path / "serve.log").read_text())
+                time.sleep(0.2)
+        yield topic, client
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(10)
+        log.close()
+        print((tmp_path / "serve.log").read_text()[-3000:])  # shown when a test fails
+
+
+def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
+        server, kafka_bootstrap) -> None:
+    topic, client = server
+    rows = _rows(400, seed=1)
+    model = SGBDTRegressor(FEATURES, target_bounds=(-1.0, 4.0), epsilon=1.0, seed=2,
+                           rounds=10, depth=3, train_every=50, warmup=50)
+    assert client.post("/predict", json={"rows": rows[:2]}).status_code == 503
+    for i, x in enumerate(rows[:200]):
+        model.learn_one(x, float(np.clip(2 * x["a"] + (x["c"] == "y"), -1, 4)), key=i)
+    first = model.engine.release_version
+    _publish(kafka_bootstrap, topic, model, "m", range(1, first + 1))
+    _wait(client, "/health", first)
+    probe = rows[:50]
+    answer = client.post("/predict", json={"rows": probe}).json()
+    assert answer["version"] == first and answer["model"] == "m"
+    np.testing.assert_allclose(answer["predictions"], [model.predict_one(x) for x in probe],
+                               rtol=1e-12)
+    # more training, more releases: the server moves on and says so
+    for i, x in enumerate(rows[200:], start=200):
+        model.learn_one(x, float(np.clip(2 * x["a"] + (x["c"] == "y"), -1, 4)), key=i)
+    second = model.engine.release_version
+    assert second > first
+    _publish(kafka_bootstrap, topic, model, "m", range(first + 1, second + 1))
+    _wait(client, "/health", second)
+    answer = client.post("/predict", json={"rows": probe}).json()
+    assert answer["version"] == second
+    np.testing.assert_allclose(answer["predictions"], [model.predict_one(x) for x in probe],
+                               rtol=1e-12)
+    described = client.get("/model").json()
+    assert set(described) == {"model", "version", "store_id", "task", "public_schema",
+                              "guarantee"}
+    assert described["guarantee"] == model.privacy_guarantee().model_dump(mode="json")
+    # bad rows: the reason and the row, nothing predicted
+    bad = client.post("/predict", json={"rows": [probe[0], {"a": 0.5, "d": 1.0}]})
+    assert bad.status_code == 422
+    assert bad.json()["detail"]["reason"] == "schema" and "row 1" in bad.json()["detail"]["detail"]
+    assert client.post("/predict", json={"rows": [{"a": "high"}]}).status_code == 422
+    assert client.post("/predict", json={"rows": []}).status_code == 422
+
+
+def test_serve_gives_labels_and_probabilities_of_a_multiclass_model(server,
+                                                                    kafka_bootstrap) -> None:
+    topic, client = server
+    rows = _rows(300, seed=3)
+    model = SGBDTClassifier(FEATURES, labels=["p", "q", "r"], epsilon=1.0, seed=4, rounds=8,
+                            depth=2, train_every=50, warmup=50)
+    for i, x in enumerate(rows):
+        model.learn_one(x, "pqr"[int(x["a"] * 3)], key=i)
+    version = model.engine.release_version
+    _publish(kafka_bootstrap, topic, model, "m", range(1, version + 1))
+    _wait(client, "/health", version)
+    answer = client.post("/predict", json={"rows": rows[:20]}).json()
+    assert answer["predictions"] == [model.predict_one(x) for x in rows[:20]]
+    for served, x in zip(answer["probabilities"], rows[:20], strict=True):
+        expected = model.predict_proba_one(x)
+        assert served == pytest.approx({k: v for k, v in expected.items()}, rel=1e-12)

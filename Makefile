@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install test mutants demo reproduce paper field bench defaults lint
+.PHONY: install test mutants dist demo reproduce paper field bench defaults lint
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
@@ -20,6 +20,12 @@ test: $(VENV)/.installed
 # must make the suite fail. About 1.5 minutes; CI runs it after the tests.
 mutants: $(VENV)/.installed
 	$(PY) tests/mutants.py
+
+# The sdist and the wheel (python -m build), checked to carry the package's type marker.
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m build --outdir dist . >/dev/null
+	$(PY) -c "import sys, zipfile, glob; names = zipfile.ZipFile(glob.glob('dist/*.whl')[0]).namelist(); sys.exit(0 if 'renyiboost/py.typed' in names else 'py.typed missing from the wheel')"
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/renyiboost demo

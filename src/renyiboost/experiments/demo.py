@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from renyiboost.experiments.metrics import error_rate, r2_score
+from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (
     LATE_SUBPOPULATIONS,
@@ -60,11 +61,19 @@ def replay(
     task = engine.config.params.task
     history = []
     seen = 0
+    # The prior baseline, test-then-train like the model: the mean of the labels seen so
+    # far (the middle of the public bounds, or 1/2, before the first).
+    bounds = engine.schema.target_bounds
+    label_sum, prior = 0.0, (sum(bounds) / 2.0 if bounds is not None else 0.5)
     for index, batch in enumerate(source):
         prediction = predict(engine, batch.X)
         row: dict[str, Any] = {"batch": index, "seen": seen + batch.y.size,
                                "late_share": float(batch.late.mean())}
         row |= batch_metrics(task, batch.y, prediction)
+        row |= {f"prior_{k}": v for k, v in batch_metrics(
+            task, batch.y, np.full(batch.y.size, prior)).items()}
+        label_sum += float(batch.y.sum())
+        prior = label_sum / (seen + batch.y.size)
         if batch.late.any():
             late = batch_metrics(task, batch.y[batch.late], prediction[batch.late])
             row |= {f"late_{k}": v for k, v in late.items()}
@@ -80,23 +89,29 @@ def replay(
 
 
 def plot(history: list[dict[str, Any]], path: Path, title: str,
-         late_name: str | None = None) -> None:
-    """Public quantities only: the prequential metric per batch (with the late
-    sub-population's, when the scenario has one) and the trees released over the stream."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+         late_name: str | None = None, drift_starts: list[int] | None = None) -> list[str]:
+    """The prequential metric per batch — the model's, the prior baseline's, and the late
+    sub-population's when the scenario has one — with a marker where the drift begins, and
+    the trees released over the stream. Returns the metric panel's legend."""
+    plt = pyplot()
 
     seen = [h["seen"] for h in history]
     metric = "mae" if "mae" in history[0] else "error"
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    axes[0].plot(seen, [h[metric] for h in history], label="all records")
+    axes[0].plot(seen, [h[metric] for h in history], label="renyiboost, all records")
+    if f"prior_{metric}" in history[0]:
+        axes[0].plot(seen, [h[f"prior_{metric}"] for h in history], "--", color="grey",
+                     label="prior (running mean of the labels)")
     late = [(h["seen"], h[f"late_{metric}"]) for h in history if f"late_{metric}" in h]
     if late and late_name:
-        axes[0].plot(*zip(*late, strict=True), "o-", label=f"late: {late_name}")
+        axes[0].plot(*zip(*late, strict=True), "o-", label=f"renyiboost, late: {late_name}")
+    for i, start in enumerate(drift_starts or []):
+        for ax in axes:
+            ax.axvline(start, color="black", linestyle=":", linewidth=1,
+                       label=("late sub-population begins" if late_name else "drift")
+                       if i == 0 and ax is axes[0] else None)
     axes[0].set(xlabel="records seen", ylabel=f"prequential {metric}", title="metric per batch")
-    axes[0].legend()
+    legend = [text.get_text() for text in axes[0].legend(fontsize=8).get_texts()]
     axes[1].step(seen, [h["n_trees"] for h in history], where="post")
     axes[1].set(xlabel="stream position", ylabel="trees in the model",
                 title="released trees (the public schedule)")
@@ -104,15 +119,36 @@ def plot(history: list[dict[str, Any]], path: Path, title: str,
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+    return legend
+
+
+def rounded(value: Any) -> Any:
+    """A value for a human: floats to 6 significant digits (``1`` for ``0.99999999994``),
+    also inside lists and dicts."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, list | tuple):
+        return type(value)(rounded(v) for v in value)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
 
 
 def progress_bar(unit: str) -> Callable[[int, int], None]:
-    """A ``tick(done, total)`` drawing ``[####....] done/total unit`` on stderr (the caller
-    ends the line)."""
+    """A ``tick(done, total)`` that draws a tqdm bar on stderr, only when stderr is a
+    terminal (a log or a pipe gets no carriage returns between its lines)."""
+    from tqdm import tqdm
+
+    state: dict[str, Any] = {}
+
     def tick(done: int, total: int) -> None:
-        filled = 30 * done // max(total, 1)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}")
-        sys.stderr.flush()
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = tqdm(total=total, unit=unit, file=sys.stderr, leave=False,
+                                      disable=not sys.stderr.isatty())
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
 
     return tick
 
@@ -162,37 +198,33 @@ def main(argv: list[str] | None = None) -> int:
     metric = "mae" if task == "regression" else "error"
     print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6}   "
           f"[operator: {'active':>7} {'retired':>8}]")
-    n_batches = -(-len(source) // args.batch_size)
-    tick = progress_bar("batches")
     start = time.perf_counter()
 
-    def show(row: dict[str, Any]) -> None:
-        tick(row["batch"] + 1, n_batches)
+    def show(row: dict[str, Any]) -> None:  # the table's rows are the progress
         late = row.get(f"late_{metric}")
-        sys.stderr.write("\r" + " " * 60 + "\r")
         operator = row["operator"]
         print(f"{row['batch']:>5} {row['seen']:>6} {row[metric]:>8.3f} "
               f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6}   "
               f"[operator: {operator['n_active']:>7} {operator['n_retired']:>8}]", flush=True)
-        tick(row["batch"] + 1, n_batches)
 
     history = replay(engine, source, on_batch=show)
-    sys.stderr.write("\n")
     elapsed = time.perf_counter() - start
     guarantee = engine.privacy_guarantee()
     print(f"\nreplayed {len(source)} records in {elapsed:.1f} s")
     print("privacy guarantee (public):")
     for name, value in guarantee.model_dump().items():
-        print(f"  {name:28s} {value}")
+        print(f"  {name:28s} {rounded(value)}")
     print("operator telemetry (exact counts: not for release):")
     for name, value in engine.operator_telemetry().model_dump(exclude={"channel"}).items():
-        print(f"  {name:28s} {value}")
+        print(f"  {name:28s} {rounded(value)}")
     plot_path = Path(args.plot)
     plot_path.parent.mkdir(parents=True, exist_ok=True)
-    plot(history, plot_path,
-         f"{source.data.name}, scenario '{args.scenario}', ε = {guarantee.epsilon_or_inf:.3g}",
-         late_name)
-    print(f"plot written to {plot_path} (public quantities only)")
+    try:
+        plot(history, plot_path, f"{source.data.name}, scenario '{args.scenario}', "
+             f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)
+        print(f"plot written to {plot_path} (public quantities only)")
+    except ImportError as missing:  # matplotlib is the optional plot extra
+        print(f"plot skipped: {missing}")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"history": history, "guarantee": guarantee.model_dump()}, indent=1))

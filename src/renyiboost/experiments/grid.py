@@ -52,6 +52,7 @@ from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.demo import batch_metrics, progress_bar, replay
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
+from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import SYNTHETIC, InMemorySource
 
@@ -350,10 +351,7 @@ def write_outputs(results: list[dict[str, Any]], out: Path) -> None:
 
 
 def _plots(results: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     for dataset in sorted({r["dataset"] for r in rows}):
         fig, ax = plt.subplots(figsize=(6, 4))

@@ -1,22 +1,30 @@
-"""Evaluation metrics (numpy only, no scikit-learn at run time)."""
+"""Held-out metrics, from scikit-learn (``sklearn.metrics``): R², error rate and ROC AUC
+under the names and units the experiments' tables use."""
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
+from sklearn import metrics
 
 
 def r2_score(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """Coefficient of determination 1 − SS_res / SS_tot."""
-    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
-    ss_tot = float(((y_true - y_true.mean()) ** 2).sum())
-    return 1.0 - float(((y_true - y_pred) ** 2).sum()) / ss_tot
+    return float(metrics.r2_score(y_true, y_pred))
 
 
 def error_rate(y_true: np.ndarray, proba: np.ndarray, threshold: float = 0.5) -> float:
     """Misclassification rate in percent at a fixed probability threshold."""
     predicted = np.asarray(proba) > threshold
-    return 100.0 * float(np.mean(predicted != np.asarray(y_true).astype(bool)))
+    return 100.0 * (1.0 - float(metrics.accuracy_score(np.asarray(y_true).astype(bool),
+                                                       predicted)))
+
+
+def roc_auc(y_true: np.ndarray, score: np.ndarray) -> float:
+    """Area under the ROC curve (ties count half); ``ValueError`` without both classes."""
+    y = np.asarray(y_true).astype(bool)
+    if y.all() or not y.any():
+        raise ValueError("roc_auc needs both classes in y_true")
+    return float(metrics.roc_auc_score(y, np.asarray(score, dtype=float)))
 
 
 def held_out_metrics(task: str, y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
@@ -29,13 +37,3 @@ def held_out_metrics(task: str, y_true: np.ndarray, score: np.ndarray) -> dict[s
         return {"error": 100.0 * float(np.mean(score.argmax(axis=1) != y_true))}
     auc = roc_auc(y_true, score) if np.ptp(score) > 0 else 0.5
     return {"error": error_rate(y_true, score), "auc": auc}
-
-
-def roc_auc(y_true: np.ndarray, score: np.ndarray) -> float:
-    """Area under the ROC curve by the Mann–Whitney rank statistic (ties get mid-ranks)."""
-    y = np.asarray(y_true).astype(bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("roc_auc needs both classes in y_true")
-    ranks = rankdata(np.asarray(score, float))
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

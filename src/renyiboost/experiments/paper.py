@@ -68,6 +68,7 @@ from renyiboost.experiments.reproduce import (
     params_for,
     splits,
 )
+from renyiboost.plotting import pyplot
 from renyiboost.stream.sources import InMemorySource
 
 #: Numbers to set beside ours: (figure, data set, source, ε, metric, value). "paper" is
@@ -403,10 +404,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     """``fig4.png`` (metric vs ε, anchors as crosses) and ``ablations.png`` (bars)."""
     if not rows:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     for ax, (dataset, metric) in zip(axes, (("abalone", "r2"), ("adult", "error")),

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from renyiboost.accounting.events import GaussianEvent, RdpAccountant
 from renyiboost.accounting.gdp import gdp_mu
 from renyiboost.models.batch import MarginModel
+from renyiboost.plotting import pyplot
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.release import PrivacyGuarantee
 from renyiboost.schema import PublicSchema
@@ -231,10 +232,7 @@ class DPAdditiveBoost(MarginModel):
 
     def plot_shapes(self, path: str | Path) -> Path:
         """Plot every shape function (one panel a feature) to ``path`` (PNG or SVG)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         shapes = self.explain_global()
         k = len(shapes)

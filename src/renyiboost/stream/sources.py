@@ -194,6 +194,20 @@ class InMemorySource:
     def __len__(self) -> int:
         return int(self.order.size)
 
+    @property
+    def drift_starts(self) -> list[int]:
+        """Stream positions (records before it) where the scenario's drift begins: the late
+        sub-population's first record, or the generator's switch points (agrawal and sea at
+        n/2, friedman at n/3 and 2n/3 of its n records); none for the other scenarios."""
+        if self.scenario == "late":
+            first = np.flatnonzero(self.late_mask[self.order])
+            return [int(first[0])] if first.size else []
+        if self.scenario == "switch":
+            n = len(self.data)
+            points = [n // 3, 2 * n // 3] if self.data.name == "friedman" else [n // 2]
+            return [p for p in points if p < len(self)]
+        return []
+
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, self.order.size, self.batch_size):
             rows = self.order[start : start + self.batch_size]

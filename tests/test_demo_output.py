@@ -1,0 +1,83 @@
+"""The demo's output for people (issue 16, items 2, 4 and 8): no progress-bar fragments in a
+log, rounded numbers, a plot with the prior baseline and the drift marker whose legend
+matches the scenario, and a plotting extra that says how to get it."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from renyiboost.experiments import demo
+from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
+from renyiboost.stream.sources import InMemorySource
+
+
+def test_the_progress_bar_draws_nothing_when_stderr_is_not_a_terminal(capfd) -> None:
+    tick = demo.progress_bar("fits")
+    for done in range(1, 11):
+        tick(done, 10)
+    assert "\r" not in capfd.readouterr().err
+
+
+def test_numbers_are_printed_rounded() -> None:
+    assert demo.rounded(0.9999999999450357) == 1.0
+    assert demo.rounded({"q50": 0.087806812345, "n": 3, "s": [(1000, 9.272181234)]}) == {
+        "q50": 0.0878068, "n": 3, "s": [(1000, 9.27218)]}
+
+
+@pytest.mark.parametrize(("scenario", "dataset"), [("late", "abalone"), ("iid", "abalone"),
+                                                   ("switch", "friedman")])
+def test_the_plot_has_the_baseline_and_a_drift_marker_that_match_the_scenario(
+        tmp_path, scenario: str, dataset: str) -> None:
+    source = InMemorySource(dataset, scenario=scenario, batch_size=500,
+                            limit=3000 if dataset == "friedman" else None)
+    starts = source.drift_starts
+    if scenario == "late":
+        assert starts == [int((~source.late_mask).sum())]  # the first late record
+    elif scenario == "switch":
+        assert starts == [1000, 2000]  # FriedmanDrift at n/3 and 2n/3
+    else:
+        assert starts == []
+    history = [{"seen": 500 * (i + 1), "mae": 2.0, "prior_mae": 3.0, "n_trees": i,
+                **({"late_mae": 2.5} if scenario == "late" and i > 6 else {})}
+               for i in range(8)]
+    late_name = "old shells" if scenario == "late" else None
+    legend = demo.plot(history, tmp_path / "p.png", "t", late_name, starts)
+    assert "prior (running mean of the labels)" in legend
+    assert any("late" in label for label in legend) == (scenario == "late")
+    assert ("drift" in legend) == (scenario == "switch")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_prior_baseline_is_test_then_train(tmp_path) -> None:
+    """Its first batch is scored against the middle of the public bounds, later ones
+    against the mean of the labels before them."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+
+    source = InMemorySource("abalone", scenario="iid", batch_size=1000)
+    engine = StreamEngine(EngineConfig.from_defaults(source.schema, "regression", 1.0), seed=1)
+    history = demo.replay(engine, source)
+    y = [batch.y for batch in source]
+    assert history[0]["prior_mae"] == pytest.approx(np.mean(np.abs(y[0] - 15.0)))
+    assert history[2]["prior_mae"] == pytest.approx(
+        np.mean(np.abs(y[2] - np.concatenate(y[:2]).mean())))
+
+
+def test_plotting_without_matplotlib_names_the_extra(monkeypatch) -> None:
+    from renyiboost.plotting import pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=r"renyiboost\[plot\]"):
+        pyplot()
+
+
+def test_the_metrics_are_scikit_learns_under_our_units() -> None:
+    y = np.array([0, 0, 1, 1, 1])
+    score = np.array([0.1, 0.6, 0.4, 0.8, 0.9])
+    assert error_rate(y, score) == pytest.approx(40.0)
+    assert roc_auc(y, score) == pytest.approx(5 / 6)
+    assert r2_score(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0])) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="both classes"):
+        roc_auc(np.ones(3), np.arange(3.0))

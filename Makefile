@@ -32,7 +32,7 @@ demo: $(VENV)/.installed
 
 reproduce: $(VENV)/.installed
 	for ds in abalone adult; do for eps in 0.15 0.54; do \
-	  $(PY) -m renyiboost.experiments.reproduce --dataset $$ds --epsilon $$eps --repeats 5 \
+	  $(VENV)/bin/renyiboost reproduce --dataset $$ds --epsilon $$eps --repeats 5 \
 	    --json results/reproduce_$${ds}_$${eps}.json || exit 1; done; done
 
 paper: $(VENV)/.installed

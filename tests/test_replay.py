@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from renyiboost.cli import main as cli_main
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments import demo
 from renyiboost.stream.sources import LATE_SUBPOPULATIONS, InMemorySource
@@ -64,7 +65,7 @@ def test_demo_writes_the_report_plot_and_history(tmp_path, capsys) -> None:
     state, png, out = tmp_path / "s.db", tmp_path / "d.png", tmp_path / "h.json"
     args = ["--dataset", "abalone", "--state", str(state), "--plot", str(png), "--json", str(out),
             "--seed", "3"]
-    assert demo.main(args) == 0
+    assert cli_main(["demo", *args]) == 0
     text = capsys.readouterr().out
     assert "privacy guarantee (public)" in text and "budget_rdp" in text
     assert "operator telemetry (exact counts: not for release)" in text

@@ -1,208 +1,446 @@
-"""The ``renyiboost`` command (also ``python -m renyiboost``)."""
+"""The ``renyiboost`` command (also ``python -m renyiboost``), on click.
+
+Every option has help text and shows its default (``renyiboost COMMAND --help``);
+``renyiboost --version`` prints the version. An error is one line on stderr and exit code 1
+(a usage error: exit code 2); ``--debug`` shows the traceback instead. A missing optional
+package names the extra that installs it. ``--log-level`` sets the level of renyiboost's
+log records (timestamps, levels and logger names on stderr; librdkafka's lines go through
+the same ``logging`` channel, and so do Python warnings). Lists take comma-separated values
+(``--datasets abalone,elec2``).
+
+The commands call plain functions of the modules that do the work (``run_demo``,
+``run_experiment``, ``run_train``, …); all argument parsing is here.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from renyiboost.exceptions import RenyiboostError
+import click
 
-COMMANDS = {
-    "demo": "replay a bundled data set under drift through the engine (the main job)",
-    "train": "train continuously from a Kafka topic (or memory:DATASET) into a state file",
-    "state": "create a state store (state init) or show its operator telemetry (state info)",
-    "reshard": "move a deployment's key ledgers to another number of shards (nothing trains)",
-    "replay": "produce a bundled data set under a drift scenario into a Kafka topic",
-    "experiment": "a cached grid of prequential stream runs: tables and plots",
-    "reproduce": "reproduce the S-GBDT paper's batch results (Abalone, Adult)",
-    "tune": "hyper-parameter search on training data only (--private: accounted selection)",
-    "serve": "an HTTP JSON predict endpoint that follows a model topic (public releases)",
-}
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: The extra that installs a missing optional module.
+EXTRAS = {"interpret": "experiments", "diffprivlib": "experiments", "xgboost": "experiments",
+          "matplotlib": "plot", "fastapi": "serve", "uvicorn": "serve", "onnx": "onnx",
+          "psycopg": "postgres", "ray": "ray"}
+CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 100}
 
 
-def _serve(argv: list[str]) -> int:
-    from renyiboost.connectors.serving import run_serve
+class LazyChoice(click.Choice):
+    """A choice whose values are loaded when first needed (keeps ``--version`` fast)."""
 
-    parser = argparse.ArgumentParser(prog="renyiboost serve", description=COMMANDS["serve"])
-    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers host:port")
-    parser.add_argument("--model-topic", required=True, help="the topic the trainer publishes "
-                        "its releases to")
-    parser.add_argument("--model-name", default="model",
-                        help="the releases' message key (default: %(default)s)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
-                        "(default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    args = parser.parse_args(argv)
-    return run_serve(args.bootstrap, args.model_topic, args.model_name, args.host, args.port)
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(self._load())
 
 
-def _train(argv: list[str]) -> int:
-    from renyiboost.connectors.service import load_config, run_train
+class CommaList(click.ParamType):
+    """A comma-separated list (``a,b,c``), each item of ``item`` type, optionally checked
+    against ``choices``."""
 
-    parser = argparse.ArgumentParser(prog="renyiboost train", description=COMMANDS["train"])
-    parser.add_argument("--config", required=True, help="TOML config (see connectors.service)")
-    parser.add_argument("--source", help="kafka://host:port/topic or memory:DATASET")
-    parser.add_argument("--state", help="state store: a SQLite file or a "
-                        "postgresql://…[?schema=name] URL (must exist, see --new-state)")
-    parser.add_argument("--new-state", action="store_true",
-                        help="create the state file first (refused if it exists): only for a "
-                             "model that was never published")
-    parser.add_argument("--model-topic")
-    parser.add_argument("--model-name")
-    parser.add_argument("--max-idle", type=float, help="stop after this many idle seconds")
-    parser.add_argument("--json", action="store_true",
-                        help="operator telemetry as JSON lines on standard output")
-    _shard_options(parser)
-    parser.add_argument("--ray", metavar="ADDRESS",
-                        help="run the shards as Ray actors: local (a Ray instance on this "
-                             "machine), auto (the running cluster) or ray://host:port; "
-                             "without it the shards run in this process")
-    args = parser.parse_args(argv)
-    if args.ray is not None and args.shards is None:
-        parser.error("--ray needs --shards")
+    name = "LIST"
+
+    def __init__(self, item: type = str, choices: Callable[[], Sequence[str]] | None = None
+                 ) -> None:
+        self.item, self.load = item, choices
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        items = [part.strip() for part in str(value).split(",") if part.strip()]
+        try:
+            out = [self.item(part) for part in items]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of {self.item.__name__}",
+                      param, ctx)
+        if self.load is not None:
+            unknown = sorted(set(out) - set(self.load()))
+            if unknown:
+                self.fail(f"unknown {unknown}; choose from {', '.join(self.load())}", param, ctx)
+        return out
+
+
+def _stream_datasets() -> Sequence[str]:
+    from renyiboost.stream.sources import STREAM_DATASETS
+
+    return STREAM_DATASETS
+
+
+def _scenarios() -> Sequence[str]:
+    from renyiboost.stream.sources import SCENARIOS
+
+    return SCENARIOS
+
+
+def _methods() -> Sequence[str]:
+    from renyiboost.experiments.grid import RUNNERS
+
+    return sorted(RUNNERS)
+
+
+def _suite() -> Sequence[str]:
+    from renyiboost.experiments.suite import SUITE
+
+    return list(SUITE)
+
+
+def _spaces() -> Sequence[str]:
+    from renyiboost.experiments.tune import SPACES
+
+    return sorted(SPACES)
+
+
+# ---------------------------------------------------------------------------------- the group
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="renyiboost", prog_name="renyiboost")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
+                                               case_sensitive=False), default="WARNING",
+              help="level of renyiboost's log records on stderr")
+@click.option("--debug", is_flag=True, help="show the traceback of an error instead of one line")
+def cli(log_level: str, debug: bool) -> None:
+    """Differentially private gradient-boosted trees on event streams (S-GBDT with an
+    individual Rényi filter)."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
+    logging.getLogger("renyiboost").setLevel(log_level.upper())
+    logging.captureWarnings(True)  # schema and privacy warnings on the same channel
+
+
+# ---------------------------------------------------------------------------------- demo
+@cli.command(context_settings=CONTEXT)
+@click.option("--dataset", type=LazyChoice(_stream_datasets), default="abalone",
+              help="bundled data set or river generator to replay")
+@click.option("--scenario", type=LazyChoice(_scenarios), default="late",
+              help="drift scenario (late: a sub-population arrives last)")
+@click.option("--epsilon", type=float, default=1.0, help="target ε per key")
+@click.option("--delta", type=float, default=1e-6, help="target δ per key")
+@click.option("--batch-size", type=int, default=250, help="records per replayed batch")
+@click.option("--expected-records", type=int, default=None,
+              help="public size hint for the default policy (none: its prior)")
+@click.option("--train-every", type=int, default=None,
+              help="fixed trigger interval instead of the default growing schedule")
+@click.option("--trees-per-trigger", type=int, default=None, help="rounds run by a trigger")
+@click.option("--state", default="out/demo/state.db",
+              help="SQLite state file (deleted first unless --resume)")
+@click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
+@click.option("--plot", "plot_path", default="out/demo/demo.png", help="where the plot goes")
+@click.option("--json", "json_path", default=None, help="write the per-batch history here")
+@click.option("--seed", type=int, default=None, help="seeded noise, for tests only")
+def demo(**options: Any) -> int:
+    """Replay a bundled data set under drift through the engine (the main job)."""
+    from renyiboost.experiments.demo import run_demo
+
+    return run_demo(**options)
+
+
+# ---------------------------------------------------------------------------------- Kafka
+def _config_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--config", required=True, type=click.Path(dir_okay=False),
+                        help="TOML config of `renyiboost train` (see connectors.service)")(
+        function)
+
+
+def _shards_option(help_text: str) -> Callable[..., Any]:
+    return click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+                        help=help_text)
+
+
+SHARDS_HELP = ("a key-sharded deployment of N shards: --state is then a directory (one "
+               "SQLite file per shard) or a postgresql:// URL (one schema per shard)")
+
+
+def _load_config(path: str, overrides: dict[str, Any]) -> Any:
+    from renyiboost.connectors.service import load_config
+
     try:
-        config = load_config(args.config, {"source": args.source, "state": args.state,
-                                           "model_topic": args.model_topic,
-                                           "model_name": args.model_name})
+        return load_config(path, overrides)
     except ValueError as error:
-        parser.error(str(error))
-    return run_train(config, max_idle=args.max_idle, as_json=args.json,
-                     new_state=args.new_state, shards=args.shards, ray_address=args.ray)
+        raise click.UsageError(str(error)) from None
 
 
-def _shard_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shards", type=int, metavar="N",
-                        help="a key-sharded deployment of N shards: --state is then a "
-                             "directory (one SQLite file per shard) or a postgresql:// URL "
-                             "(one schema per shard)")
+@cli.command(context_settings=CONTEXT)
+@_config_option
+@click.option("--source", default=None, help="kafka://host:port/topic or memory:DATASET "
+              "(default: the config's)")
+@click.option("--state", default=None, help="state store: a SQLite file or a "
+              "postgresql://…[?schema=name] URL (must exist, see --new-state)")
+@click.option("--new-state", is_flag=True, help="create the state file first (refused if it "
+              "exists): only for a model that was never published")
+@click.option("--model-topic", default=None, help="topic the releases go to (default: the "
+              "config's)")
+@click.option("--model-name", default=None, help="the releases' message key (default: the "
+              "config's)")
+@click.option("--max-idle", type=float, default=None, help="stop after this many idle seconds")
+@click.option("--json", "as_json", is_flag=True,
+              help="operator telemetry as JSON lines on standard output")
+@_shards_option(SHARDS_HELP)
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="run the shards as Ray actors: local (a Ray instance on this machine), auto "
+                   "(the running cluster) or ray://host:port; without it the shards run in "
+                   "this process")
+def train(config: str, source: str | None, state: str | None, new_state: bool,
+          model_topic: str | None, model_name: str | None, max_idle: float | None,
+          as_json: bool, shards: int | None, ray_address: str | None) -> int:
+    """Train continuously from a Kafka topic (or memory:DATASET) into a state store."""
+    from renyiboost.connectors.service import run_train
+
+    if ray_address is not None and shards is None:
+        raise click.UsageError("--ray needs --shards")
+    loaded = _load_config(config, {"source": source, "state": state,
+                                   "model_topic": model_topic, "model_name": model_name})
+    return run_train(loaded, max_idle=max_idle, as_json=as_json, new_state=new_state,
+                     shards=shards, ray_address=ray_address)
 
 
-def _state(argv: list[str]) -> int:
-    from renyiboost.connectors.service import engine_config, init_state, load_config
+@cli.group(context_settings=CONTEXT)
+def state() -> None:
+    """Create a state store (state init) or show its operator telemetry (state info)."""
+
+
+def _store_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--config``, ``--state`` and ``--shards`` of the ``state`` subcommands."""
+    function = _shards_option(SHARDS_HELP)(function)
+    function = click.option("--state", "location", default=None, help="state store, a SQLite "
+                            "file or a postgresql:// URL (default: the config's)")(function)
+    return _config_option(function)
+
+
+@state.command("init", context_settings=CONTEXT)
+@_store_options
+def state_init(config: str, location: str | None, shards: int | None) -> int:
+    """Create the config's state store (refused if it exists)."""
+    from renyiboost.connectors.service import init_state
+
+    created = init_state(_load_config(config, {"state": location}), shards)
+    for identity, where in created if isinstance(created, list) else [created]:
+        click.echo(f"created state store {where} (store id {identity.store_id})")
+    return 0
+
+
+@state.command("info", context_settings=CONTEXT)
+@_store_options
+def state_info(config: str, location: str | None, shards: int | None) -> int:
+    """Print the store's operator telemetry as JSON (not for release)."""
+    from renyiboost.connectors.service import engine_config
     from renyiboost.stream.engine import StreamEngine
 
-    parser = argparse.ArgumentParser(prog="renyiboost state", description=COMMANDS["state"])
-    parser.add_argument("action", choices=["init", "info"],
-                        help="init: create the config's state store (refused if it exists); "
-                             "info: print its operator telemetry as JSON (not for release)")
-    parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
-    parser.add_argument("--state", help="state store, a SQLite file or a postgresql:// URL "
-                        "(default: the config's)")
-    _shard_options(parser)
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config, {"state": args.state})
-    except ValueError as error:
-        parser.error(str(error))
-    if args.action == "init":
-        created = init_state(config, args.shards)
-        for identity, location in created if isinstance(created, list) else [created]:
-            print(f"created state store {location} (store id {identity.store_id})")
-        return 0
-    if args.shards is not None:
+    loaded = _load_config(config, {"state": location})
+    if shards is not None:
         from renyiboost.stream.sharded import ShardedEngine, shard_locations
 
-        sharded = ShardedEngine(engine_config(config.model),
-                                shard_locations(config.state, args.shards))
+        sharded = ShardedEngine(engine_config(loaded.model),
+                                shard_locations(loaded.state, shards))
         try:
-            print(json.dumps(sharded.operator_telemetry(), indent=1))
+            click.echo(json.dumps(sharded.operator_telemetry(), indent=1))
         finally:
             sharded.close()
         return 0
-    engine = StreamEngine(engine_config(config.model), store=config.state,
-                          seed=config.model.seed)
+    engine = StreamEngine(engine_config(loaded.model), store=loaded.state,
+                          seed=loaded.model.seed)
     try:
-        print(json.dumps(engine.operator_telemetry().model_dump(), indent=1))
+        click.echo(json.dumps(engine.operator_telemetry().model_dump(), indent=1))
     finally:
         engine.close()
     return 0
 
 
-def _reshard(argv: list[str]) -> int:
-    from renyiboost.connectors.service import load_config, run_reshard
+@cli.command(context_settings=CONTEXT)
+@_config_option
+@click.option("--state", default=None, help="the deployment's state (default: the config's)")
+@_shards_option("its number of shards now (omit for a single, unsharded store)")
+@click.option("--to", "to_shards", type=click.IntRange(min=1), required=True, metavar="M",
+              help="the number of shards after")
+@click.option("--into", default=None, help="where the new shards' stores go (default: "
+              "--state; required when --state is a single SQLite file)")
+def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
+            into: str | None) -> int:
+    """Move a deployment's key ledgers to another number of shards (nothing trains).
 
-    parser = argparse.ArgumentParser(prog="renyiboost reshard", description=(
-        f"{COMMANDS['reshard']}. Every key's spent budget, retirement, row and margin moves "
-        "to the shard that owns it under the new partition map; the old stores are then "
-        "refused for good. Stop the trainer first. Safe to run again after a crash."))
-    parser.add_argument("--config", required=True, help="TOML config of `renyiboost train`")
-    parser.add_argument("--state", help="the deployment's state (default: the config's)")
-    parser.add_argument("--shards", type=int, metavar="N",
-                        help="its number of shards now (omit for a single, unsharded store)")
-    parser.add_argument("--to", type=int, required=True, metavar="M",
-                        help="the number of shards after")
-    parser.add_argument("--into", help="where the new shards' stores go (default: --state; "
-                        "required when --state is a single SQLite file)")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config, {"state": args.state})
-    except ValueError as error:
-        parser.error(str(error))
-    return run_reshard(config, args.shards, args.to, args.into)
+    Every key's spent budget, retirement, row and margin moves to the shard that owns it
+    under the new partition map; the old stores are then refused for good. Stop the
+    trainer first. Safe to run again after a crash."""
+    from renyiboost.connectors.service import run_reshard
+
+    return run_reshard(_load_config(config, {"state": state}), shards, to_shards, into)
 
 
-def _replay(argv: list[str]) -> int:
+@cli.command(context_settings=CONTEXT)
+@click.argument("dataset", type=LazyChoice(_stream_datasets))
+@click.option("--scenario", type=LazyChoice(_scenarios), default="iid", help="drift scenario")
+@click.option("--to", "target", required=True, help="kafka://host:port/topic")
+@click.option("--rate", type=float, default=0.0, help="events per second (0: as fast as "
+              "possible)")
+@click.option("--limit", type=int, default=None, help="events to produce (none: all)")
+@click.option("--seed", type=int, default=0, help="shuffle seed of the scenario")
+@click.option("--connect-timeout", type=float, default=30.0,
+              help="seconds to wait for the cluster before giving up")
+def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | None,
+           seed: int, connect_timeout: float) -> int:
+    """Produce a bundled data set under a drift scenario into a Kafka topic."""
     from renyiboost.connectors.service import run_replay
-    from renyiboost.stream.sources import SCENARIOS, STREAM_DATASETS
 
-    parser = argparse.ArgumentParser(prog="renyiboost replay", description=COMMANDS["replay"])
-    parser.add_argument("dataset", choices=STREAM_DATASETS)
-    parser.add_argument("--scenario", default="iid", choices=SCENARIOS)
-    parser.add_argument("--to", required=True, help="kafka://host:port/topic")
-    parser.add_argument("--rate", type=float, default=0.0, help="events per second (0: max)")
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed of the scenario")
-    parser.add_argument("--connect-timeout", type=float, default=30.0,
-                        help="seconds to wait for the cluster before giving up (default 30)")
-    args = parser.parse_args(argv)
-    return run_replay(args.dataset, args.scenario, args.to, args.rate, args.limit, args.seed,
-                      args.connect_timeout)
+    return run_replay(dataset, scenario, target, rate, limit, seed, connect_timeout)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--bootstrap", required=True, help="Kafka bootstrap servers host:port")
+@click.option("--model-topic", required=True,
+              help="the topic the trainer publishes its releases to")
+@click.option("--model-name", default="model", help="the releases' message key")
+@click.option("--host", default="127.0.0.1", help="address to listen on")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, help="port to listen on")
+def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: int) -> int:
+    """An HTTP JSON predict endpoint that follows a model topic (public releases only)."""
+    from renyiboost.connectors.serving import run_serve
+
+    return run_serve(bootstrap, model_topic, model_name, host, port)
+
+
+# ---------------------------------------------------------------------------------- experiments
+@cli.command(context_settings=CONTEXT)
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with GridConfig's keys (the options override it)")
+@click.option("--preset", type=click.Choice(["paper", "field"]), default=None,
+              help="paper: the S-GBDT paper's figures beside the peers (takes --repeats, "
+                   "--workers, --out, --epsilons); field: the DP tree learners side by side on "
+                   "held-out rows (takes --datasets, --epsilons, --repeats, --out)")
+@click.option("--datasets", type=CommaList(), default=None, help="data sets, comma-separated")
+@click.option("--scenarios", type=CommaList(choices=_scenarios), default=None,
+              help="drift scenarios, comma-separated")
+@click.option("--epsilons", type=CommaList(float), default=None, help="ε values, comma-separated")
+@click.option("--methods", type=CommaList(choices=_methods), default=None,
+              help="methods, comma-separated (renyiboost's variants and the peers)")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="noise seeds per cell")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="records per stream (none: all)")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="records per batch")
+@click.option("--train-every", type=click.IntRange(min=1), default=None,
+              help="fixed trigger interval (none: the default growing schedule)")
+@click.option("--trees-per-trigger", type=click.IntRange(min=1), default=None,
+              help="rounds run by a trigger")
+@click.option("--refits", type=click.IntRange(min=1), default=None,
+              help="fits of a batch peer along the stream")
+@click.option("--delta", type=float, default=None, help="δ of every private method")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="processes")
+@click.option("--out", default=None, help="output directory")
+def experiment(config: str | None, preset: str | None, **options: Any) -> int:
+    """A cached grid of prequential stream runs: tables and plots (unset options take the
+    config file's value or GridConfig's default)."""
+    from renyiboost.experiments.grid import run_experiment
+
+    return run_experiment(config, preset, **options)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--dataset", type=click.Choice(["abalone", "adult"]), required=True,
+              help="the paper's data set")
+@click.option("--epsilon", type=float, required=True, help="target ε")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, help="noise seeds")
+@click.option("--workers", type=click.IntRange(min=1), default=2, help="processes")
+@click.option("--secure", is_flag=True, help="CSPRNG noise (not reproducible)")
+@click.option("--json", "json_path", default=None, help="write the result record here")
+def reproduce(**options: Any) -> int:
+    """Reproduce the S-GBDT paper's batch results (Abalone, Adult)."""
+    from renyiboost.experiments.reproduce import run_reproduce
+
+    return run_reproduce(**options)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--private", "private", is_flag=True,
+              help="a private selection among the default candidates, accounted in the total "
+                   "(ε, δ) (else: a non-private random search on training rows)")
+@click.option("--dataset", required=True, help="paper data set (abalone, adult) or, with "
+              "--private, a development-suite set")
+@click.option("--epsilon", type=float, required=True,
+              help="target ε (with --private: the total, selection included)")
+@click.option("--delta", type=float, default=1e-6, help="δ (--private)")
+@click.option("--mean-runs", type=float, default=None,
+              help="expected runs of the private selection (none: the number of candidates)")
+@click.option("--validation-share", type=float, default=0.2,
+              help="share of the rows a private run validates on")
+@click.option("--seed", type=int, default=None, help="seeded noise, for tests only (--private)")
+@click.option("--space", type=LazyChoice(_spaces), default=None,
+              help="search space (default: the data set's)")
+@click.option("--against-config", is_flag=True,
+              help="re-score the committed config beside the refined candidates")
+@click.option("--candidates", type=click.IntRange(min=1), default=100,
+              help="random candidates")
+@click.option("--seeds", type=click.IntRange(min=1), default=2, help="noise seeds a candidate")
+@click.option("--workers", type=click.IntRange(min=1), default=2, help="processes")
+@click.option("--refine", type=click.IntRange(min=0), default=0, help="re-score the best K")
+@click.option("--refine-seeds", type=click.IntRange(min=1), default=8,
+              help="seeds of the re-scoring")
+@click.option("--json", "json_path", default=None, help="write the table or report here")
+def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: float | None,
+         validation_share: float, seed: int | None, space: str | None, against_config: bool,
+         candidates: int, seeds: int, workers: int, refine: int, refine_seeds: int,
+         json_path: str | None) -> int:
+    """Hyper-parameter search on training data only (--private: accounted selection)."""
+    if private:
+        from renyiboost.experiments.tune import run_private_tune
+
+        if dataset not in _suite():
+            raise click.BadParameter(f"{dataset!r}; choose from {', '.join(_suite())}",
+                                     param_hint="--dataset")
+        return run_private_tune(dataset, epsilon, delta, mean_runs, validation_share, seed,
+                                json_path)
+    from renyiboost.experiments.reproduce import DATASETS
+    from renyiboost.experiments.tune import run_tune
+
+    if dataset not in DATASETS:
+        raise click.BadParameter(f"{dataset!r}; choose from {', '.join(DATASETS)}",
+                                 param_hint="--dataset")
+    return run_tune(dataset, epsilon, candidates, seeds, workers, refine, refine_seeds, space,
+                    against_config, json_path)
+
+
+# ---------------------------------------------------------------------------------- entry point
+def one_line(error: BaseException) -> str:
+    """An error as one line: pydantic's field errors without their documentation link, a
+    missing optional package with the extra that installs it."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                         for e in error.errors(include_url=False))
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        root = error.name.split(".")[0]
+        if root in EXTRAS:
+            return (f"{error} (install the '{EXTRAS[root]}' extra: pip install "
+                    f"'renyiboost[{EXTRAS[root]}]')")
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if isinstance(error, Exception) and str(error) else f"{type(error).__name__}: {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``renyiboost <command> …``; a renyiboost error is one line and exit code 1."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.captureWarnings(True)  # schema and privacy warnings on the same channel
+    """Run ``renyiboost …`` and return its exit code (0, 1 for an error, 2 for a usage
+    error); the console script and ``python -m renyiboost`` exit with it."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _dispatch(argv)
-    except RenyiboostError as error:
-        print(f"renyiboost: error: {error}", file=sys.stderr)
+        code = cli.main(args=args, prog_name="renyiboost", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except click.ClickException as error:
+        error.show()
+        return int(error.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("renyiboost: interrupted", err=True)
+        return 130
+    except Exception as error:
+        if "--debug" in args:
+            raise
+        click.echo(f"renyiboost: error: {one_line(error)} (--debug shows the traceback)",
+                   err=True)
         return 1
-
-
-def _dispatch(argv: list[str]) -> int:
-    if not argv or argv[0] not in COMMANDS:
-        parser = argparse.ArgumentParser(prog="renyiboost")
-        parser.add_argument("command", choices=list(COMMANDS), help="; ".join(
-            f"{name}: {text}" for name, text in COMMANDS.items()))
-        parser.parse_args(argv[:1])
-        return 2
-    command, rest = argv[0], argv[1:]
-    if command == "train":
-        return _train(rest)
-    if command == "state":
-        return _state(rest)
-    if command == "replay":
-        return _replay(rest)
-    if command == "reshard":
-        return _reshard(rest)
-    if command == "serve":
-        return _serve(rest)
-    if command == "demo":
-        from renyiboost.experiments.demo import main as run
-    elif command == "experiment":
-        from renyiboost.experiments.grid import main as run
-    elif command == "reproduce":
-        from renyiboost.experiments.reproduce import main as run
-    elif "--private" in rest:
-        from renyiboost.experiments.tune import private_main as run
-    else:
-        from renyiboost.experiments.tune import main as run
-    return run(rest)
+    return int(code or 0)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ it once with ``renyiboost state init --config FILE`` (or ``train --new-state``).
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 import tomllib
@@ -45,6 +46,8 @@ from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import StoreIdentity, is_postgres_location, store_at
+
+log = logging.getLogger("renyiboost.train")
 
 #: The learner's fields a ``[model]`` table may set; each left out takes the default
 #: policy's value (:mod:`renyiboost.models.defaults`), not a field default of its own.
@@ -229,6 +232,10 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
 
     store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
+    log.info("training from %s into %s (store %s, epoch %s) from release version %d",
+             config.source, without_password(str(config.state)),
+             engine.store.identity.store_id, engine.store.identity.epoch,
+             engine.release_version)
     try:
         if config.source.startswith("memory:"):
             return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)
@@ -236,6 +243,8 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
         _run_until_stopped(trainer, max_idle, as_json)
         engine.flush()  # the records read but not yet in a round: commit them with their offsets
         _print_telemetry(trainer.telemetry(), as_json)
+        log.info("stopped at release version %d; pending records committed with their "
+                 "offsets", engine.release_version)
         return 0
     finally:
         engine.close()

@@ -12,7 +12,6 @@ public schedule). The metric is computed on the demo's public data set.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,8 +26,6 @@ from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (
     LATE_SUBPOPULATIONS,
-    SCENARIOS,
-    STREAM_DATASETS,
     InMemorySource,
 )
 from renyiboost.stream.store import SQLiteStore
@@ -153,48 +150,34 @@ def progress_bar(unit: str) -> Callable[[int, int], None]:
     return tick
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="renyiboost demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="abalone",
-                        choices=STREAM_DATASETS)
-    parser.add_argument("--scenario", default="late", choices=SCENARIOS)
-    parser.add_argument("--epsilon", type=float, default=1.0)
-    parser.add_argument("--delta", type=float, default=1e-6)
-    parser.add_argument("--batch-size", type=int, default=250)
-    parser.add_argument("--expected-records", type=int, default=None,
-                        help="public size hint for the default policy (default: none)")
-    parser.add_argument("--train-every", type=int, default=None,
-                        help="fixed trigger interval instead of the default growing schedule")
-    parser.add_argument("--trees-per-trigger", type=int, default=None)
-    parser.add_argument("--state", default="out/demo/state.db",
-                        help="SQLite state file (deleted first unless --resume)")
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--plot", default="out/demo/demo.png")
-    parser.add_argument("--json", dest="json_path", help="write the per-batch history here")
-    parser.add_argument("--seed", type=int, default=None, help="for tests only")
-    args = parser.parse_args(argv)
-
-    source = InMemorySource(args.dataset, scenario=args.scenario, batch_size=args.batch_size)
+def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 1.0,
+             delta: float = 1e-6, batch_size: int = 250, expected_records: int | None = None,
+             train_every: int | None = None, trees_per_trigger: int | None = None,
+             state: str = "out/demo/state.db", resume: bool = False,
+             plot_path: str = "out/demo/demo.png", json_path: str | None = None,
+             seed: int | None = None) -> int:
+    """``renyiboost demo`` (the options are the command's, see :mod:`renyiboost.cli`)."""
+    source = InMemorySource(dataset, scenario=scenario, batch_size=batch_size)
     task = source.data.task
     triggers: dict[str, Any] = {}
-    if args.train_every is not None:
-        triggers = {"train_every": args.train_every, "warmup": args.train_every,
+    if train_every is not None:
+        triggers = {"train_every": train_every, "warmup": train_every,
                     "trigger_growth": 0.0}
-    if args.trees_per_trigger is not None:
-        triggers["trees_per_trigger"] = args.trees_per_trigger
-    config = EngineConfig.from_defaults(source.schema, task, args.epsilon, args.delta,
-                                        args.expected_records, **triggers)
-    state = Path(args.state)
-    if not args.resume:  # the demo starts a new model, so it creates a new store on purpose
+    if trees_per_trigger is not None:
+        triggers["trees_per_trigger"] = trees_per_trigger
+    config = EngineConfig.from_defaults(source.schema, task, epsilon, delta,
+                                        expected_records, **triggers)
+    state_path = Path(state)
+    if not resume:  # the demo starts a new model, so it creates a new store on purpose
         for suffix in ("", "-wal", "-shm"):
-            Path(str(state) + suffix).unlink(missing_ok=True)
-    store = str(state) if args.resume else SQLiteStore(state, create=True)
-    engine = StreamEngine(config, store=store, seed=args.seed)
+            Path(str(state_path) + suffix).unlink(missing_ok=True)
+    store = str(state_path) if resume else SQLiteStore(state_path, create=True)
+    engine = StreamEngine(config, store=store, seed=seed)
     late_name = (LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
-                 if args.scenario == "late" else None)
+                 if scenario == "late" else None)
     print(f"renyiboost demo: {source.data.name} ({len(source)} records), scenario "
-          f"'{args.scenario}'{f' (late: {late_name})' if late_name else ''}, "
-          f"epsilon={args.epsilon}, delta={args.delta}, state {state}")
+          f"'{scenario}'{f' (late: {late_name})' if late_name else ''}, "
+          f"epsilon={epsilon}, delta={delta}, state {state_path}")
     metric = "mae" if task == "regression" else "error"
     print(f"{'batch':>5} {'seen':>6} {metric:>8} {'late ' + metric:>10} {'trees':>6}   "
           f"[operator: {'active':>7} {'retired':>8}]")
@@ -217,20 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     print("operator telemetry (exact counts: not for release):")
     for name, value in engine.operator_telemetry().model_dump(exclude={"channel"}).items():
         print(f"  {name:28s} {rounded(value)}")
-    plot_path = Path(args.plot)
+    plot_path = Path(plot_path)
     plot_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        plot(history, plot_path, f"{source.data.name}, scenario '{args.scenario}', "
+        plot(history, plot_path, f"{source.data.name}, scenario '{scenario}', "
              f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)
         print(f"plot written to {plot_path} (public quantities only)")
     except ImportError as missing:  # matplotlib is the optional plot extra
         print(f"plot skipped: {missing}")
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(
+    if json_path:
+        Path(json_path).write_text(json.dumps(
             {"history": history, "guarantee": guarantee.model_dump()}, indent=1))
     engine.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

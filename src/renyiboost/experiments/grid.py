@@ -31,7 +31,6 @@ field`` :mod:`renyiboost.experiments.field`.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import json
@@ -382,49 +381,27 @@ def _plots(results: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path)
         plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="renyiboost experiment",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help="TOML file with GridConfig's keys")
-    parser.add_argument("--preset", choices=["paper", "field"],
-                        help="'paper': the S-GBDT paper's figures beside the peers "
-                             "(experiments.paper; takes --repeats, --workers, --out, --epsilons);"
-                             " 'field': the DP tree learners side by side on held-out rows "
-                             "(experiments.field; takes --datasets, --epsilons, --repeats, --out)")
-    parser.add_argument("--datasets", nargs="+")
-    parser.add_argument("--scenarios", nargs="+")
-    parser.add_argument("--epsilons", nargs="+", type=float)
-    parser.add_argument("--methods", nargs="+", choices=sorted(RUNNERS))
-    parser.add_argument("--repeats", type=int)
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--train-every", type=int)
-    parser.add_argument("--trees-per-trigger", type=int)
-    parser.add_argument("--refits", type=int)
-    parser.add_argument("--delta", type=float)
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("--out")
-    args = parser.parse_args(argv)
-    if args.preset == "paper":
+def run_experiment(config: str | None = None, preset: str | None = None,
+                   **options: Any) -> int:
+    """``renyiboost experiment``: a grid from the TOML file ``config`` (GridConfig's keys)
+    with ``options`` (GridConfig fields; ``None`` keeps the file's or the default) on top,
+    or ``preset`` 'paper' or 'field' (which take ``repeats``, ``workers``, ``out``,
+    ``epsilons`` and ``repeats``, ``datasets``, ``epsilons``, ``out``)."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if preset == "paper":
         from renyiboost.experiments import paper
 
-        chosen = {k: getattr(args, k) for k in ("repeats", "workers", "out", "epsilons")
-                  if getattr(args, k) is not None}
-        return paper.main(paper.PaperConfig(**chosen))
-    if args.preset == "field":
+        keys = ("repeats", "workers", "out", "epsilons")
+        return paper.main(paper.PaperConfig(**{k: v for k, v in given.items() if k in keys}))
+    if preset == "field":
         from renyiboost.experiments import field
 
-        chosen = {k: getattr(args, k) for k in ("datasets", "epsilons", "repeats", "out")
-                  if getattr(args, k) is not None}
-        return field.main(field.FieldConfig(**chosen))
-    data = tomllib.loads(Path(args.config).read_text()) if args.config else {}
-    data.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
-    config = GridConfig(**data)
-    results = run_grid(config)
-    print((Path(config.out) / "summary.md").read_text())
-    print(f"{len(results)} cells; outputs in {config.out}")
+        keys = ("datasets", "epsilons", "repeats", "out")
+        return field.main(field.FieldConfig(**{k: v for k, v in given.items() if k in keys}))
+    data = tomllib.loads(Path(config).read_text()) if config else {}
+    grid = GridConfig(**(data | given))
+    results = run_grid(grid)
+    print((Path(grid.out) / "summary.md").read_text())
+    print(f"{len(results)} cells; outputs in {grid.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,9 +21,7 @@ marked test-only); ``--secure`` uses the OS CSPRNG instead.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -194,28 +192,17 @@ def _fmt(metric: str, summary: dict[str, Any]) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
-    parser.add_argument("--epsilon", type=float, required=True)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--secure", action="store_true", help="CSPRNG noise (not reproducible)")
-    parser.add_argument("--json", dest="json_path", help="write the result record here")
-    args = parser.parse_args(argv)
-    print(f"{args.dataset}  epsilon={args.epsilon}  delta={DELTA}  repeats={args.repeats}")
-    record = reproduce(
-        args.dataset, args.epsilon, args.repeats, workers=args.workers, secure=args.secure,
-        progress=lambda line: print("  " + line, flush=True),
-    )
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
+def run_reproduce(dataset: str, epsilon: float, repeats: int = 5, workers: int = 2,
+                  secure: bool = False, json_path: str | None = None) -> int:
+    """``renyiboost reproduce``: the paper's protocol for one data set and ε."""
+    print(f"{dataset}  epsilon={epsilon}  delta={DELTA}  repeats={repeats}")
+    record = reproduce(dataset, epsilon, repeats, workers=workers, secure=secure,
+                       progress=lambda line: print("  " + line, flush=True))
+    if json_path:
+        with open(json_path, "w") as fh:
             json.dump(record, fh, indent=2)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
 
-
-__all__ = ["fit_sgbdt", "main", "params_for", "reproduce", "splits"]
+__all__ = ["fit_sgbdt", "params_for", "reproduce", "run_reproduce", "splits"]

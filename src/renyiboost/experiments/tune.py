@@ -16,9 +16,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -27,7 +25,6 @@ import numpy as np
 
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.reproduce import (
-    DATASETS,
     Split,
     _score,
     fit_sgbdt,
@@ -154,72 +151,49 @@ def tune(
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="random search on training data only")
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
-    parser.add_argument("--space", choices=sorted(SPACES), help="search space (default: dataset)")
-    parser.add_argument("--against-config", action="store_true",
-                        help="re-score the committed config beside the refined candidates")
-    parser.add_argument("--epsilon", type=float, required=True)
-    parser.add_argument("--candidates", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--refine", type=int, default=0, help="re-score the best K")
-    parser.add_argument("--refine-seeds", type=int, default=8)
-    parser.add_argument("--json", dest="json_path")
-    args = parser.parse_args(argv)
-    table = tune(args.dataset, args.epsilon, args.candidates, args.seeds, args.workers,
-                 args.refine, args.refine_seeds, args.space, args.against_config)
+def run_tune(dataset: str, epsilon: float, candidates: int = 100, seeds: int = 2,
+             workers: int = 2, refine: int = 0, refine_seeds: int = 8, space: str | None = None,
+             against_config: bool = False, json_path: str | None = None) -> int:
+    """``renyiboost tune``: random search on training data only (non-private selection)."""
+    table = tune(dataset, epsilon, candidates, seeds, workers, refine, refine_seeds, space,
+                 against_config)
     for row in table[:5]:
         print(f"{row['score']:.4f}  {json.dumps(row['params'])}")
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
+    if json_path:
+        with open(json_path, "w") as fh:
             json.dump(table, fh, indent=1)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
 
-
-def private_main(argv: list[str]) -> int:
+def run_private_tune(dataset: str, epsilon: float, delta: float = 1e-6,
+                     mean_runs: float | None = None, validation_share: float = 0.2,
+                     seed: int | None = None, json_path: str | None = None) -> int:
     """``renyiboost tune --private``: a private selection among the default candidates on a
     development-suite set's training rows (70 %, shuffle seed 0), then the chosen model's
     metric on the other 30 % (read once, after the selection, for the report only)."""
     from renyiboost.experiments.metrics import held_out_metrics
-    from renyiboost.experiments.suite import SUITE, load_suite_set
+    from renyiboost.experiments.suite import load_suite_set
     from renyiboost.models.tuning import private_tune
 
-    parser = argparse.ArgumentParser(prog="renyiboost tune --private",
-                                     description=private_main.__doc__.split("\n\n")[0])
-    parser.add_argument("--private", action="store_true", required=True)
-    parser.add_argument("--dataset", required=True, choices=list(SUITE))
-    parser.add_argument("--epsilon", type=float, required=True, help="total ε, selection incl.")
-    parser.add_argument("--delta", type=float, default=1e-6)
-    parser.add_argument("--mean-runs", type=float, default=None,
-                        help="expected runs (default: the number of candidates, 9)")
-    parser.add_argument("--validation-share", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=None, help="for tests only")
-    parser.add_argument("--json", dest="json_path")
-    args = parser.parse_args(argv)
-    suite_set, X, y = load_suite_set(args.dataset)
+    suite_set, X, y = load_suite_set(dataset)
     order = np.random.default_rng(0).permutation(y.size)
     cut = round(0.7 * y.size)
     train, test = order[:cut], order[cut:]
-    result = private_tune(suite_set.schema, X[train], y[train], suite_set.task, args.epsilon,
-                          args.delta, mean_runs=args.mean_runs,
-                          validation_share=args.validation_share, seed=args.seed)
+    result = private_tune(suite_set.schema, X[train], y[train], suite_set.task, epsilon,
+                          delta, mean_runs=mean_runs,
+                          validation_share=validation_share, seed=seed)
     model = result.model
     score = (model.predict_proba(X[test])[:, 1] if suite_set.task == "classification"
              else model.predict(X[test]))
     report = {
-        "dataset": args.dataset, "candidate": result.candidate, "params": result.params,
+        "dataset": dataset, "candidate": result.candidate, "params": result.params,
         "noisy_validation_score": result.noisy_score, "runs": result.runs,
         "guarantee": result.budget.model_dump(), "seeded_for_testing": result.seeded_for_testing,
         "held_out": held_out_metrics(suite_set.task, y[test], score),
     }
     print(json.dumps(report, indent=1))
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
+    if json_path:
+        with open(json_path, "w") as fh:
             json.dump(report, fh, indent=1)
     return 0

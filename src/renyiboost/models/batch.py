@@ -71,10 +71,14 @@ class MarginModel:
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        regression = self.params.task == "regression"
+        if regression and self.schema.target_bounds is None:
+            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
+                             "target_bounds; reading them from the labels would leak them")
         self._draw_budget()  # before any record is read by a mechanism
-        if self.params.task == "classification":
+        if not regression:
             return X, y, y
-        lo, hi = self.schema.target_bounds  # type: ignore[misc]
+        lo, hi = self.schema.target_bounds
         return X, y, 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
 
     def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -1,0 +1,98 @@
+"""The ``renyiboost`` command through its real entry point (issue 16, item 1): --version,
+help with defaults on every option, one-line errors with exit codes, tracebacks with
+--debug, the extra named for a missing package, comma-separated lists."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+
+from renyiboost.cli import cli, main, one_line
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "renyiboost", *args], check=False,
+                          capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_version_and_help_through_the_console_entry_point() -> None:
+    from importlib.metadata import version
+
+    done = _run("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"renyiboost, version {version('renyiboost')}"
+    helped = _run("reproduce", "--help")
+    assert helped.returncode == 0 and "Usage: renyiboost reproduce" in helped.stdout
+    assert "--repeats INTEGER RANGE" in helped.stdout and "[default: 5; x>=1]" in helped.stdout
+
+
+def _walk(group: click.Group, prefix: str = ""):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _walk(command, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", command
+
+
+@pytest.mark.parametrize(("name", "command"), list(_walk(cli)))
+def test_every_option_has_help_and_a_shown_default(name: str, command: click.Command) -> None:
+    assert command.help, name
+    for param in command.params:
+        if isinstance(param, click.Option):
+            assert param.help, f"{name} {param.opts}"
+            assert param.show_default is not False, f"{name} {param.opts}"
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path, capsys) -> None:
+    assert main(["demo", "--dataset", "nope"]) == 2  # a usage error
+    assert "Invalid value for '--dataset'" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nepsilon = "lots"\n')
+    done = _run("train", "--config", str(bad))
+    assert done.returncode in (1, 2)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 3 and "Traceback" not in done.stderr
+    assert "errors.pydantic.dev" not in done.stderr
+    debug = _run("--debug", "experiment", "--config", str(tmp_path / "missing.toml"))
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    quiet = _run("experiment", "--config", str(tmp_path / "missing.toml"))
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr
+    assert quiet.stderr.startswith("renyiboost: error:") and len(quiet.stderr.splitlines()) == 1
+
+
+def test_a_missing_package_names_its_extra() -> None:
+    missing = ModuleNotFoundError("No module named 'interpret'", name="interpret")
+    assert "pip install 'renyiboost[experiments]'" in one_line(missing)
+    plot = ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+    assert "renyiboost[plot]" in one_line(plot)
+
+
+def test_lists_are_comma_separated_and_checked() -> None:
+    assert main(["experiment", "--methods", "irf,nope"]) == 2
+    context = cli.make_context("renyiboost", ["experiment", "--epsilons", "0.5,1,4"],
+                               resilient_parsing=True)
+    assert context.protected_args or context.args  # the subcommand was parsed
+    command = cli.commands["experiment"]
+    sub = command.make_context("experiment", ["--epsilons", "0.5,1,4", "--datasets",
+                                              "abalone,elec2"])
+    assert sub.params["epsilons"] == [0.5, 1.0, 4.0]
+    assert sub.params["datasets"] == ["abalone", "elec2"]
+
+
+def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) -> None:
+    from test_ledger import abalone_config
+
+    config = abalone_config(tmp_path / "c.toml", state=tmp_path / "s.db")
+    assert main(["state", "init", "--config", str(config)]) == 0
+    quiet = _run("train", "--config", str(config))
+    assert quiet.returncode == 0 and "INFO" not in quiet.stderr
+    loud = _run("--log-level", "info", "train", "--config", str(config))
+    assert loud.returncode == 0
+    line = next(x for x in loud.stderr.splitlines() if "renyiboost.train" in x)
+    stamp, level = line.split(" ")[:3], line.split(" ")[2]
+    assert level == "INFO" and "training from memory:abalone" in line
+    assert stamp[0].count("-") == 2 and stamp[1].count(":") == 2  # date and time

@@ -96,3 +96,31 @@ def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) ->
     stamp, level = line.split(" ")[:3], line.split(" ")[2]
     assert level == "INFO" and "training from memory:abalone" in line
     assert stamp[0].count("-") == 2 and stamp[1].count(":") == 2  # date and time
+
+
+def test_the_experiment_modules_import_each_other_without_a_cycle() -> None:
+    """The evaluation helpers live in experiments/evaluation.py; grid and paper no longer
+    import each other (issue 16, item 3)."""
+    import ast
+    from pathlib import Path
+
+    import renyiboost.experiments as package
+
+    root = Path(package.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        graph[path.stem] = {node.module.rsplit(".", 1)[1] for node in ast.walk(tree)
+                            if isinstance(node, ast.ImportFrom) and node.module
+                            and node.module.startswith("renyiboost.experiments.")}
+        graph[path.stem] |= {alias.name for node in ast.walk(tree)
+                             if isinstance(node, ast.ImportFrom)
+                             and node.module == "renyiboost.experiments"
+                             for alias in node.names}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n}))
+                   for n in graph.get(start, ()))
+
+    cycles = [m for m in graph if reaches(m, m, {m})]
+    assert not cycles, cycles

@@ -9,21 +9,21 @@ import sys
 import numpy as np
 import pytest
 
-from renyiboost.experiments import demo
+from renyiboost.experiments import demo, evaluation
 from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
 from renyiboost.stream.sources import InMemorySource
 
 
 def test_the_progress_bar_draws_nothing_when_stderr_is_not_a_terminal(capfd) -> None:
-    tick = demo.progress_bar("fits")
+    tick = evaluation.progress_bar("fits")
     for done in range(1, 11):
         tick(done, 10)
     assert "\r" not in capfd.readouterr().err
 
 
 def test_numbers_are_printed_rounded() -> None:
-    assert demo.rounded(0.9999999999450357) == 1.0
-    assert demo.rounded({"q50": 0.087806812345, "n": 3, "s": [(1000, 9.272181234)]}) == {
+    assert evaluation.rounded(0.9999999999450357) == 1.0
+    assert evaluation.rounded({"q50": 0.087806812345, "n": 3, "s": [(1000, 9.272181234)]}) == {
         "q50": 0.0878068, "n": 3, "s": [(1000, 9.27218)]}
 
 
@@ -58,7 +58,7 @@ def test_the_prior_baseline_is_test_then_train(tmp_path) -> None:
 
     source = InMemorySource("abalone", scenario="iid", batch_size=1000)
     engine = StreamEngine(EngineConfig.from_defaults(source.schema, "regression", 1.0), seed=1)
-    history = demo.replay(engine, source)
+    history = evaluation.replay(engine, source)
     y = [batch.y for batch in source]
     assert history[0]["prior_mae"] == pytest.approx(np.mean(np.abs(y[0] - 15.0)))
     assert history[2]["prior_mae"] == pytest.approx(

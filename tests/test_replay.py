@@ -10,7 +10,7 @@ import pytest
 
 from renyiboost.cli import main as cli_main
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments import demo
+from renyiboost.experiments import evaluation
 from renyiboost.stream.sources import LATE_SUBPOPULATIONS, InMemorySource
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -93,7 +93,7 @@ def _late_error(individual_filter: bool, global_rounds: bool, seed: int) -> floa
         config = EngineConfig.from_defaults(
             source.schema, "regression", 1.0, individual_filter=individual_filter,
             max_rounds=config.params.rounds, **triggers)
-    history = demo.replay(StreamEngine(config, seed=seed), source)
+    history = evaluation.replay(StreamEngine(config, seed=seed), source)
     return float(np.mean([h["late_mae"] for h in history if "late_mae" in h]))
 
 

@@ -333,9 +333,20 @@ def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: in
 def experiment(config: str | None, preset: str | None, **options: Any) -> int:
     """A cached grid of prequential stream runs: tables and plots (unset options take the
     config file's value or GridConfig's default)."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if preset == "paper":
+        from renyiboost.experiments import paper
+
+        keys = ("repeats", "workers", "out", "epsilons")
+        return paper.main(paper.PaperConfig(**{k: v for k, v in given.items() if k in keys}))
+    if preset == "field":
+        from renyiboost.experiments import field
+
+        keys = ("datasets", "epsilons", "repeats", "out")
+        return field.main(field.FieldConfig(**{k: v for k, v in given.items() if k in keys}))
     from renyiboost.experiments.grid import run_experiment
 
-    return run_experiment(config, preset, **options)
+    return run_experiment(config, **given)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -13,15 +13,11 @@ public schedule). The metric is computed on the demo's public data set.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from renyiboost.experiments.metrics import error_rate, r2_score
+from renyiboost.experiments.evaluation import replay, rounded
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (
@@ -29,60 +25,6 @@ from renyiboost.stream.sources import (
     InMemorySource,
 )
 from renyiboost.stream.store import SQLiteStore
-
-
-def batch_metrics(task: str, y: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
-    """MAE and R² (regression) or error in percent (classification) of one batch."""
-    if task == "regression":
-        mae = float(np.mean(np.abs(y - prediction)))
-        r2 = r2_score(y, prediction) if np.ptp(y) > 0 else float("nan")
-        return {"mae": mae, "r2": r2}
-    return {"error": error_rate(y, prediction)}
-
-
-def predict(engine: StreamEngine, X: np.ndarray) -> np.ndarray:
-    """Predictions of the committed model on the label's scale (probabilities for 0/1)."""
-    margin = engine.predict_margin(X)
-    if engine.config.params.task == "regression":
-        return engine.booster.loss.unscale(margin)
-    return 1.0 / (1.0 + np.exp(-margin))
-
-
-def replay(
-    engine: StreamEngine,
-    source: InMemorySource,
-    on_batch: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Test-then-train over the source's batches; one record per batch: the public metric
-    and release version, and (under ``operator``) the exact pool counts."""
-    task = engine.config.params.task
-    history = []
-    seen = 0
-    # The prior baseline, test-then-train like the model: the mean of the labels seen so
-    # far (the middle of the public bounds, or 1/2, before the first).
-    bounds = engine.schema.target_bounds
-    label_sum, prior = 0.0, (sum(bounds) / 2.0 if bounds is not None else 0.5)
-    for index, batch in enumerate(source):
-        prediction = predict(engine, batch.X)
-        row: dict[str, Any] = {"batch": index, "seen": seen + batch.y.size,
-                               "late_share": float(batch.late.mean())}
-        row |= batch_metrics(task, batch.y, prediction)
-        row |= {f"prior_{k}": v for k, v in batch_metrics(
-            task, batch.y, np.full(batch.y.size, prior)).items()}
-        label_sum += float(batch.y.sum())
-        prior = label_sum / (seen + batch.y.size)
-        if batch.late.any():
-            late = batch_metrics(task, batch.y[batch.late], prediction[batch.late])
-            row |= {f"late_{k}": v for k, v in late.items()}
-        engine.add(batch.X, batch.y, batch.keys, batch.positions)
-        seen += batch.y.size
-        telemetry = engine.operator_telemetry()
-        row |= {"n_trees": telemetry.n_trees, "version": telemetry.release_version,
-                "operator": {"n_active": telemetry.n_active, "n_retired": telemetry.n_retired}}
-        history.append(row)
-        if on_batch:
-            on_batch(row)
-    return history
 
 
 def plot(history: list[dict[str, Any]], path: Path, title: str,
@@ -117,37 +59,6 @@ def plot(history: list[dict[str, Any]], path: Path, title: str,
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return legend
-
-
-def rounded(value: Any) -> Any:
-    """A value for a human: floats to 6 significant digits (``1`` for ``0.99999999994``),
-    also inside lists and dicts."""
-    if isinstance(value, float):
-        return float(f"{value:.6g}")
-    if isinstance(value, list | tuple):
-        return type(value)(rounded(v) for v in value)
-    if isinstance(value, dict):
-        return {k: rounded(v) for k, v in value.items()}
-    return value
-
-
-def progress_bar(unit: str) -> Callable[[int, int], None]:
-    """A ``tick(done, total)`` that draws a tqdm bar on stderr, only when stderr is a
-    terminal (a log or a pipe gets no carriage returns between its lines)."""
-    from tqdm import tqdm
-
-    state: dict[str, Any] = {}
-
-    def tick(done: int, total: int) -> None:
-        bar = state.get("bar")
-        if bar is None:
-            bar = state["bar"] = tqdm(total=total, unit=unit, file=sys.stderr, leave=False,
-                                      disable=not sys.stderr.isatty())
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-
-    return tick
 
 
 def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 1.0,

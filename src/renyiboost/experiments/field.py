@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import progress_bar
+from renyiboost.experiments.evaluation import progress_bar
 from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.experiments.peers import as_peer, make_peer
 

@@ -25,8 +25,8 @@ Methods so far:
   composition), so every method's total is the cell's ε.
 
 Seed policy: repeat ``r`` uses noise seed ``r`` (reproducible, so the runs are test-only).
-``--preset paper`` runs :mod:`renyiboost.experiments.paper` instead of a grid, ``--preset
-field`` :mod:`renyiboost.experiments.field`.
+``renyiboost experiment --preset paper`` runs :mod:`renyiboost.experiments.paper` instead of
+a grid, ``--preset field`` :mod:`renyiboost.experiments.field` (the command chooses).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import batch_metrics, progress_bar, replay
+from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -381,23 +381,11 @@ def _plots(results: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path)
         plt.close(fig)
 
 
-def run_experiment(config: str | None = None, preset: str | None = None,
-                   **options: Any) -> int:
-    """``renyiboost experiment``: a grid from the TOML file ``config`` (GridConfig's keys)
-    with ``options`` (GridConfig fields; ``None`` keeps the file's or the default) on top,
-    or ``preset`` 'paper' or 'field' (which take ``repeats``, ``workers``, ``out``,
-    ``epsilons`` and ``repeats``, ``datasets``, ``epsilons``, ``out``)."""
+def run_experiment(config: str | None = None, **options: Any) -> int:
+    """``renyiboost experiment`` without a preset: a grid from the TOML file ``config``
+    (GridConfig's keys) with ``options`` (GridConfig fields; ``None`` keeps the file's or
+    the default) on top."""
     given = {k: v for k, v in options.items() if v is not None}
-    if preset == "paper":
-        from renyiboost.experiments import paper
-
-        keys = ("repeats", "workers", "out", "epsilons")
-        return paper.main(paper.PaperConfig(**{k: v for k, v in given.items() if k in keys}))
-    if preset == "field":
-        from renyiboost.experiments import field
-
-        keys = ("datasets", "epsilons", "repeats", "out")
-        return field.main(field.FieldConfig(**{k: v for k, v in given.items() if k in keys}))
     data = tomllib.loads(Path(config).read_text()) if config else {}
     grid = GridConfig(**(data | given))
     results = run_grid(grid)

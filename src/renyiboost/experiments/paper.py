@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
-from renyiboost.experiments.demo import predict, progress_bar, replay
+from renyiboost.experiments.evaluation import predict, progress_bar, replay
 from renyiboost.experiments.grid import (
     CACHE_VERSION,
     GridConfig,

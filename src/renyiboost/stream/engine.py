@@ -58,6 +58,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -112,6 +113,8 @@ from renyiboost.stream.store import (
     score_value,
 )
 from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
+
+log = logging.getLogger("renyiboost.engine")
 
 SEEN, ACTIVE, RETIRED = 0, 1, 2
 
@@ -1156,6 +1159,10 @@ class StreamEngine:
         self._positions = self._merged_positions = int(meta["positions"])
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
+        log.info("restored store %s (epoch %d) at release version %d, %d committed outputs "
+                 "replayed", self._store.identity.store_id, self._store.identity.epoch,
+                 self.release_version,
+                 sum(not isinstance(event, MergeEvent) for event in snap.events))
 
     def _margins(self, stored: np.ndarray) -> np.ndarray:
         """Margins as the store keeps them (flat) in the pool's shape: ``(n, C)`` for a

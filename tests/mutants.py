@@ -312,6 +312,10 @@ MUTATIONS = [
              "src/renyiboost/models/diprime.py",
              "flat = pos * (codes.size + 1) + np.where(", "flat = pos * codes.size + np.where(",
              ["tests/test_diprime.py"]),
+    Mutation("a batch fit spends without drawing from the shared budget",
+             "src/renyiboost/models/batch.py",
+             "        self._draw_budget()  # before any record is read by a mechanism\n", "",
+             ["tests/test_budget.py"]),
 ]
 
 

@@ -423,6 +423,8 @@ class KafkaTrainer(_Loop):
             self._deliver_dead_letters()
             self.engine.store.set_meta("dead_lettered", reached)
             self._dead_lettered = reached
+            log.warning("dead-lettered events to %s.dlq; by reason so far: %s (operator "
+                        "telemetry)", messages[0].topic(), dict(self.dead_letters))
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1
@@ -504,6 +506,9 @@ class KafkaTrainer(_Loop):
         published = publish_versions(self.producer, self.settings, self.engine.release,
                                      self._published["version"], self.engine.release_version)
         if published is not None:
+            log.debug("published versions %d to %d of %r to %s",
+                      self._published["version"] + 1, published["version"],
+                      self.settings.model_name, self.settings.model_topic)
             self._published = published
             self._unpublished = False
             self.engine.store.set_meta("published", published)

@@ -839,6 +839,7 @@ class StreamEngine:
         # The positions are public and at least the pool's size: no noisy count is released.
         score, _ = self.booster.initial_score(self.pool, public_count=self._positions)
         self.install_initial(score)
+        log.info("initial score released at stream position %d", self._positions)
 
     def install_initial(self, score: float) -> None:
         """Commit the released initial score with its charge to every active record, then

@@ -41,6 +41,7 @@ store and a trainable new store hold a key.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -62,6 +63,8 @@ from renyiboost.stream.store import SQLStateStore, is_postgres_location, store_a
 
 #: Store side values that belong to a partition (``topic:p`` → value) and follow it.
 PARTITION_VALUES = ("dead_lettered",)
+
+log = logging.getLogger("renyiboost.reshard")
 
 
 @dataclass
@@ -90,8 +93,11 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
             olds.append(store_at(location))
         tombs = [old.get_meta("resharded") for old in olds]
         if any(tomb is not None for tomb in tombs):
+            log.info("finishing an interrupted reshard: %d of %d old stores tombstoned",
+                     sum(t is not None for t in tombs), len(tombs))
             report = _finish(olds, tombs, targets)
         else:
+            log.info("resharding %d stores into %d", len(sources), len(targets))
             _clear_targets(targets, [old.identity.store_id for old in olds])
             group = LocalShards.open(config, olds)  # its workers close the stores
             olds = []
@@ -104,6 +110,7 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
         for old in olds:
             old.close()
     _archive(sources)
+    log.info("reshard done: %d shards; the old stores are refused from now on", len(targets))
     return report
 
 

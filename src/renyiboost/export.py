@@ -95,7 +95,7 @@ def _double_tensor(name: str, values: Any) -> Any:
 
 
 def _class_labels(schema: PublicSchema) -> dict[str, list[Any]]:
-    labels = [schema.label_of(code) for code in range(schema.n_classes)]
+    labels = schema.classes
     if all(isinstance(label, str) for label in labels):
         return {"classlabels_strings": labels}
     if all(isinstance(label, int) for label in labels):  # bools are ints: False/True → 0/1

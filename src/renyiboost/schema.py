@@ -146,20 +146,33 @@ class PublicSchema(BaseModel):
         return self.n_classes if self.n_classes > 2 else 1
 
     @cached_property
-    def _label_index(self) -> Any:
-        import pandas as pd
+    def classes(self) -> list[Category]:
+        """The labels in class order: ``labels``, or ``[False, True]`` without a set."""
+        return list(self.labels) if self.labels is not None else [False, True]
 
-        return pd.Index(self.labels if self.labels is not None else [0, 1], dtype=object)
+    @cached_property
+    def label_index(self) -> dict[Any, int]:
+        """Label → class index (without a set: 0/1, which False/True and 0.0/1.0 match)."""
+        return {label: code for code, label in enumerate(self.classes)}
 
     def label_codes(self, y: Any) -> np.ndarray:
-        """Each label's index in the public label set (vectorised hashing), −1 for a label
-        outside it. Without a label set the set is ``[0, 1]`` (False/True match them)."""
+        """Each label's index in the public label set, −1 for a label outside it (or an
+        unhashable value). One dict lookup a label, as :meth:`encode_columns` does for a
+        categorical column."""
+        index = self.label_index
+
+        def code(value: Any) -> int:
+            try:
+                return index.get(value, -1)
+            except TypeError:  # unhashable: not a label
+                return -1
+
         values = np.asarray(y, dtype=object).reshape(-1)
-        return np.asarray(self._label_index.get_indexer(values), dtype=np.int64)
+        return np.fromiter(map(code, values), dtype=np.int64, count=values.size)
 
     def label_of(self, code: int) -> Any:
         """The label of class ``code`` (``False``/``True`` without a label set)."""
-        return bool(code) if self.labels is None else self.labels[code]
+        return self.classes[code]
 
     # ------------------------------------------------------------------ columnar views
     @cached_property

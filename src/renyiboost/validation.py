@@ -141,8 +141,7 @@ class RecordValidator:
         self.strict = strict
         self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
         #: label → class index, for a classifier with a public label set.
-        self._label_codes: dict[Any, int] | None = None if schema.labels is None else {
-            label: i for i, label in enumerate(schema.labels)}
+        self._label_codes = None if schema.labels is None else schema.label_index
         #: name → (column, category index or None, lo, hi): one dict lookup per value.
         self._encoders = {name: (j, index, lo, hi)
                           for j, (name, index, lo, hi) in enumerate(schema._encoders)}

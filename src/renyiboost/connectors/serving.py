@@ -116,7 +116,7 @@ class FollowerService:
         else:
             p = 1.0 / (1.0 + np.exp(-margin))
             proba = np.column_stack([1.0 - p, p])
-        labels = [schema.label_of(code) for code in range(schema.n_classes)]
+        labels = schema.classes
         return PredictResponse(
             **response, predictions=[labels[c] for c in proba.argmax(axis=1).tolist()],
             probabilities=[{str(label): float(p) for label, p in zip(labels, row, strict=True)}

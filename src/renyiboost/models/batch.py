@@ -128,7 +128,7 @@ class MarginModel:
         codes = margin.argmax(axis=1) if margin.ndim == 2 else (margin > 0).astype(np.int64)
         if self.schema.labels is None:
             return codes
-        return np.asarray(self.schema.labels, dtype=object)[codes]
+        return np.asarray(self.schema.classes, dtype=object)[codes]
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """Class probabilities, one column a class in the order of the public labels."""

@@ -421,8 +421,7 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
 
     @property
     def _classes(self) -> list[Any]:
-        schema = self._engine.schema
-        return [schema.label_of(code) for code in range(schema.n_classes)]
+        return self._engine.schema.classes
 
     def _probabilities(self, margin: np.ndarray) -> np.ndarray:
         """Class probabilities (one column a class) of margins from the engine."""

@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from renyiboost.exceptions import InvalidRecord
-from renyiboost.models.losses import softmax, unscale_margin
+from renyiboost.models.losses import class_probabilities, unscale_margin
 
 log = logging.getLogger("renyiboost.serve")
 
@@ -111,11 +111,7 @@ class FollowerService:
         if follower.task == "regression":
             values = unscale_margin(margin, schema.target_bounds)
             return PredictResponse(**response, predictions=values.tolist())
-        if margin.ndim == 2:
-            proba = softmax(margin)
-        else:
-            p = 1.0 / (1.0 + np.exp(-margin))
-            proba = np.column_stack([1.0 - p, p])
+        proba = class_probabilities(margin)
         labels = schema.classes
         return PredictResponse(
             **response, predictions=[labels[c] for c in proba.argmax(axis=1).tolist()],

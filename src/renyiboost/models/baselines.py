@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from renyiboost.accounting import Calibration, LeafRelease, calibrate
+from renyiboost.models.booster import noisy_class_frequencies
 from renyiboost.models.losses import SquaredLoss, unscale_margin
 from renyiboost.randomness import noise_source
 from renyiboost.schema import PublicSchema
@@ -49,11 +50,8 @@ class DPMeanBaseline:
             codes = self.schema.label_codes(y)
             if (codes < 0).any():
                 raise ValueError("a label is not in the schema's public label set")
-            counts = np.bincount(codes, minlength=self.schema.n_classes) + noise.normal(
-                self.schema.n_classes, release.lone_sum_noise_std(1.0))
-            counts = np.maximum(counts, 0.0)
-            self.proba_ = (counts / counts.sum() if counts.sum() > 0
-                           else np.full(counts.size, 1.0 / counts.size))
+            self.proba_ = noisy_class_frequencies(codes, self.schema.n_classes,
+                                                  release.lone_sum_noise_std(1.0), noise)
             return self
         if self.task == "regression":
             lo, hi = self.schema.target_bounds  # type: ignore[misc]

@@ -17,7 +17,7 @@ from renyiboost.accounting.events import RdpAccountant
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
 from renyiboost.models.explain import feature_contributions, feature_importances
-from renyiboost.models.losses import softmax, unscale_margin
+from renyiboost.models.losses import class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -134,11 +134,7 @@ class MarginModel:
         """Class probabilities, one column a class in the order of the public labels."""
         if self.params.task != "classification":
             raise AttributeError("predict_proba is for task='classification'")
-        margin = self.decision_function(X)
-        if margin.ndim == 2:
-            return softmax(margin)
-        p = expit(margin)
-        return np.column_stack([1.0 - p, p])
+        return class_probabilities(self.decision_function(X))
 
     # ------------------------------------------------------------------ explanations
     def _intercept(self) -> float | list[float]:

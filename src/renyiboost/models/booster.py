@@ -123,6 +123,21 @@ class SGBDTParams(BaseModel):
         return self.max_rounds if self.max_rounds is not None else self.rounds
 
 
+def noisy_class_frequencies(codes: np.ndarray, n_classes: int, noise_std: float,
+                            noise: NoiseSource) -> np.ndarray:
+    """Class frequencies from a histogram of class indices with Gaussian noise of std
+    ``noise_std`` on every count (none at 0): negative counts count as 0, and an empty
+    histogram gives uniform frequencies. A record adds a one-hot vector (L2 norm 1), so at
+    std ``σ/√2`` the histogram costs what one Gaussian release of noise multiplier ``σ/√2``
+    costs it."""
+    counts = np.bincount(np.asarray(codes, dtype=np.int64), minlength=n_classes).astype(float)
+    if noise_std > 0:
+        counts += noise.normal(n_classes, noise_std)
+    counts = np.maximum(counts, 0.0)
+    total = counts.sum()
+    return counts / total if total > 0 else np.full(n_classes, 1.0 / n_classes)
+
+
 @dataclass
 class RecordPool:
     """Columnar state of the records the learner trains on (the active pool)."""
@@ -387,18 +402,16 @@ class SGBDTBooster:
         (``init_charge``), and no count is released besides (the frequencies are the
         histogram normalised by its own sum). Frequencies are floored at 1 % before the log,
         as the binary score's mean is."""
-        counts = np.bincount(y.astype(np.int64), minlength=self.n_outputs).astype(float)
         cal = self.calibration
+        noise_std = 0.0
         if cal is not None:
             if cal.init_sigma is None:
                 return self._neutral_score(), spent  # type: ignore[return-value]
             spent[active] += cal.init_charge
-            init = LeafRelease(cal.init_sigma, self.params.count_share)
-            counts += self.noise.normal(self.n_outputs, init.lone_sum_noise_std(1.0))
-        counts = np.maximum(counts, 0.0)
-        if counts.sum() <= 0:
-            return self._neutral_score(), spent  # type: ignore[return-value]
-        log_p = np.log(np.maximum(counts / counts.sum(), 0.01))
+            noise_std = LeafRelease(cal.init_sigma, self.params.count_share
+                                    ).lone_sum_noise_std(1.0)
+        frequencies = noisy_class_frequencies(y, self.n_outputs, noise_std, self.noise)
+        log_p = np.log(np.maximum(frequencies, 0.01))
         return log_p - log_p.mean(), spent
 
     # ------------------------------------------------------------------ one round

@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 from river import base
-from scipy.special import expit
 
 from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.exceptions import BudgetExceeded, InvalidRecord, PrivacyLeakWarning
 from renyiboost.models.defaults import POLICY, Policy
-from renyiboost.models.losses import softmax
+from renyiboost.models.losses import class_probabilities
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
@@ -423,15 +422,8 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
     def _classes(self) -> list[Any]:
         return self._engine.schema.classes
 
-    def _probabilities(self, margin: np.ndarray) -> np.ndarray:
-        """Class probabilities (one column a class) of margins from the engine."""
-        if margin.ndim == 2:
-            return softmax(margin)
-        p = expit(margin)
-        return np.column_stack([1.0 - p, p])
-
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Any, float]:
-        p = self._probabilities(self._engine.predict_margin(self._encode_one(x)))[0]
+        p = class_probabilities(self._engine.predict_margin(self._encode_one(x)))[0]
         return dict(zip(self._classes, p.tolist(), strict=True))
 
     def predict_one(self, x: dict, **kwargs: Any) -> Any:
@@ -442,7 +434,7 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
     def predict_proba_many(self, X: Any) -> Any:
         import pandas as pd
 
-        return pd.DataFrame(self._probabilities(self._margins(X)), columns=self._classes,
+        return pd.DataFrame(class_probabilities(self._margins(X)), columns=self._classes,
                             index=getattr(X, "index", None))
 
     def predict_many(self, X: Any) -> Any:

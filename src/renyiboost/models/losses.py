@@ -94,6 +94,15 @@ def softmax(margin: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
+def class_probabilities(margin: np.ndarray) -> np.ndarray:
+    """Class probabilities, one column a class: the softmax of ``(n, C)`` margins, or
+    ``[1 − σ(F), σ(F)]`` of binary log-odds ``(n,)``."""
+    if margin.ndim == 2:
+        return softmax(margin)
+    p = expit(margin)
+    return np.column_stack([1.0 - p, p])
+
+
 @dataclass(frozen=True)
 class SoftmaxLoss:
     """Multiclass log-loss (softmax over ``n_classes`` margins); labels are class indices.

@@ -43,6 +43,8 @@ DATASETS = ("abalone", "adult", "california", "elec2", "covertype", "covertype7"
 #: The methods with a multiclass model: S-GBDT with softmax vector leaves and the DP class
 #: prior. The others are binary or regression learners here (see the README's list).
 MULTICLASS_METHODS = frozenset({"renyiboost", "dp_mean"})
+#: The data sets with a multiclass label set.
+MULTICLASS_SETS = frozenset({"covertype7", "image_segments"})
 
 
 def load_field_set(name: str) -> Any:
@@ -76,25 +78,16 @@ def _model(method: str, data: Any, epsilon: float, delta: float, seed: int) -> A
         from renyiboost.models.batch import SGBDT
 
         return as_peer(SGBDT(data.schema, seed=seed, task=data.task, epsilon=epsilon,
-                             delta=delta), _peer_task(data))
-    if method == "dp_mean" and data.schema.n_classes > 2:
-        from renyiboost.models.baselines import DPMeanBaseline
-
-        return as_peer(DPMeanBaseline(data.schema, data.task, epsilon, delta, seed), "multiclass")
+                             delta=delta), data.task)
     return make_peer(method, data.schema, data.task, data.name, epsilon, delta, seed)
-
-
-def _peer_task(data: Any) -> str:
-    return "multiclass" if data.schema.n_outputs > 1 else data.task
 
 
 def run_field(config: FieldConfig) -> list[dict[str, Any]]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    multiclass = {"covertype7", "image_segments"}
     jobs = [(d, m, e, r) for d in config.datasets for m in config.methods
             for e in config.epsilons for r in range(config.repeats)
-            if d not in multiclass or m in MULTICLASS_METHODS]
+            if d not in MULTICLASS_SETS or m in MULTICLASS_METHODS]
     tick, rows, data_of = progress_bar("fits"), [], {}
     shapes: tuple[float, Any] | None = None  # (ε, model) of the additive fit to plot
     for done, (dataset, method, epsilon, repeat) in enumerate(jobs):

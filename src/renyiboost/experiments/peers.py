@@ -29,8 +29,9 @@ bound from the data:
   mean of the clipped labels), behind the same interface.
 
 All wrappers share one interface: ``fit(X, y)`` on schema-encoded arrays and
-``predict_score(X)`` → the regression prediction or the probability of class 1 (a
-``multiclass`` task: the probability of every class, in the order of the public labels).
+``predict_score(X)`` → the regression prediction or the probability of class 1 (for a
+schema with a multiclass label set: the probability of every class, in the order of the
+public labels).
 """
 
 from __future__ import annotations
@@ -77,10 +78,13 @@ class _Wrapped:
     def __init__(self, model: Any, task: str, to_input: Any = None) -> None:
         self.model, self.task = model, task
         self.to_input = to_input if to_input is not None else (lambda X: X)
+        #: One of our models over a schema with a multiclass label set: labels go in as
+        #: given, and every class's probability comes out.
+        self.multiclass = getattr(getattr(model, "schema", None), "n_outputs", 1) > 1
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> _Wrapped:
         target = (np.asarray(y, float) if self.task == "regression"
-                  else np.asarray(y) if self.task == "multiclass" else np.asarray(y).astype(int))
+                  else np.asarray(y) if self.multiclass else np.asarray(y).astype(int))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # peers warn about their own defaults
             self.model.fit(self.to_input(X), target)
@@ -93,7 +97,7 @@ class _Wrapped:
             if self.task == "regression":
                 return np.asarray(self.model.predict(inputs), dtype=float)
             proba = np.asarray(self.model.predict_proba(inputs), dtype=float)
-        if self.task == "multiclass":  # the model's classes in the public label order
+        if self.multiclass:  # the model's classes in the public label order
             return proba
         classes = list(getattr(self.model, "classes_", [0, 1]))
         return proba[:, classes.index(1)] if 1 in classes else np.zeros(len(proba))

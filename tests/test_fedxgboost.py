@@ -109,27 +109,22 @@ def test_the_rdp_of_the_reports_matches_dp_accounting() -> None:
                                                                              + q * q / p))
 
 
-def test_the_rounds_report_with_epsilon_over_t() -> None:
-    """The spread of a fit's first reports is the one of ε/T, not of ε: a fit that spent
-    the whole ε every round would fail here."""
-    from renyiboost.accounting import ldp
+def test_the_rounds_report_with_epsilon_over_t(monkeypatch) -> None:
+    """Every round's reports are drawn at ε/T, not ε: a fit that spent the whole ε every
+    round would fail here."""
+    import renyiboost.models.fedxgboost as module
 
     seen = []
-    original = ldp.randomise
+    original = module.randomise
 
     def spy(values, randomiser, epsilon, clip, noise):
         seen.append(epsilon)
         return original(values, randomiser, epsilon, clip, noise)
 
-    import renyiboost.models.fedxgboost as module
-
-    module.randomise, saved = spy, module.randomise
-    try:
-        X = np.random.default_rng(0).uniform(0, 1, (300, 2))
-        FedXGBoostLDP(SCHEMA, task="classification", epsilon=3.0, rounds=6, seed=1).fit(
-            X, (X[:, 0] > 0.5).astype(float))
-    finally:
-        module.randomise = saved
+    monkeypatch.setattr(module, "randomise", spy)
+    X = np.random.default_rng(0).uniform(0, 1, (300, 2))
+    FedXGBoostLDP(SCHEMA, task="classification", epsilon=3.0, rounds=6, seed=1).fit(
+        X, (X[:, 0] > 0.5).astype(float))
     assert seen == [0.5] * 6
 
 

@@ -427,8 +427,7 @@ def one_line(error: BaseException) -> str:
         if root in EXTRAS:
             return (f"{error} (install the '{EXTRAS[root]}' extra: pip install "
                     f"'renyiboost[{EXTRAS[root]}]')")
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if isinstance(error, Exception) and str(error) else f"{type(error).__name__}: {text}"
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,18 +73,12 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, l
 def _leaf_targets(release: ModelRelease, n_outputs: int) -> tuple[list[int], list[int],
                                                                   list[int], list[float]]:
     """(tree ids, node ids, output ids, weights) of every leaf value: one a leaf, or one a
-    class and leaf for vector leaves."""
-    n_internal = 2**release.depth - 1
-    trees, nodes, outputs, weights = [], [], [], []
-    for tree, released in enumerate(release.trees):
-        leaves = np.asarray(released.leaves, dtype=float).reshape(2**release.depth, n_outputs)
-        for leaf in range(leaves.shape[0]):
-            for output in range(n_outputs):
-                trees.append(tree)
-                nodes.append(n_internal + leaf)
-                outputs.append(output)
-                weights.append(float(leaves[leaf, output]))
-    return trees, nodes, outputs, weights
+    class and leaf for vector leaves (tree-major, then leaf, then class)."""
+    n_leaves = 2**release.depth
+    weights = np.asarray([tree.leaves for tree in release.trees], dtype=float).reshape(-1)
+    tree, leaf, output = np.unravel_index(np.arange(weights.size),
+                                          (len(release.trees), n_leaves, n_outputs))
+    return (tree.tolist(), (n_leaves - 1 + leaf).tolist(), output.tolist(), weights.tolist())
 
 
 def _double_tensor(name: str, values: Any) -> Any:

@@ -15,6 +15,7 @@ Encoding convention (one float matrix for every feature):
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -157,18 +158,21 @@ class PublicSchema(BaseModel):
 
     def label_codes(self, y: Any) -> np.ndarray:
         """Each label's index in the public label set, −1 for a label outside it (or an
-        unhashable value). One dict lookup a label, as :meth:`encode_columns` does for a
-        categorical column."""
-        index = self.label_index
-
-        def code(value: Any) -> int:
-            try:
-                return index.get(value, -1)
-            except TypeError:  # unhashable: not a label
-                return -1
-
+        unhashable value): ``dict.get`` mapped over the labels in C, as
+        :meth:`encode_columns` encodes a categorical column."""
         values = np.asarray(y, dtype=object).reshape(-1)
-        return np.fromiter(map(code, values), dtype=np.int64, count=values.size)
+        index = self.label_index
+        try:
+            return np.fromiter(map(index.get, values, itertools.repeat(-1)), dtype=np.int64,
+                               count=values.size)
+        except TypeError:  # an unhashable value: not a label
+            return np.array([self._code_or_missing(v) for v in values], dtype=np.int64)
+
+    def _code_or_missing(self, value: Any) -> int:
+        try:
+            return self.label_index.get(value, -1)
+        except TypeError:
+            return -1
 
     def label_of(self, code: int) -> Any:
         """The label of class ``code`` (``False``/``True`` without a label set)."""

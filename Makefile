@@ -25,7 +25,7 @@ mutants: $(VENV)/.installed
 dist: $(VENV)/.installed
 	rm -rf dist
 	$(PY) -m build --outdir dist . >/dev/null
-	$(PY) -c "import sys, zipfile, glob; names = zipfile.ZipFile(glob.glob('dist/*.whl')[0]).namelist(); sys.exit(0 if 'renyiboost/py.typed' in names else 'py.typed missing from the wheel')"
+	$(PY) .ci/check_wheel.py
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/renyiboost demo

@@ -4,6 +4,7 @@ their calibration, checksummed, and that fail loudly (and whole) when the disk i
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 import subprocess
@@ -81,6 +82,21 @@ def test_a_state_file_without_its_write_ahead_log_is_refused(tmp_path) -> None:
     model.engine.close()
     with pytest.raises(StoreNotFound):
         _model(str(copy))
+
+
+def test_the_store_logs_its_identity_epoch_and_what_a_restart_restores(tmp_path, caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="renyiboost.store"):
+        path, model = _fed(tmp_path, 200)
+        rounds = model.engine.rounds_done
+        model.engine.close()
+        reopened = _model(str(path))
+        reopened.engine.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "renyiboost.store"]
+    created = next(line for line in lines if line.startswith("created"))
+    store_id = created.split("(store ")[1].split(",")[0]
+    assert f"opened the state store {path} (store {store_id}, epoch 2)" in lines
+    assert any(line.startswith(f"restoring from {path}: {rounds} stored trees")
+               for line in lines), lines
 
 
 def test_creating_a_store_over_an_existing_file_is_refused(tmp_path) -> None:

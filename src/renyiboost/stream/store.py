@@ -67,6 +67,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -82,6 +83,8 @@ from typing import Any, Literal
 import numpy as np
 
 from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
+
+log = logging.getLogger("renyiboost.store")
 
 #: Version of the SQLite layout; a store of another version is refused, never migrated silently.
 STORE_FORMAT = 3
@@ -438,6 +441,8 @@ class SQLStateStore(StateStore):
         except BaseException:
             self._rollback()
             raise
+        log.info("%s the state store %s (store %s, epoch %d)",
+                 "created" if create else "opened", self.location, identity["store_id"], epoch)
         return StoreIdentity(str(identity["store_id"]), epoch)
 
     # ------------------------------------------------------------------ reading
@@ -497,6 +502,8 @@ class SQLStateStore(StateStore):
             "SELECT uids, spent, crc FROM retirements ORDER BY batch").fetchall()
         for row in batches:
             self._checked("retirements", row, row[0], row[1])
+        log.info("restoring from %s: %d stored trees, a snapshot of %d records, %d events to "
+                 "replay", self.location, len(trees), uids.size, len(events))
         return Snapshot(
             meta=meta, trees=trees, pool=pool, events=events, keys=keys,
             retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
@@ -678,6 +685,7 @@ class SQLStateStore(StateStore):
         self._execute("DELETE FROM events WHERE seq <= ?", (seq,))
         self._execute("DELETE FROM trees WHERE round < ?", (first_kept_round,))
         self._event_bytes = 0
+        log.debug("snapshot of %d live records written to %s", after.uids.size, self.location)
 
     def close(self) -> None:
         raise NotImplementedError
@@ -689,6 +697,7 @@ class SQLStateStore(StateStore):
         if self.has_committed() and self.get_meta("reshard_pending") is None:
             raise LedgerConflict(f"refusing to delete the state store {self.location}: it "
                                  "holds a ledger")
+        log.warning("deleting the state store %s (it holds no usable ledger)", self.location)
         self._remove()
 
     def _remove(self) -> None:

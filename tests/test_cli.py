@@ -83,6 +83,18 @@ def test_lists_are_comma_separated_and_checked() -> None:
     assert sub.params["datasets"] == ["abalone", "elec2"]
 
 
+def test_options_a_mode_does_not_read_are_refused_instead_of_ignored(capsys) -> None:
+    assert main(["tune", "--private", "--dataset", "abalone", "--epsilon", "1",
+                 "--space", "adult", "--candidates", "5"]) == 2
+    assert "--space, --candidates do not apply to a private selection" in capsys.readouterr().err
+    assert main(["tune", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "3"]) == 2
+    assert "--mean-runs does not apply to the non-private search" in capsys.readouterr().err
+    assert main(["experiment", "--preset", "field", "--methods", "irf"]) == 2
+    assert "--methods does not apply to --preset field" in capsys.readouterr().err
+    assert main(["experiment", "--preset", "paper", "--config", "grid.toml"]) == 2
+    assert "--config does not apply to --preset paper" in capsys.readouterr().err
+
+
 def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) -> None:
     from test_ledger import abalone_config
 

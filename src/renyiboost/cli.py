@@ -304,6 +304,13 @@ def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: in
 
 
 # ---------------------------------------------------------------------------------- experiments
+#: The options each ``experiment --preset`` reads (the others are refused).
+PRESET_OPTIONS: dict[str, tuple[str, ...]] = {
+    "paper": ("repeats", "workers", "out", "epsilons"),
+    "field": ("datasets", "epsilons", "repeats", "out"),
+}
+
+
 @cli.command(context_settings=CONTEXT)
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
               help="TOML file with GridConfig's keys (the options override it)")
@@ -334,16 +341,18 @@ def experiment(config: str | None, preset: str | None, **options: Any) -> int:
     """A cached grid of prequential stream runs: tables and plots (unset options take the
     config file's value or GridConfig's default)."""
     given = {k: v for k, v in options.items() if v is not None}
+    if preset is not None:
+        keys = PRESET_OPTIONS[preset]
+        refuse_unread_options(["config", *(k for k in options if k not in keys)],
+                              f"--preset {preset} (it takes {', '.join('--' + k for k in keys)})")
     if preset == "paper":
         from renyiboost.experiments import paper
 
-        keys = ("repeats", "workers", "out", "epsilons")
-        return paper.main(paper.PaperConfig(**{k: v for k, v in given.items() if k in keys}))
+        return paper.main(paper.PaperConfig(**given))
     if preset == "field":
         from renyiboost.experiments import field
 
-        keys = ("datasets", "epsilons", "repeats", "out")
-        return field.main(field.FieldConfig(**{k: v for k, v in given.items() if k in keys}))
+        return field.main(field.FieldConfig(**given))
     from renyiboost.experiments.grid import run_experiment
 
     return run_experiment(config, **given)
@@ -395,6 +404,9 @@ def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: f
          candidates: int, seeds: int, workers: int, refine: int, refine_seeds: int,
          json_path: str | None) -> int:
     """Hyper-parameter search on training data only (--private: accounted selection)."""
+    refuse_unread_options(TUNE_SEARCH_ONLY if private else TUNE_PRIVATE_ONLY,
+                          "a private selection (--private)" if private
+                          else "the non-private search (without --private)")
     if private:
         from renyiboost.experiments.tune import run_private_tune
 
@@ -411,6 +423,28 @@ def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: f
                                  param_hint="--dataset")
     return run_tune(dataset, epsilon, candidates, seeds, workers, refine, refine_seeds, space,
                     against_config, json_path)
+
+
+#: The options only one of ``tune``'s two modes reads: given to the other, they would be
+#: silently ignored, so they are refused.
+TUNE_PRIVATE_ONLY = ("delta", "mean_runs", "validation_share", "seed")
+TUNE_SEARCH_ONLY = ("space", "against_config", "candidates", "seeds", "workers", "refine",
+                    "refine_seeds")
+
+
+def refuse_unread_options(unread: Sequence[str], mode: str) -> None:
+    """A usage error naming every option in ``unread`` the user gave on the command line:
+    the chosen ``mode`` does not read them, and ignoring them silently would run something
+    other than what was asked."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    given = [name for name in unread
+             if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise click.UsageError(f"{flags} {'does' if len(given) == 1 else 'do'} not apply to "
+                               f"{mode}")
 
 
 # ---------------------------------------------------------------------------------- entry point

@@ -25,7 +25,9 @@ from renyiboost.connectors.events import Rejected
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, ModelFollower, event_json
 from renyiboost.exceptions import RenyiboostError, TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.losses import class_probabilities
 from renyiboost.release import ModelRelease
+from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
 from renyiboost.stream.store import SQLiteStore
@@ -99,6 +101,41 @@ def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_
         range(1, engine.release_version + 1))
     assert {frozenset(json.loads(m.value())) for m in got} == {frozenset(ModelRelease.model_fields)}
     assert all(len(json.loads(m.value())["trees"]) == (v > 0) for v, m in enumerate(got))
+
+
+def test_string_labels_train_from_a_topic_and_follow_as_labels(kafka_bootstrap, tmp_path) -> None:
+    """A multiclass model with a public label set of strings, end to end: events carry the
+    labels as strings, a label outside the set is a dead letter with reason "label", and the
+    follower answers with the set's labels and the engine's own class probabilities."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": ["x", "y"]},
+                          labels=["low", "mid", "high"])
+    rng = np.random.default_rng(5)
+    rows = [{"a": float(a), "b": "xy"[int(b)]} for a, b in
+            zip(rng.uniform(0, 1, 600), rng.integers(0, 2, 600), strict=True)]
+    labels = [schema.classes[min(2, int(3 * x["a"]))] for x in rows]
+    topic = _topic("labels")
+    events = [(f"k{i}".encode(), event_json(f"k{i}", x, label))
+              for i, (x, label) in enumerate(zip(rows, labels, strict=True))]
+    events.insert(300, (b"bad", event_json("bad", rows[0], "huge")))
+    _produce(kafka_bootstrap, topic, events, partition=0)
+    config = EngineConfig.from_defaults(schema, "classification", epsilon=4.0, rounds=12,
+                                        train_every=100, warmup=100, trigger_growth=0.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True), seed=2)
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=3.0)
+    assert dict(trainer.dead_letters) == {"label": 1}
+    assert engine.operator_telemetry().n_active + engine.n_pending == 600
+
+    follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
+    follower.wait_for(engine.release_version)
+    proba = class_probabilities(engine.predict_margin(engine.validator.rows(rows[:100])))
+    predicted = [follower.predict_one(x) for x in rows[:100]]
+    assert predicted == [schema.classes[c] for c in proba.argmax(axis=1)]
+    assert set(predicted) <= {"low", "mid", "high"} and len(set(predicted)) > 1
+    got = follower.predict_proba_one(rows[0])
+    assert list(got) == ["low", "mid", "high"]
+    np.testing.assert_allclose(list(got.values()), proba[0], rtol=1e-12)
+    follower.close()
 
 
 def test_bad_events_go_to_the_dead_letter_topic_with_reasons(kafka_bootstrap, tmp_path) -> None:

@@ -423,7 +423,7 @@ class EventParser:
             batch.rows = np.vstack([batch.rows, *(p.row for _, p in extra)])[order]
 
 
-def event_json(key: str | None, x: Mapping[str, Any], y: float | bool,
+def event_json(key: str | None, x: Mapping[str, Any], y: float | bool | str,
                event_format: EventFormat | None = None) -> bytes:
     """Serialise one event in the default (or given) format; the key goes into the payload
     only when the format reads it from there (else it is the message key)."""

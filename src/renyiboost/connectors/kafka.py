@@ -64,7 +64,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from scipy.special import expit
 
 from renyiboost.connectors.events import (
     EventFormat,
@@ -79,7 +78,7 @@ from renyiboost.exceptions import (
     RenyiboostError,
     ShardUnavailable,
 )
-from renyiboost.models.losses import unscale_margin
+from renyiboost.models.losses import class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
@@ -755,15 +754,28 @@ class ModelFollower:
             raise RuntimeError("no model version received yet")
         return self.ensemble.predict_margin(self.validator.rows(rows))
 
-    def predict_one(self, x: Mapping[str, Any]) -> float | bool:
-        margin = float(self.predict_margin([x])[0])
-        if self.task == "classification":
-            return margin > 0.0
-        return float(unscale_margin(margin, self.validator.schema.target_bounds))  # type: ignore[union-attr,arg-type]
+    def answers(self, margin: np.ndarray) -> tuple[list[Any], np.ndarray | None]:
+        """Predictions from the current version's margins: target values (regression), or
+        labels of the public label set with their class probabilities (one column a class,
+        in ``schema.classes`` order; ties go to the first class)."""
+        schema = self.validator.schema  # type: ignore[union-attr]
+        if self.task == "regression":
+            return unscale_margin(margin, schema.target_bounds).tolist(), None
+        proba = class_probabilities(margin)
+        classes = schema.classes
+        return [classes[c] for c in proba.argmax(axis=1).tolist()], proba
 
-    def predict_proba_one(self, x: Mapping[str, Any]) -> dict[bool, float]:
-        p = float(expit(self.predict_margin([x])[0]))
-        return {False: 1.0 - p, True: p}
+    def predict_one(self, x: Mapping[str, Any]) -> Any:
+        """The target value, or the most probable label of the public label set."""
+        return self.answers(self.predict_margin([x]))[0][0]
+
+    def predict_proba_one(self, x: Mapping[str, Any]) -> dict[Any, float]:
+        """``{label: probability}`` over the public label set (``False``/``True`` without
+        one)."""
+        if self.task != "classification":
+            raise TypeError("predict_proba_one is for a classifier's releases")
+        _, proba = self.answers(self.predict_margin([x]))
+        return dict(zip(self.validator.schema.classes, proba[0].tolist(), strict=True))  # type: ignore[union-attr,index]
 
     def close(self) -> None:
         self.consumer.close()

@@ -32,7 +32,6 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from renyiboost.exceptions import InvalidRecord
-from renyiboost.models.losses import class_probabilities, unscale_margin
 
 log = logging.getLogger("renyiboost.serve")
 
@@ -108,15 +107,13 @@ class FollowerService:
             schema = follower.validator.schema
             response = {"model": follower.model_name, "version": follower.version,
                         "store_id": follower.store_id}
-        if follower.task == "regression":
-            values = unscale_margin(margin, schema.target_bounds)
-            return PredictResponse(**response, predictions=values.tolist())
-        proba = class_probabilities(margin)
-        labels = schema.classes
+            predictions, proba = follower.answers(margin)
+        if proba is None:
+            return PredictResponse(**response, predictions=predictions)
         return PredictResponse(
-            **response, predictions=[labels[c] for c in proba.argmax(axis=1).tolist()],
-            probabilities=[{str(label): float(p) for label, p in zip(labels, row, strict=True)}
-                           for row in proba])
+            **response, predictions=predictions,
+            probabilities=[{str(label): p for label, p in zip(schema.classes, row, strict=True)}
+                           for row in proba.tolist()])
 
     def describe(self) -> dict[str, Any]:
         """The public description of the served version."""

@@ -41,14 +41,15 @@ def test_the_policy_gives_its_documented_values() -> None:
     assert [default_rounds(m, 1000) for m in (10, 1_500, 14_000, 1e9)] == [20, 77, 237, 1000]
     adult = default_params("classification", 0.5, 30_000)
     assert adult == {
-        "learning_rate": 0.2, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
+        "learning_rate": 0.3, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
         "feature_selection": "cyclic",
     }
     abalone = default_params("regression", 0.5, 2_900)
     assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
-    assert "hess_clip" not in abalone
+    assert "hess_clip" not in abalone and abalone["learning_rate"] == 0.2
+    assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
     assert set(adult) | set(abalone) == POLICY_FIELDS
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000

@@ -26,5 +26,5 @@ def test_the_river_example_runs_with_the_defaults() -> None:
     model = namespace["model"]
     guarantee = model.privacy_guarantee()
     assert guarantee.epsilon <= 1.0 and not guarantee.seeded_for_testing
-    assert [until for until, _ in guarantee.stage_sigmas] == [1_000, 4_000]
+    assert [until for until, _ in guarantee.stage_sigmas] == [250, 500, 1_000, 2_000, 4_000]
     assert model.release().version == model.engine.release_version > 40

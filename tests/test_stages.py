@@ -18,6 +18,7 @@ from renyiboost.stream.store import SQLiteStore
 warnings.simplefilter("ignore", TestingOnlyWarning)
 
 SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+SCHEMA_CLASSIFICATION = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)})
 
 
 def test_stage_calibrations_share_the_order_and_the_budget() -> None:
@@ -77,10 +78,17 @@ def test_a_round_is_noised_at_its_stage() -> None:
 
 def test_stages_are_public_configuration() -> None:
     no_hint = EngineConfig.from_defaults(SCHEMA, "regression", 1.0)
-    assert [s.until for s in no_hint.noise_stages] == list(NOISE_STAGE_ENDS)
+    assert [s.until for s in no_hint.noise_stages] == list(NOISE_STAGE_ENDS["regression"])
+    classifier = EngineConfig.from_defaults(SCHEMA_CLASSIFICATION, "classification", 1.0)
+    assert [s.until for s in classifier.noise_stages] == [250, 500, 1_000, 2_000, 4_000]
     assert no_hint.noise_stages[0].rounds < no_hint.noise_stages[1].rounds < no_hint.params.rounds
+    hinted = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=5_000)
+    assert [s.until for s in hinted.noise_stages] == [1_000, 4_000]  # the ends before 5,000
     assert EngineConfig.from_defaults(SCHEMA, "regression", 1.0,
-                                      expected_records=5_000).noise_stages == ()
+                                      expected_records=900).noise_stages == ()
+    short = EngineConfig.from_defaults(SCHEMA_CLASSIFICATION, "classification", 1.0,
+                                       expected_records=1_250)
+    assert [s.until for s in short.noise_stages] == [250, 500, 1_000]
     assert EngineConfig.from_defaults(SCHEMA, "regression", None).noise_stages == ()
     with pytest.raises(ValueError, match="increasing"):
         EngineConfig(public_schema=SCHEMA, params=SGBDTParams(epsilon=1.0),
@@ -130,7 +138,8 @@ def test_the_estimators_take_stages_or_none() -> None:
 
     features = dict(SCHEMA.features)
     default = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1)
-    assert [s.until for s in default.engine.config.noise_stages] == list(NOISE_STAGE_ENDS)
+    assert [s.until for s in default.engine.config.noise_stages] == list(
+        NOISE_STAGE_ENDS["regression"])
     off = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1, noise_stages=())
     assert off.engine.config.noise_stages == () and len(off.engine.booster.stages) == 1
     mine = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1, noise_stages=((500, 20),))

@@ -320,7 +320,7 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     noise_stages
         ``((until, rounds), ...)``: the rounds up to stream position ``until`` have the noise
         of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the
-        default of a stream without a size hint); ``()`` switches them off, e.g. to resume a
+        default: the stages that end before the expected size); ``()`` switches them off, e.g. to resume a
         store written before stages existed.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable

@@ -25,7 +25,7 @@ when anything is released depends on positions only — never on validity, key s
 eligibility or the number of distinct keys — and every scheduled round releases a tree, with
 noise-only leaves when nobody is eligible. :meth:`StreamEngine.train` runs rounds on request
 (a batch boundary chosen by the caller, as public as the positions). The noise of a round is
-public too: with ``noise_stages`` (the default without a size hint) a round's σ is the one of
+public too: with ``noise_stages`` (the default of a private stream) a round's σ is the one of
 the stage its position falls in.
 
 **Durability** (invariant 4). Every released output is committed to the store (charges,
@@ -169,8 +169,8 @@ class EngineConfig(BaseModel):
     noise_stages: tuple[NoiseStageSpec, ...] = Field(
         (), description="earlier noise stages, by increasing position: a round at a position "
         "up to a stage's `until` has the σ of `rounds` nominal rounds (accounting."
-        "stage_calibrations); later rounds have params.rounds'. A stream without a size hint "
-        "has them (models.defaults.noise_stages)")
+        "stage_calibrations); later rounds have params.rounds'. A private stream has those "
+        "whose ends lie before its expected size (models.defaults.noise_stages)")
 
 
     @model_validator(mode="after")
@@ -220,9 +220,9 @@ class EngineConfig(BaseModel):
                                 | learner))
         if expected_records is not None:  # a public hint: the burst at its end
             triggers = final_burst(expected_records, params.rounds) | triggers
-        elif params.private and "noise_stages" not in triggers:  # no hint: start precise
+        if params.private and "noise_stages" not in triggers:  # short streams start precise
             triggers["noise_stages"] = noise_stages(schedule, triggers["trees_per_trigger"],
-                                                    params.rounds)
+                                                    params.rounds, task)
         if "noise_stages" in triggers:  # (until, rounds) pairs or specs
             triggers["noise_stages"] = tuple(
                 stage if isinstance(stage, NoiseStageSpec)

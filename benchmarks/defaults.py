@@ -279,23 +279,18 @@ def anchor_cell(name: str, epsilon: float, run: int) -> dict[str, Any]:
     ``adult-tuned`` / ``abalone-tuned`` with the committed config
     (``experiments/configs``). Run ``run`` of Abalone is fold ``run % 5``."""
     _quiet()
-    from renyiboost.experiments.reproduce import load_config, params_for, splits
-    from renyiboost.models.batch import SGBDT
+    from renyiboost.experiments.metrics import held_out_metrics
+    from renyiboost.experiments.reproduce import fit_sgbdt, load_config, params_for, splits
 
     dataset, _, variant = name.partition("-")
     data, folds = splits(dataset)
     split = folds[run % len(folds)]
     params = params_for(load_config(dataset), epsilon) if variant == "tuned" else {}
-    model = SGBDT(data.schema, **{"task": data.task, **params, "epsilon": epsilon,
-                                  "delta": DELTA})
-    model.fit(split.X_train, split.y_train)
-    row = {"set": name, "task": data.task, "epsilon": epsilon, "seed": run,
-           "protocol": "anchor"}
-    if data.task == "regression":
-        return row | {"r2": _score("regression", split.y_test, model.predict(split.X_test))}
-    p = model.predict_proba(split.X_test)[:, 1]
-    return row | {"auc": _score("classification", split.y_test, p),
-                  "error": float(np.mean((p > 0.5) != split.y_test) * 100)}
+    model = fit_sgbdt(data, params, epsilon, None, split)  # δ = 1e-6 there as here
+    score = (model.predict(split.X_test) if data.task == "regression"
+             else model.predict_proba(split.X_test)[:, 1])
+    return {"set": name, "task": data.task, "epsilon": epsilon, "seed": run,
+            "protocol": "anchor", **held_out_metrics(data.task, split.y_test, score)}
 
 
 def _anchor_lines(rows: list[dict[str, Any]]) -> list[str]:

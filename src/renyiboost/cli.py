@@ -304,6 +304,28 @@ def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: in
 
 
 # ---------------------------------------------------------------------------------- experiments
+#: The options only one of ``tune``'s two modes reads: given to the other, they would be
+#: silently ignored, so they are refused.
+TUNE_PRIVATE_ONLY = ("delta", "mean_runs", "validation_share", "seed")
+TUNE_SEARCH_ONLY = ("space", "against_config", "candidates", "seeds", "workers", "refine",
+                    "refine_seeds")
+
+
+def refuse_unread_options(unread: Sequence[str], mode: str) -> None:
+    """A usage error naming every option in ``unread`` the user gave on the command line:
+    the chosen ``mode`` does not read them, and ignoring them silently would run something
+    other than what was asked."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    given = [name for name in unread
+             if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise click.UsageError(f"{flags} {'does' if len(given) == 1 else 'do'} not apply to "
+                               f"{mode}")
+
+
 #: The options each ``experiment --preset`` reads (the others are refused).
 PRESET_OPTIONS: dict[str, tuple[str, ...]] = {
     "paper": ("repeats", "workers", "out", "epsilons"),
@@ -423,28 +445,6 @@ def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: f
                                  param_hint="--dataset")
     return run_tune(dataset, epsilon, candidates, seeds, workers, refine, refine_seeds, space,
                     against_config, json_path)
-
-
-#: The options only one of ``tune``'s two modes reads: given to the other, they would be
-#: silently ignored, so they are refused.
-TUNE_PRIVATE_ONLY = ("delta", "mean_runs", "validation_share", "seed")
-TUNE_SEARCH_ONLY = ("space", "against_config", "candidates", "seeds", "workers", "refine",
-                    "refine_seeds")
-
-
-def refuse_unread_options(unread: Sequence[str], mode: str) -> None:
-    """A usage error naming every option in ``unread`` the user gave on the command line:
-    the chosen ``mode`` does not read them, and ignoring them silently would run something
-    other than what was asked."""
-    from click.core import ParameterSource
-
-    context = click.get_current_context()
-    given = [name for name in unread
-             if context.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
-    if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise click.UsageError(f"{flags} {'does' if len(given) == 1 else 'do'} not apply to "
-                               f"{mode}")
 
 
 # ---------------------------------------------------------------------------------- entry point

@@ -98,7 +98,7 @@ _SHARED: dict[str, Any] = {
 #: with the doubling noise stages (one config per process pool; 9 shuffles held out, 6
 #: prequential runs, 160 for Phishing): prequential accuracy +0.3 to +1.0 points on every
 #: stream and ε (Phishing 0.848 → 0.852 at ε = 1, Agrawal +1.0 at 1, SEA +0.4 at 4) but
-#: Elec2 at 4 (−0.04); held-out AUC of the batch fit and of ``learn_one`` within ±0.003 on
+#: Elec2 at 4 (−0.04 points); held-out AUC of the batch fit and of ``learn_one`` within ±0.003 on
 #: Adult, Elec2, Phishing, Bananas, Agrawal and SEA; breast cancer (400 rows) −0.011 ±
 #: 0.014 at ε = 0.5 and +0.004 at 4. A Newton leaf's step is bounded by λ and the leaf clip,
 #: so a larger rate mostly speeds the early stream, which has few trees.

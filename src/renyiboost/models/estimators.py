@@ -320,8 +320,8 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
     noise_stages
         ``((until, rounds), ...)``: the rounds up to stream position ``until`` have the noise
         of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the
-        default: the stages that end before the expected size); ``()`` switches them off, e.g. to resume a
-        store written before stages existed.
+        default: the stages that end before the expected size); ``()`` switches them off,
+        e.g. to resume a store written before stages existed.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it

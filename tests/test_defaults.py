@@ -399,6 +399,29 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     assert many.ensemble.n_trees == one.ensemble.n_trees
 
 
+def test_a_short_stream_at_a_large_epsilon_grows_as_many_trees_as_the_batch_fit() -> None:
+    """A 405-record stream at ε = 4 (ChickWeights' training rows): the batch fit wants 80
+    rounds, the schedule has 31 triggers (one per 10 positions at most), so every trigger
+    grows 3 trees and the nominal rounds, which set each tree's noise, count them; a real
+    engine releases that many before the burst. At ε = 1 (39 rounds) and without a hint
+    (10,000 records assumed) one tree a trigger is enough."""
+    batch_rounds = default_params("regression", 4.0, 405)["rounds"]
+    assert batch_rounds == 80
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405)
+    schedule = TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
+                               config.max_train_every)
+    assert (config.trees_per_trigger, schedule.releases_until(405)) == (3, 31)
+    assert config.params.rounds == 93
+    rng = np.random.default_rng(3)
+    engine = StreamEngine(config, seed=2)
+    engine.add(rng.random((404, 2)), rng.random(404), [str(i) for i in range(404)])
+    assert engine.ensemble.n_trees == 3 * schedule.releases_until(404) == 93
+    for hint in (405, None):
+        epsilon = 1.0 if hint else 4.0
+        assert EngineConfig.from_defaults(SCHEMA, "regression", epsilon,
+                                          expected_records=hint).trees_per_trigger == 1
+
+
 def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:
     """hess_clip=None is count leaves and leaf_clip=None no clipping, not "choose for me";
     a River clone keeps both the explicit None and the left-out policy values."""
@@ -411,3 +434,44 @@ def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:
         assert (params.hess_clip, params.leaf_clip) == (None, None)
         assert params.depth == policy["depth"]
     assert plain.clone().engine.config.params.hess_clip == policy["hess_clip"]
+
+
+# --------------------------------------------------------------------------- the benchmark
+def _defaults_benchmark():
+    """``benchmarks/defaults.py`` as a module (it is a script, not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "defaults.py"
+    spec = importlib.util.spec_from_file_location("defaults_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_defaults_table_names_every_missed_target_on_paired_differences() -> None:
+    """The verdicts of ``make defaults``: a column below the better of DP-EBM and the trivial
+    baseline, or a hinted stream more than 0.01 below the batch fit, is named with its mean
+    paired difference and standard error; a cell that meets every target is not."""
+    bench = _defaults_benchmark()
+
+    def shuffle(seed: int, hint: float, dpebm: float) -> dict:
+        return {"protocol": "held-out", "set": "s", "epsilon": 1.0, "seed": seed,
+                "task": "classification", "batch": 0.90 + seed / 100,
+                "learn_one": 0.95, "learn_one_hint": hint + seed / 100, "dpebm": dpebm,
+                "prior": 0.5}
+
+    met = [shuffle(seed, 0.895, 0.80) for seed in range(3)]
+    assert "4 of 4 met" in bench._verdicts(met)
+    # hint 0.02 below batch on every shuffle (paired: no noise); DP-EBM above the batch fit
+    # and the hinted stream, below learn_one
+    missed = [shuffle(seed, 0.88, 0.91 + seed / 100) for seed in range(3)]
+    text = bench._verdicts(missed)
+    assert "1 of 4 met" in text and "s ε = 1, learn_one −" not in text
+    assert "s ε = 1, batch − max(DP-EBM, trivial): -0.010 ± 0.000\n" in text
+    assert text.endswith("learn_one_hint − batch (tolerance 0.01): -0.020 ± 0.000")
+    stream = [{"protocol": "prequential", "set": "p", "epsilon": 4.0, "seed": seed,
+               "task": "regression", "learn_one": -1.5 + seed, "prior": -0.5}
+              for seed in range(2)]
+    assert "p ε = 4, prequential − running baseline: -0.500 ± 0.500 (within 2 s.e.)" \
+        in bench._verdicts(stream)

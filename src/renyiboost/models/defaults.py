@@ -68,6 +68,8 @@ STREAM_TRIGGER_GROWTH = 0.05
 LEAF_SNR: dict[str, float] = {"classification": 0.25, "regression": 1.0}
 #: Positions before a stream's initial score.
 STREAM_WARMUP = 100
+#: Positions between a stream's first triggers (its shortest interval).
+STREAM_MIN_INTERVAL = 10
 #: Where the noise stages of a stream end (see :func:`noise_stages`).
 #: Classification doubles from 250 positions, so a stream that ends anywhere up to 4,000
 #: had its trees calibrated for a length within 2× of its own (the doubling trick for an
@@ -205,17 +207,32 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     with about as many records per tree as the batch fit has. The pool a tree is grown from
     grows with the stream and the noise of a tree does not, so early trees are few.
 
+    A trigger comes at most every :data:`STREAM_MIN_INTERVAL` positions, so a short stream
+    at a large ε, whose batch fit wants more trees than that allows (more than one per 10
+    records), grows ``round(batch_rounds / triggers)`` trees at each trigger instead of
+    stopping at one: the trees of the expected stream then number about the batch fit's.
+    Development suite, ``learn_one`` with the size hint at ε = 4, 12 shuffles held out,
+    one tree a trigger → this rule: ChickWeights R² 0.467 → 0.641 (batch fit 0.639),
+    TrumpApproval 0.553 → 0.682 (0.641), breast cancer AUC 0.977 → 0.983 (0.984); Phishing
+    unchanged (one tree). A stream without a hint assumes :data:`PRIOR_RECORDS`, which is
+    long enough for one tree a trigger.
+
     >>> stream_schedule(10_000, 200)
     {'warmup': 100, 'train_every': 10, 'trees_per_trigger': 1, 'trigger_growth': 0.05, \
 'max_train_every': 50}
+    >>> stream_schedule(405, 80)["trees_per_trigger"]
+    3
     """
     records = max(int(records), 1)
+    max_train_every = max(STREAM_MIN_INTERVAL, records // max(batch_rounds, 1))
+    triggers = TriggerSchedule(STREAM_MIN_INTERVAL, STREAM_WARMUP, STREAM_TRIGGER_GROWTH,
+                               max_train_every).releases_until(records)
     return {
         "warmup": STREAM_WARMUP,
-        "train_every": 10,
-        "trees_per_trigger": 1,
+        "train_every": STREAM_MIN_INTERVAL,
+        "trees_per_trigger": max(1, round(batch_rounds / max(triggers, 1))),
         "trigger_growth": STREAM_TRIGGER_GROWTH,
-        "max_train_every": max(10, records // max(batch_rounds, 1)),
+        "max_train_every": max_train_every,
     }
 
 
@@ -278,6 +295,7 @@ __all__ = [
     "POLICY",
     "POLICY_FIELDS",
     "PRIOR_RECORDS",
+    "STREAM_MIN_INTERVAL",
     "STREAM_TRIGGER_GROWTH",
     "STREAM_WARMUP",
     "Policy",

@@ -420,6 +420,13 @@ def test_a_short_stream_at_a_large_epsilon_grows_as_many_trees_as_the_batch_fit(
         epsilon = 1.0 if hint else 4.0
         assert EngineConfig.from_defaults(SCHEMA, "regression", epsilon,
                                           expected_records=hint).trees_per_trigger == 1
+    # the rule fits the policy's schedule: your own interval (7 triggers to 405) keeps one
+    fixed = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405,
+                                       train_every=50)
+    assert (fixed.trees_per_trigger, fixed.params.rounds) == (1, 7)
+    mine = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405,
+                                      trees_per_trigger=1)
+    assert (mine.trees_per_trigger, mine.params.rounds) == (1, 31)  # an explicit value wins
 
 
 def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:

@@ -205,37 +205,45 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     positions, then a tree every 10 positions at first, each interval 5 % of the positions
     so far, up to ``records / batch_rounds`` positions, so that the expected stream ends
     with about as many records per tree as the batch fit has. The pool a tree is grown from
-    grows with the stream and the noise of a tree does not, so early trees are few.
-
-    A trigger comes at most every :data:`STREAM_MIN_INTERVAL` positions, so a short stream
-    at a large ε, whose batch fit wants more trees than that allows (more than one per 10
-    records), grows ``round(batch_rounds / triggers)`` trees at each trigger instead of
-    stopping at one: the trees of the expected stream then number about the batch fit's.
-    Development suite, ``learn_one`` with the size hint at ε = 4, 12 shuffles held out,
-    one tree a trigger → this rule: ChickWeights R² 0.452 → 0.687 (3 trees; batch fit
-    0.64–0.66), TrumpApproval 0.550 → 0.689 (2; 0.62–0.64), breast cancer AUC 0.976 → 0.984
-    (3; 0.98), Phishing 0.977 → 0.979 (2). At ε ≤ 1 every suite set keeps one tree; so does
-    a stream without a hint, which assumes :data:`PRIOR_RECORDS`. Rounding up instead (two
-    trees wherever the batch fit wants more than the triggers) helped ChickWeights at
-    ε = 0.5 / 1 but cost breast cancer and TrumpApproval at 0.5 0.09 and 0.17.
+    grows with the stream and the noise of a tree does not, so early trees are few. How
+    many trees a trigger grows is :func:`trees_per_trigger`'s, on the schedule in use.
 
     >>> stream_schedule(10_000, 200)
-    {'warmup': 100, 'train_every': 10, 'trees_per_trigger': 1, 'trigger_growth': 0.05, \
-'max_train_every': 50}
-    >>> stream_schedule(405, 80)["trees_per_trigger"]
-    3
+    {'warmup': 100, 'train_every': 10, 'trigger_growth': 0.05, 'max_train_every': 50}
     """
     records = max(int(records), 1)
-    max_train_every = max(STREAM_MIN_INTERVAL, records // max(batch_rounds, 1))
-    triggers = TriggerSchedule(STREAM_MIN_INTERVAL, STREAM_WARMUP, STREAM_TRIGGER_GROWTH,
-                               max_train_every).releases_until(records)
     return {
         "warmup": STREAM_WARMUP,
         "train_every": STREAM_MIN_INTERVAL,
-        "trees_per_trigger": max(1, round(batch_rounds / max(triggers, 1))),
         "trigger_growth": STREAM_TRIGGER_GROWTH,
-        "max_train_every": max_train_every,
+        "max_train_every": max(STREAM_MIN_INTERVAL, records // max(batch_rounds, 1)),
     }
+
+
+def trees_per_trigger(records: float, batch_rounds: int, schedule: TriggerSchedule) -> int:
+    """Trees each trigger of ``schedule`` grows on a stream expected to hold ``records``
+    records: ``round(batch_rounds / triggers)``, at least 1, so that the trees of the
+    expected stream number about the batch fit's. The engine applies it to this policy's
+    schedule (:func:`stream_schedule`); a caller who sets a schedule field keeps one tree a
+    trigger unless they pass ``trees_per_trigger`` too.
+
+    The default schedule triggers at most every :data:`STREAM_MIN_INTERVAL` positions, so a
+    short stream at a large ε, whose batch fit wants more than one tree per 10 records, would
+    otherwise stop at a fraction of them. Development suite, ``learn_one`` with the size
+    hint at ε = 4, 12 shuffles held out, one tree a trigger → this rule: ChickWeights R²
+    0.452 → 0.687 (3 trees; batch fit 0.64–0.66), TrumpApproval 0.550 → 0.689 (2;
+    0.62–0.64), breast cancer AUC 0.976 → 0.984 (3; 0.98), Phishing 0.977 → 0.979 (2). At
+    ε ≤ 1 every suite set keeps one tree; so does a stream without a hint, which assumes
+    :data:`PRIOR_RECORDS`. Rounding up instead (two trees wherever the batch fit wants more
+    than the triggers) helped ChickWeights at ε = 0.5 / 1 but cost breast cancer and
+    TrumpApproval at 0.5 0.09 and 0.17.
+
+    >>> trees_per_trigger(405, 80, TriggerSchedule(10, 100, 0.05, 10))
+    3
+    >>> trees_per_trigger(10_000, 200, TriggerSchedule(10, 100, 0.05, 50))
+    1
+    """
+    return max(1, round(batch_rounds / stream_rounds(records, schedule, 1)))
 
 
 def final_burst(records: int, rounds: int) -> dict[str, int]:
@@ -311,6 +319,7 @@ __all__ = [
     "stream_rounds",
     "stream_schedule",
     "supported_depth",
+    "trees_per_trigger",
 ]
 
 

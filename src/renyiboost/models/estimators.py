@@ -315,8 +315,10 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;
         ``final_trees``: extra rounds at ``expected_records``, by default ``rounds // 2`` with a
         hint; 0 switches the end burst off). Left out, each takes the policy's
-        :func:`~renyiboost.models.defaults.stream_schedule`; an explicit ``train_every``
-        without ``trigger_growth`` is a fixed interval.
+        :func:`~renyiboost.models.defaults.stream_schedule` and
+        :func:`~renyiboost.models.defaults.trees_per_trigger` (1 when you set any schedule
+        field yourself); an explicit ``train_every`` without ``trigger_growth`` is a fixed
+        interval.
     noise_stages
         ``((until, rounds), ...)``: the rounds up to stream position ``until`` have the noise
         of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the

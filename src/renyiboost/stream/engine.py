@@ -93,6 +93,7 @@ from renyiboost.models.defaults import (
     stream_rounds,
     stream_schedule,
     supported_depth,
+    trees_per_trigger,
 )
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -208,6 +209,7 @@ class EngineConfig(BaseModel):
             raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
         trigger_fields = set(cls.model_fields) - {"public_schema", "params"}
         triggers = {k: v for k, v in overrides.items() if k in trigger_fields}
+        own_schedule = bool(triggers.keys() & SCHEDULE_FIELDS)
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
         learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
@@ -215,6 +217,9 @@ class EngineConfig(BaseModel):
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
                                    triggers["trigger_growth"], triggers["max_train_every"])
+        # the policy's trees a trigger fit the policy's schedule; with your own, one
+        triggers.setdefault("trees_per_trigger", 1 if own_schedule
+                            else trees_per_trigger(records, policy["rounds"], schedule))
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
@@ -230,6 +235,10 @@ class EngineConfig(BaseModel):
                 for stage in triggers["noise_stages"])
         return cls(public_schema=public_schema, params=params,
                    **({"leaf_depth": "from_positions"} | triggers))
+
+
+#: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
+SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})
 
 
 def trigger_schedule(config: EngineConfig) -> TriggerSchedule:

@@ -3,6 +3,7 @@ schedule, leaves as deep as the positions support, and the batch fit's DP size e
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -445,13 +446,18 @@ def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:
 
 # --------------------------------------------------------------------------- the benchmark
 def _defaults_benchmark():
-    """``benchmarks/defaults.py`` as a module (it is a script, not part of the package)."""
+    """``benchmarks/defaults.py`` as a module (it is a script, not part of the package),
+    registered under its name so that its process pool can pickle its cell functions."""
     import importlib.util
+    import sys
     from pathlib import Path
 
+    if "defaults_benchmark" in sys.modules:
+        return sys.modules["defaults_benchmark"]
     path = Path(__file__).parents[1] / "benchmarks" / "defaults.py"
     spec = importlib.util.spec_from_file_location("defaults_benchmark", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -482,3 +488,22 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
               for seed in range(2)]
     assert "p ε = 4, prequential − running baseline: -0.500 ± 0.500 (within 2 s.e.)" \
         in bench._verdicts(stream)
+
+
+def test_the_validation_table_measures_sets_that_chose_no_constant(tmp_path) -> None:
+    """``make defaults``' second table: the validation sets only (a development set is
+    refused), the held-out protocol with every column, no extras, its own results file."""
+    pytest.importorskip("interpret")
+    bench = _defaults_benchmark()
+    with pytest.raises(SystemExit):  # argparse's error: abalone chose constants
+        bench.main(["--validation", "--sets", "abalone"])
+    out = tmp_path / "validation"
+    assert bench.main(["--validation", "--sets", "mixed", "--epsilons", "4", "--seeds", "2",
+                       "--workers", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [(r["set"], r["protocol"], r["seed"]) for r in rows] == \
+        [("mixed", "held-out", 0), ("mixed", "held-out", 1)]
+    assert all({"batch", "learn_one", "learn_one_hint", "dpebm", "prior"} <= set(r)
+               for r in rows)
+    text = out.with_suffix(".md").read_text()
+    assert "| held-out | mixed | AUC | 4 |" in text and "Ablations" not in text

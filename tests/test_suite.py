@@ -23,6 +23,8 @@ from renyiboost.experiments.suite import (
     COVERTYPE_SAMPLE,
     RAW_READERS,
     SUITE,
+    VALIDATION,
+    VALIDATION_READERS,
     SuiteSet,
     covertype_path,
     load_suite_set,
@@ -43,6 +45,16 @@ EXPECTED = {
     "friedman": (20000, 10, "regression", True),
     "sea": (20000, 3, "classification", True),
     "breast_cancer": (569, 30, "classification", False),
+}
+
+
+#: The validation sets (chose no constant): name: (rows, features, task).
+VALIDATION_EXPECTED = {
+    "hyperplane": (10_000, 10, "classification"),
+    "random_rbf": (5_000, 10, "classification"),
+    "mixed": (3_000, 4, "classification"),
+    "planes_2d": (3_000, 10, "regression"),
+    "mv": (10_000, 10, "regression"),
 }
 
 
@@ -72,11 +84,11 @@ def test_suite_members_in_order_and_described() -> None:
         assert member.natural_order == EXPECTED[name][3]
 
 
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", [*EXPECTED, *VALIDATION_EXPECTED])
 def test_member_loads_inside_its_public_schema(name: str) -> None:
     _skip_if_unavailable(name)
     member, X, y = _loaded(name)
-    rows, cols, task, _ = EXPECTED[name]
+    rows, cols, task = {**EXPECTED, **VALIDATION_EXPECTED}[name][:3]
     schema = member.schema
     assert member.task == task
     assert X.shape == (rows, cols) == (rows, schema.n_features)
@@ -94,10 +106,10 @@ def test_member_loads_inside_its_public_schema(name: str) -> None:
         assert np.all((y >= lo) & (y <= hi))
 
 
-@pytest.mark.parametrize("name", list(RAW_READERS))
+@pytest.mark.parametrize("name", [*RAW_READERS, *VALIDATION_READERS])
 def test_raw_values_respect_the_documented_bounds(name: str) -> None:
-    schema = SUITE[name].schema
-    columns, y = RAW_READERS[name]()
+    schema = {**SUITE, **VALIDATION}[name].schema
+    columns, y = {**RAW_READERS, **VALIDATION_READERS}[name]()
     assert set(columns) == set(schema.names)
     assert _outside(schema, columns) == {}
     if schema.target_bounds is not None:
@@ -178,6 +190,23 @@ def test_generator_keys_are_mapped_by_name() -> None:
     _, X, y = _loaded("sea")
     np.testing.assert_allclose(X[0], [x[0], x[1], x[2]])
     assert y[0] == float(label)
+
+
+def test_validation_sets_are_described_and_apart_from_the_development_suite() -> None:
+    # a validation set never chose a constant, so it must not also be a development set
+    assert list(VALIDATION) == list(VALIDATION_EXPECTED)
+    assert not set(VALIDATION) & set(SUITE)
+    for name, member in VALIDATION.items():
+        assert member.name == name and not member.natural_order
+        assert (member.schema.target_bounds is not None) == (member.task == "regression")
+        assert len(member.bound_sources) > 100, name
+    # river's keys are mapped by name: Planes2D's first row, from the generator itself
+    from river.datasets import synth
+
+    x, target = next(iter(synth.Planes2D(seed=42)))
+    _, X, y = _loaded("planes_2d")
+    np.testing.assert_allclose(X[0], [x[j] for j in range(1, 11)])
+    assert y[0] == pytest.approx(target)
 
 
 def test_chick_identifier_is_not_a_feature() -> None:

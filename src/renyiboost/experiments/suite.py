@@ -478,12 +478,116 @@ SUITE: dict[str, SuiteSet] = {s.name: s for s in (
 )}
 
 
+# --------------------------------------------------------------------------- validation
+#: Rows drawn from each validation generator: sizes spread over the range a user brings
+#: (3,000 to 10,000), smaller than the development generators' 20,000.
+VALIDATION_ROWS = {"hyperplane": 10_000, "random_rbf": 5_000, "mixed": 3_000,
+                   "planes_2d": 3_000, "mv": 10_000}
+
+#: Hyperplane (Hulten, Spencer & Domingos 2001) as river 0.26.1 draws it
+#: (river/datasets/synth/hyper_plane.py): ten features U[0, 1], label 1 iff the weighted sum
+#: reaches half the weights' sum; ``noise_percentage=0.05`` flips a label when
+#: 0.01 + U[0, 1] <= 0.05, so 4 % of them; no drift (``mag_change`` 0).
+HYPERPLANE_SCHEMA = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(10)})
+#: RandomRBF as river draws it (random_rbf.py): a centroid in [0, 1]^10 plus a random
+#: direction scaled by N(0, 1) times the centroid's std U[0, 1], so each coordinate is the
+#: centre ± |N(0, 1)|; 5.5 standard deviations (probability 4e-8 a draw) each side.
+RANDOM_RBF_SCHEMA = PublicSchema(features={f"x{j}": (-5.5, 6.5) for j in range(10)})
+#: Mixed (Gama et al. 2004) as river draws it (mixed.py): two booleans and two U[0, 1].
+MIXED_SCHEMA = PublicSchema(features={"v": [False, True], "w": [False, True],
+                                      "x": (0.0, 1.0), "y": (0.0, 1.0)})
+#: Planes2D (Breiman et al. 1984) as river draws it (planes_2d.py): x1 in {-1, 1}, x2..x10
+#: in {-1, 0, 1} (ordinal, so numeric); y = 3 + 3 x2 + 2 x3 + x4 if x1 = 1, else
+#: -3 + 3 x5 + 2 x6 + x7, plus N(0, 1). The noiseless part lies in [-9, 9]; five noise
+#: standard deviations each side.
+PLANES_2D_SCHEMA = PublicSchema(
+    features={f"x{j}": (-1.0, 1.0) for j in range(1, 11)},
+    target_bounds=(-14.0, 14.0),
+)
+#: Mv (Torgo's regression benchmark) as river draws it (mv.py): x1 U[-5, 5], x2 U[-15, -10],
+#: x3 a colour, x4 one of x1 + 2 x2, x1 / 2, x2 / 2 (so [-35, 2.5]), x5 U[-1, 1],
+#: x6 = x4 U[0, 5] (so [-175, 12.5]), x7 yes/no, x8 normal/large (x5 < 0.5), x9 U[100, 500],
+#: x10 U[1000, 1200]. y is 10 - 2 x1 when |x4| <= 2 ([0, 20]); 3 - x1 / x4 for "yes" with
+#: |x4| > 2 ([0.5, 5.5]); x6 + x1 for "normal" ([-180, 17.5]); else x1 / 2 (the branch on
+#: x2 > 2 never fires). So (-180, 20).
+MV_SCHEMA = PublicSchema(
+    features={"x1": (-5.0, 5.0), "x2": (-15.0, -10.0), "x3": ["green", "red", "brown"],
+              "x4": (-35.0, 2.5), "x5": (-1.0, 1.0), "x6": (-175.0, 12.5),
+              "x7": ["yes", "no"], "x8": ["normal", "large"], "x9": (100.0, 500.0),
+              "x10": (1000.0, 1200.0)},
+    target_bounds=(-180.0, 20.0),
+)
+
+
+def _river_generator(name: str, make: Callable[[], Iterable[tuple[Mapping[Any, Any], Any]]],
+                     keys: Mapping[str, Any]) -> RawReader:
+    def raw() -> tuple[Columns, np.ndarray]:
+        return _columns(_river_take(make(), VALIDATION_ROWS[name]), keys)
+
+    return raw
+
+
+def _synth() -> Any:
+    from river.datasets import synth
+
+    return synth
+
+
+VALIDATION_READERS: dict[str, RawReader] = {
+    "hyperplane": _river_generator(
+        "hyperplane", lambda: _synth().Hyperplane(seed=SEED),
+        {f"x{j}": j for j in range(10)}),
+    "random_rbf": _river_generator(
+        "random_rbf", lambda: _synth().RandomRBF(seed_model=SEED, seed_sample=SEED),
+        {f"x{j}": j for j in range(10)}),
+    "mixed": _river_generator(
+        "mixed", lambda: _synth().Mixed(seed=SEED), {"v": 0, "w": 1, "x": 2, "y": 3}),
+    "planes_2d": _river_generator(
+        "planes_2d", lambda: _synth().Planes2D(seed=SEED), {f"x{j}": j for j in range(1, 11)}),
+    "mv": _river_generator(
+        "mv", lambda: _synth().Mv(seed=SEED), {f"x{j}": j for j in range(1, 11)}),
+}
+
+#: Public sets that chose *no* constant of the default policy: written after the policy, and
+#: read only to measure it, so their figures estimate how the defaults do on data nobody
+#: tuned for (``make defaults`` prints them as a separate table). River's seeded generators
+#: not in :data:`SUITE`, at 3,000 to 10,000 rows, i.i.d. (no drift configured).
+VALIDATION: dict[str, SuiteSet] = {s.name: s for s in (
+    SuiteSet("hyperplane", "classification", HYPERPLANE_SCHEMA, False,
+             "river.datasets.synth.Hyperplane(seed=42), 10,000 rows: ten features U[0, 1] "
+             "(river's keys 0..9 mapped to x0..x9); a linear concept with 4 % of labels "
+             "flipped, no drift.", _encoded(HYPERPLANE_SCHEMA, VALIDATION_READERS["hyperplane"])),
+    SuiteSet("random_rbf", "classification", RANDOM_RBF_SCHEMA, False,
+             "river.datasets.synth.RandomRBF(seed_model=42, seed_sample=42), 5,000 rows: 50 "
+             "Gaussian-like clusters with centres in [0, 1]^10, a random class each; each "
+             "coordinate lies within |N(0, 1)| of its centre, so (-5.5, 6.5) is 5.5 standard "
+             "deviations.", _encoded(RANDOM_RBF_SCHEMA, VALIDATION_READERS["random_rbf"])),
+    SuiteSet("mixed", "classification", MIXED_SCHEMA, False,
+             "river.datasets.synth.Mixed(seed=42), 3,000 rows: booleans v, w and x, y U[0, 1]; "
+             "label function 0 of Gama et al. (2004), a sine boundary in (x, y) combined with "
+             "v and w.", _encoded(MIXED_SCHEMA, VALIDATION_READERS["mixed"])),
+    SuiteSet("planes_2d", "regression", PLANES_2D_SCHEMA, False,
+             "river.datasets.synth.Planes2D(seed=42), 3,000 rows: x1 in {-1, 1} (numeric, "
+             "a threshold tells the two apart) "
+             "chooses one of two linear planes in x2..x10 in {-1, 0, 1}, plus N(0, 1); target "
+             "bounds: the noiseless [-9, 9] and five noise standard deviations.",
+             _encoded(PLANES_2D_SCHEMA, VALIDATION_READERS["planes_2d"])),
+    SuiteSet("mv", "regression", MV_SCHEMA, False,
+             "river.datasets.synth.Mv(seed=42), 10,000 rows: ten features, three categorical, "
+             "with dependencies between them; every range (and the target's (-180, 20)) "
+             "derived from the generator's source, river 0.26.1 mv.py.",
+             _encoded(MV_SCHEMA, VALIDATION_READERS["mv"])),
+)}
+
+
 def load_suite_set(name: str) -> tuple[SuiteSet, np.ndarray, np.ndarray]:
-    """Load one member of :data:`SUITE`: the set's description, ``X`` and ``y``."""
+    """Load one member of :data:`SUITE` or :data:`VALIDATION`: the set's description, ``X``
+    and ``y``."""
     try:
-        member = SUITE[name]
+        member = SUITE[name] if name in SUITE else VALIDATION[name]
     except KeyError:
-        raise ValueError(f"unknown suite set {name!r}; choose one of {list(SUITE)}") from None
+        raise ValueError(f"unknown suite set {name!r}; choose one of {list(SUITE)} "
+                         f"(or a validation set: {list(VALIDATION)})") from None
     X, y = member.load()
     if X.ndim != 2 or X.shape != (len(y), member.schema.n_features):
         raise RuntimeError(f"{name}: X has shape {X.shape}, expected "
@@ -492,8 +596,28 @@ def load_suite_set(name: str) -> tuple[SuiteSet, np.ndarray, np.ndarray]:
 
 
 __all__ = [
-    "AGRAWAL_SCHEMA", "BANANAS_SCHEMA", "BREAST_CANCER_SCHEMA", "CHICK_SCHEMA",
-    "COVERTYPE_DEFAULT_PATH", "COVERTYPE_SAMPLE", "FRIEDMAN_SCHEMA", "PHISHING_SCHEMA",
-    "RAW_READERS", "SEA_SCHEMA", "SUITE", "TRUMP_SCHEMA", "SuiteSet", "covertype_path", "covertype_sample",
+    "AGRAWAL_SCHEMA",
+    "BANANAS_SCHEMA",
+    "BREAST_CANCER_SCHEMA",
+    "CHICK_SCHEMA",
+    "COVERTYPE_DEFAULT_PATH",
+    "COVERTYPE_SAMPLE",
+    "FRIEDMAN_SCHEMA",
+    "HYPERPLANE_SCHEMA",
+    "MIXED_SCHEMA",
+    "MV_SCHEMA",
+    "PHISHING_SCHEMA",
+    "PLANES_2D_SCHEMA",
+    "RANDOM_RBF_SCHEMA",
+    "RAW_READERS",
+    "SEA_SCHEMA",
+    "SUITE",
+    "TRUMP_SCHEMA",
+    "VALIDATION",
+    "VALIDATION_READERS",
+    "VALIDATION_ROWS",
+    "SuiteSet",
+    "covertype_path",
+    "covertype_sample",
     "load_suite_set",
 ]

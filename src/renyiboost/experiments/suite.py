@@ -548,35 +548,44 @@ VALIDATION_READERS: dict[str, RawReader] = {
         "mv", lambda: _synth().Mv(seed=SEED), {f"x{j}": j for j in range(1, 11)}),
 }
 
+
+def _validation_set(name: str, task: str, schema: PublicSchema, sources: str) -> SuiteSet:
+    """A validation set: exchangeable rows of :data:`VALIDATION_READERS`' generator."""
+    return SuiteSet(name, task, schema, False, sources,
+                    _encoded(schema, VALIDATION_READERS[name]))
+
+
 #: Public sets that chose *no* constant of the default policy: written after the policy, and
 #: read only to measure it, so their figures estimate how the defaults do on data nobody
 #: tuned for (``make defaults`` prints them as a separate table). River's seeded generators
 #: not in :data:`SUITE`, at 3,000 to 10,000 rows, i.i.d. (no drift configured).
 VALIDATION: dict[str, SuiteSet] = {s.name: s for s in (
-    SuiteSet("hyperplane", "classification", HYPERPLANE_SCHEMA, False,
-             "river.datasets.synth.Hyperplane(seed=42), 10,000 rows: ten features U[0, 1] "
-             "(river's keys 0..9 mapped to x0..x9); a linear concept with 4 % of labels "
-             "flipped, no drift.", _encoded(HYPERPLANE_SCHEMA, VALIDATION_READERS["hyperplane"])),
-    SuiteSet("random_rbf", "classification", RANDOM_RBF_SCHEMA, False,
-             "river.datasets.synth.RandomRBF(seed_model=42, seed_sample=42), 5,000 rows: 50 "
-             "Gaussian-like clusters with centres in [0, 1]^10, a random class each; each "
-             "coordinate lies within |N(0, 1)| of its centre, so (-5.5, 6.5) is 5.5 standard "
-             "deviations.", _encoded(RANDOM_RBF_SCHEMA, VALIDATION_READERS["random_rbf"])),
-    SuiteSet("mixed", "classification", MIXED_SCHEMA, False,
-             "river.datasets.synth.Mixed(seed=42), 3,000 rows: booleans v, w and x, y U[0, 1]; "
-             "label function 0 of Gama et al. (2004), a sine boundary in (x, y) combined with "
-             "v and w.", _encoded(MIXED_SCHEMA, VALIDATION_READERS["mixed"])),
-    SuiteSet("planes_2d", "regression", PLANES_2D_SCHEMA, False,
-             "river.datasets.synth.Planes2D(seed=42), 3,000 rows: x1 in {-1, 1} (numeric, "
-             "a threshold tells the two apart) "
-             "chooses one of two linear planes in x2..x10 in {-1, 0, 1}, plus N(0, 1); target "
-             "bounds: the noiseless [-9, 9] and five noise standard deviations.",
-             _encoded(PLANES_2D_SCHEMA, VALIDATION_READERS["planes_2d"])),
-    SuiteSet("mv", "regression", MV_SCHEMA, False,
-             "river.datasets.synth.Mv(seed=42), 10,000 rows: ten features, three categorical, "
-             "with dependencies between them; every range (and the target's (-180, 20)) "
-             "derived from the generator's source, river 0.26.1 mv.py.",
-             _encoded(MV_SCHEMA, VALIDATION_READERS["mv"])),
+    _validation_set(
+        "hyperplane", "classification", HYPERPLANE_SCHEMA,
+        "river.datasets.synth.Hyperplane(seed=42), 10,000 rows: ten features U[0, 1] (river's "
+        "keys 0..9 mapped to x0..x9); a linear concept with 4 % of labels flipped, no drift."),
+    _validation_set(
+        "random_rbf", "classification", RANDOM_RBF_SCHEMA,
+        "river.datasets.synth.RandomRBF(seed_model=42, seed_sample=42), 5,000 rows: 50 "
+        "Gaussian-like clusters with centres in [0, 1]^10, a random class each; each "
+        "coordinate lies within |N(0, 1)| of its centre, so (-5.5, 6.5) is 5.5 standard "
+        "deviations."),
+    _validation_set(
+        "mixed", "classification", MIXED_SCHEMA,
+        "river.datasets.synth.Mixed(seed=42), 3,000 rows: booleans v, w and x, y U[0, 1]; "
+        "label function 0 of Gama et al. (2004), a sine boundary in (x, y) combined with v "
+        "and w."),
+    _validation_set(
+        "planes_2d", "regression", PLANES_2D_SCHEMA,
+        "river.datasets.synth.Planes2D(seed=42), 3,000 rows: x1 in {-1, 1} (numeric, a "
+        "threshold tells the two apart) chooses one of two linear planes in x2..x10 in "
+        "{-1, 0, 1}, plus N(0, 1); target bounds: the noiseless [-9, 9] and five noise "
+        "standard deviations."),
+    _validation_set(
+        "mv", "regression", MV_SCHEMA,
+        "river.datasets.synth.Mv(seed=42), 10,000 rows: ten features, three categorical, with "
+        "dependencies between them; every range (and the target's (-180, 20)) derived from "
+        "the generator's source, river 0.26.1 mv.py."),
 )}
 
 

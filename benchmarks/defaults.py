@@ -29,8 +29,9 @@ Protocols (issue 12), δ = 1e-6, production noise (``seed=None``) for our models
   ε = 1 is README's River example.
 
 Extras (skipped with ``--no-extras``): the ablation rows of the stream and learner options,
-the trees-a-trigger ablation on the short sets at ε = 4, an imbalanced unbounded stream and
-the anchors. The closing section checks issue 12's targets cell by cell on *paired*
+the short-stream ablation (the policy's interval against the earlier tree every 10
+positions, on the short sets at ε = 1 and 4), an imbalanced unbounded stream and the
+anchors. The closing section checks issue 12's targets cell by cell on *paired*
 differences (every column of a shuffle sees the same split): ours against the better of
 DP-EBM and the trivial baseline, ``learn_one`` with the hint against the batch fit, and
 each prequential stream against the running mean / majority class; a miss is named with
@@ -275,19 +276,28 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     return row
 
 
-#: The trees-a-trigger ablation: short sets at ε = 4, where the rule grows several trees a
-#: trigger (:func:`~renyiboost.models.defaults.stream_schedule`).
+#: The short-stream ablation: short sets at ε = 1 and 4, whose policy interval is under 10
+#: positions (:func:`~renyiboost.models.defaults.stream_schedule`).
 TRIGGER_ABLATION_SETS = ("chick_weights", "trump_approval", "breast_cancer")
+TRIGGER_ABLATION_EPSILONS = (1.0, 4.0)
 
 
 def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
-    """``learn_one`` with the size hint, the policy's trees a trigger against one."""
+    """``learn_one`` with the size hint: the policy's interval against the schedule before
+    it, a tree every 10 positions with ``round(batch rounds / triggers)`` trees a trigger."""
     _quiet()
+    from renyiboost.models.defaults import STREAM_WARMUP, default_params, trees_per_trigger
+    from renyiboost.stream.schedule import TriggerSchedule
+
     suite_set, X, y, train, test, row = _held_out_split(name, epsilon, seed, "trigger")
     learn = _streamed(suite_set, epsilon, X, y, train, test)
-    for column, overrides in (("policy", {}), ("one tree a trigger", {"trees_per_trigger": 1})):
-        row[column], stream = learn(int(train.size), **overrides)
-        row[column + ": trees a trigger"] = stream.engine.config.trees_per_trigger
+    hint = int(train.size)
+    row["policy"], stream = learn(hint)
+    row["policy: interval"] = stream.engine.config.train_every
+    rounds = default_params(suite_set.task, epsilon, hint)["rounds"]
+    trees = trees_per_trigger(hint, rounds, TriggerSchedule(10, STREAM_WARMUP, 0.0, 10))
+    row["every 10"], _ = learn(hint, train_every=10, trees_per_trigger=trees)
+    row["every 10: trees a trigger"] = trees
     return row
 
 
@@ -440,16 +450,17 @@ def _extras(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {name} | " + " | ".join(values) + " |")
     triggers = [r for r in rows if r["protocol"] == "trigger"]
     if triggers:
-        title = ("Trees a trigger (learn_one with the size hint, ε = 4; the sets where the "
-                 "rule grows more than one):")
-        out += ["", title, "",
-                "| set | trees a trigger | policy | one tree a trigger |", "|---|---|---|---|"]
-        for name in dict.fromkeys(r["set"] for r in triggers):
-            cells = [r for r in triggers if r["set"] == name]
-            values = [f"{np.mean([c[k] for c in cells]):.3f} ± {np.std([c[k] for c in cells]):.3f}"
-                      for k in ("policy", "one tree a trigger")]
-            out.append(f"| {name} | {cells[0]['policy: trees a trigger']} | "
-                       + " | ".join(values) + " |")
+        title = ("Short streams (learn_one with the size hint): the policy's interval "
+                 "against a tree every 10 positions, round(batch rounds / triggers) a trigger:")
+        out += ["", title, "", "| set | ε | policy | interval | every 10 | trees a trigger |",
+                "|---|---|---|---|---|---|"]
+        for name, epsilon in dict.fromkeys((r["set"], r["epsilon"]) for r in triggers):
+            cells = [r for r in triggers if (r["set"], r["epsilon"]) == (name, epsilon)]
+            policy, every_10 = (
+                f"{np.mean([c[k] for c in cells]):.3f} ± {np.std([c[k] for c in cells]):.3f}"
+                for k in ("policy", "every 10"))
+            out.append(f"| {name} | {epsilon:g} | {policy} | {cells[0]['policy: interval']} | "
+                       f"{every_10} | {cells[0]['every 10: trees a trigger']} |")
     for r in (r for r in rows if r["protocol"] == "tilt"):
         line = (f"Imbalanced unbounded stream (Adult i.i.d., 200,000 positions, ε = "
                 f"{r['epsilon']:g}): mean predicted probability {r['stream_mean_p']:.3f} "
@@ -503,8 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                             else args.prequential_runs)]
     if not (args.no_extras or args.validation):
         jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS for s in range(args.seeds)]
-        jobs += [(trigger_cell, n, 4.0, s) for n in TRIGGER_ABLATION_SETS
-                 for s in range(max(args.seeds, args.small_seeds))]
+        jobs += [(trigger_cell, n, e, s) for n in TRIGGER_ABLATION_SETS
+                 for e in TRIGGER_ABLATION_EPSILONS for s in range(max(args.seeds, args.small_seeds))]
         jobs += [(tilt_cell, "adult", 1.0, 0)]
         jobs += [(anchor_cell, "adult", e, r) for e in MADDOCK_BEST for r in range(5)]
         jobs += [(anchor_cell, name, TUNED_EPSILON, r) for name in ("adult", "adult-tuned")

@@ -20,6 +20,7 @@ from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import (
     POLICY_FIELDS,
     PRIOR_RECORDS,
+    STREAM_WARMUP,
     default_depth,
     default_params,
     default_rounds,
@@ -81,7 +82,7 @@ def test_estimators_take_the_policy_and_explicit_values_win() -> None:
     assert config.params.depth == policy["depth"]
     assert config.params.reg_lambda == policy["reg_lambda"]
     assert config.params.rounds == stream_rounds(PRIOR_RECORDS, schedule, 1)
-    assert config.max_train_every == PRIOR_RECORDS // policy["rounds"]
+    assert config.max_train_every == (PRIOR_RECORDS - STREAM_WARMUP) // policy["rounds"]
     assert (config.trigger_growth, config.leaf_depth) == (0.05, "from_positions")
     mine = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0,
                           depth=2, rounds=7, train_every=30)
@@ -401,33 +402,37 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
 
 
 def test_a_short_stream_at_a_large_epsilon_grows_as_many_trees_as_the_batch_fit() -> None:
-    """A 405-record stream at ε = 4 (ChickWeights' training rows): the batch fit wants 80
-    rounds, the schedule has 31 triggers (one per 10 positions at most), so every trigger
-    grows 3 trees and the nominal rounds, which set each tree's noise, count them; a real
-    engine releases that many before the burst. At ε = 1 (39 rounds) and without a hint
-    (10,000 records assumed) one tree a trigger is enough."""
-    batch_rounds = default_params("regression", 4.0, 405)["rounds"]
-    assert batch_rounds == 80
+    """A 405-record stream (ChickWeights' training rows): at ε = 4 the batch fit wants 80
+    rounds, and the 305 positions after the warmup give one tree every 3 positions, so the
+    nominal rounds, which set each tree's noise, are the 101 trees a real engine releases
+    before the burst; at ε = 1, 40 rounds, one every 7 (ten positions gave 31 trees). Only
+    a stream with fewer positions than wanted trees grows several a trigger. Without a hint
+    (10,000 records assumed) the schedule starts at 10 and grows."""
+    assert default_params("regression", 4.0, 405)["rounds"] == 80
     config = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405)
     schedule = TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
                                config.max_train_every)
-    assert (config.trees_per_trigger, schedule.releases_until(405)) == (3, 31)
-    assert config.params.rounds == 93
+    assert (config.train_every, config.max_train_every, config.trees_per_trigger) == (3, 3, 1)
+    assert schedule.releases_until(405) == config.params.rounds == 102
     rng = np.random.default_rng(3)
     engine = StreamEngine(config, seed=2)
     engine.add(rng.random((404, 2)), rng.random(404), [str(i) for i in range(404)])
-    assert engine.ensemble.n_trees == 3 * schedule.releases_until(404) == 93
-    for hint in (405, None):
-        epsilon = 1.0 if hint else 4.0
-        assert EngineConfig.from_defaults(SCHEMA, "regression", epsilon,
-                                          expected_records=hint).trees_per_trigger == 1
-    # the rule fits the policy's schedule: your own interval (7 triggers to 405) keeps one
-    fixed = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405,
+    assert engine.ensemble.n_trees == schedule.releases_until(404) >= 80
+    at_one = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=405)
+    assert default_params("regression", 1.0, 405)["rounds"] == 40
+    assert (at_one.train_every, at_one.trees_per_trigger, at_one.params.rounds) == (7, 1, 43)
+    few = EngineConfig.from_defaults(SCHEMA, "regression", 100.0, expected_records=130)
+    assert (few.train_every, few.trees_per_trigger, few.params.rounds) == (1, 7, 7 * 31)
+    prior = EngineConfig.from_defaults(SCHEMA, "regression", 4.0)
+    assert (prior.train_every, prior.trees_per_trigger) == (10, 1)
+    assert prior.max_train_every == (PRIOR_RECORDS - STREAM_WARMUP) // 400
+    # your own interval (7 triggers to 405) keeps one tree a trigger
+    fixed = EngineConfig.from_defaults(SCHEMA, "regression", 100.0, expected_records=130,
                                        train_every=50)
-    assert (fixed.trees_per_trigger, fixed.params.rounds) == (1, 7)
-    mine = EngineConfig.from_defaults(SCHEMA, "regression", 4.0, expected_records=405,
-                                      trees_per_trigger=1)
-    assert (mine.trees_per_trigger, mine.params.rounds) == (1, 31)  # an explicit value wins
+    assert (fixed.trees_per_trigger, fixed.params.rounds) == (1, 1)
+    mine = EngineConfig.from_defaults(SCHEMA, "regression", 100.0, expected_records=130,
+                                      trees_per_trigger=2)
+    assert (mine.trees_per_trigger, mine.params.rounds) == (2, 62)  # an explicit value wins
 
 
 def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:

@@ -286,7 +286,12 @@ def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """``learn_one`` with the size hint: the policy's interval against the schedule before
     it, a tree every 10 positions with ``round(batch rounds / triggers)`` trees a trigger."""
     _quiet()
-    from renyiboost.models.defaults import STREAM_WARMUP, default_params, trees_per_trigger
+    from renyiboost.models.defaults import (
+        STREAM_MIN_INTERVAL,
+        STREAM_WARMUP,
+        default_params,
+        trees_per_trigger,
+    )
     from renyiboost.stream.schedule import TriggerSchedule
 
     suite_set, X, y, train, test, row = _held_out_split(name, epsilon, seed, "trigger")
@@ -295,8 +300,9 @@ def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     row["policy"], stream = learn(hint)
     row["policy: interval"] = stream.engine.config.train_every
     rounds = default_params(suite_set.task, epsilon, hint)["rounds"]
-    trees = trees_per_trigger(hint, rounds, TriggerSchedule(10, STREAM_WARMUP, 0.0, 10))
-    row["every 10"], _ = learn(hint, train_every=10, trees_per_trigger=trees)
+    every = STREAM_MIN_INTERVAL
+    trees = trees_per_trigger(hint, rounds, TriggerSchedule(every, STREAM_WARMUP, 0.0, every))
+    row["every 10"], _ = learn(hint, train_every=every, trees_per_trigger=trees)
     row["every 10: trees a trigger"] = trees
     return row
 
@@ -506,8 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sets {unknown}; choose from {list(catalogue)}")
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    jobs = [(held_out_cell, n, e, s) for n in names for e in epsilons
-            for s in range(max(args.seeds, args.small_seeds) if n in SMALL_SETS else args.seeds)]
+
+    def shuffles(name: str) -> range:
+        return range(max(args.seeds, args.small_seeds) if name in SMALL_SETS else args.seeds)
+
+    jobs = [(held_out_cell, n, e, s) for n in names for e in epsilons for s in shuffles(n)]
     jobs += [(prequential_cell, n, e, r) for n in names if catalogue[n].natural_order
              for e in epsilons
              for r in range(max(args.prequential_runs, SMALL_SET_RUNS) if n in SMALL_SETS
@@ -515,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.no_extras or args.validation):
         jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS for s in range(args.seeds)]
         jobs += [(trigger_cell, n, e, s) for n in TRIGGER_ABLATION_SETS
-                 for e in TRIGGER_ABLATION_EPSILONS for s in range(max(args.seeds, args.small_seeds))]
+                 for e in TRIGGER_ABLATION_EPSILONS for s in shuffles(n)]
         jobs += [(tilt_cell, "adult", 1.0, 0)]
         jobs += [(anchor_cell, "adult", e, r) for e in MADDOCK_BEST for r in range(5)]
         jobs += [(anchor_cell, name, TUNED_EPSILON, r) for name in ("adult", "adult-tuned")
@@ -540,7 +549,6 @@ def main(argv: list[str] | None = None) -> int:
          "seconds": elapsed, "delta": DELTA, "rows": rows, "table": table}, indent=1))
     out.with_suffix(".md").write_text(text + "\n")
     return 0
-
 
 
 def _paired(cells: list[dict[str, Any]], ours: str, *theirs: str) -> tuple[float, float]:

@@ -232,14 +232,16 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 #: Batch ablations of the learner options (each with the exact size as a public hint, so the
-#: rows differ in the option only): leaf clipping, Newton leaves, the feature choice, and
-#: batched boosting (4 trees per gradient refresh, learning rate and leaf clip × 4).
+#: rows differ in the option only): leaf clipping, Newton leaves, the feature choice,
+#: batched boosting (4 trees per gradient refresh, learning rate and leaf clip × 4) and the
+#: answers' smoothing.
 BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
     "batch, size hint": {},
     "no leaf clip": {"leaf_clip": None},
     "count leaves": {"hess_clip": None},
     "other feature choice": {},
     "batched boosting x4": {"trees_per_gradient": 4, "learning_rate": 0.8, "leaf_clip": 1.6},
+    "no smoothing": {"smoothing": 0.0},
 }
 
 

@@ -20,6 +20,8 @@ from renyiboost.accounting import calibrate
 from renyiboost.datasets import Dataset, load
 from renyiboost.experiments.peers import make_peer
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import INPUT_SMOOTHING
+from renyiboost.models.trees import SMOOTHING_SHIFTS, input_shifts
 from renyiboost.schema import PublicSchema
 
 Record = tuple[dict[str, Any], Any]
@@ -248,8 +250,15 @@ def bench_predict(report: Report, n_rows: int, n_trees: int = 200, depth: int = 
     one = len(rows) / best_of(lambda: [ens.predict_margin(row) for row in rows], 1)
     peer_one = len(rows) / best_of(lambda: [peer.inplace_predict(row[None, :]) for row in rows],
                                    1)
+    # the default policy's answers: the same trees averaged over shifted copies of a row
+    ens.shifts = input_shifts(booster.grower.schema, INPUT_SMOOTHING)
+    ens.predict_margin(X[:100]), ens.predict_margin(X[0])
+    smooth_many = n_rows / best_of(lambda: ens.predict_margin(X))
+    smooth_one = len(rows) / best_of(lambda: [ens.predict_margin(row) for row in rows], 1)
+    ens.shifts = None
     report.values |= {
         "predict_many_rows_per_s": many, "predict_one_per_s": one,
+        "smoothed_predict_many_rows_per_s": smooth_many, "smoothed_predict_one_per_s": smooth_one,
         "xgb_predict_many_rows_per_s": peer_many, "xgb_predict_one_per_s": peer_one,
         "xgb_mean_leaves_per_tree": leaves,
     }
@@ -260,3 +269,8 @@ def bench_predict(report: Report, n_rows: int, n_trees: int = 200, depth: int = 
                 f"{leaves:.0f} leaves on average")
     report.line(f"predict_one, {what}", per_s(one, "calls"),
                 f"xgboost inplace_predict {per_s(peer_one, 'calls')}", one / peer_one)
+    shifted = f"{what}, smoothed ({SMOOTHING_SHIFTS} shifted walks a row, the policy's answers)"
+    report.line(f"predict_many, {n_rows:,} rows, {shifted}", per_s(smooth_many, "rows"),
+                f"xgboost inplace_predict {per_s(peer_many, 'rows')}", smooth_many / peer_many)
+    report.line(f"predict_one, {shifted}", per_s(smooth_one, "calls"),
+                f"xgboost inplace_predict {per_s(peer_one, 'calls')}", smooth_one / peer_one)

@@ -46,13 +46,14 @@ def test_the_policy_gives_its_documented_values() -> None:
         "learning_rate": 0.3, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
-        "feature_selection": "cyclic",
+        "feature_selection": "cyclic", "smoothing": 1 / 32,
     }
     abalone = default_params("regression", 0.5, 2_900)
     assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
     assert "hess_clip" not in abalone and abalone["learning_rate"] == 0.2
     assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
-    assert set(adult) | set(abalone) == POLICY_FIELDS
+    # every size-dependent field, and the smoothing, which does not depend on the size
+    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing"}
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000
     with pytest.raises(ValueError, match="task"):

@@ -44,9 +44,16 @@ def test_a_regression_export_predicts_what_the_model_predicts() -> None:
     X = _rows(3000)
     model = SGBDT(schema, seed=0, epsilon=1.0).fit(X[:2000], _target(X[:2000]))
     assert model.params.depth >= 2 and not model.params.split_candidates  # continuous cuts
+    assert model.params.smoothing > 0  # the policy's answers: every tree once an offset
     (out,) = _session(model.release()).run(None, {"X": X[2000:]})
     assert out.shape == (1000, 1)
     np.testing.assert_allclose(out[:, 0], model.predict(X[2000:]), rtol=1e-6, atol=1e-5)
+    unsmoothed = model.release().model_copy(
+        update={"params": model.params.model_dump() | {"smoothing": 0.0}})
+    plain = SGBDT.from_json(unsmoothed.model_dump_json())
+    (raw,) = _session(unsmoothed).run(None, {"X": X[2000:]})
+    np.testing.assert_allclose(raw[:, 0], plain.predict(X[2000:]), rtol=1e-6, atol=1e-5)
+    assert np.abs(raw[:, 0] - out[:, 0]).max() > 1e-3  # the two exports differ
 
 
 def test_binary_and_multiclass_exports_give_the_models_labels_and_probabilities() -> None:

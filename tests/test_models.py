@@ -83,7 +83,8 @@ def test_vectorised_prediction_equals_the_naive_walk() -> None:
     X, _y = _data(300)
     X[::7, 0] = np.nan  # missing values take the fixed right branch
     X[::11, 2] = np.nan
-    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=12, depth=3, sampling_rate=1.0)
+    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=12, depth=3, sampling_rate=1.0,
+                  smoothing=0.0)  # the walk itself (tests/test_smoothing.py: the mean)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
         model.fit(*_data(500))
@@ -95,7 +96,8 @@ def test_routing_in_small_blocks_equals_one_pass(monkeypatch) -> None:
     from renyiboost.models import trees
 
     X, _y = _data(300)
-    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=5, depth=3, sampling_rate=1.0)
+    model = SGBDT(SCHEMA, seed=0, epsilon=None, rounds=5, depth=3, sampling_rate=1.0,
+                  smoothing=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
         model.fit(*_data(500))

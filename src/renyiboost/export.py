@@ -9,7 +9,9 @@ score a class), opset 3, with thresholds, leaf values and initial scores stored 
 The model's input ``X`` is the **schema-encoded** float64 matrix of
 :meth:`~renyiboost.schema.PublicSchema.encode_columns` (numeric values clipped to their
 public bounds, categories as codes, NaN for a missing value), one column a schema feature in
-its order. The tree tests map one to one:
+its order. A smoothed release (``smoothing`` > 0) becomes every tree once for each of its
+input offsets, thresholds moved against the offset and leaf values divided by their number,
+which is the same average. The tree tests map one to one:
 
 * numeric node: ``BRANCH_LT`` (``x < threshold`` goes to the true branch, our left child);
 * categorical node: ``BRANCH_EQ`` (``code == threshold``);
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from renyiboost.models.trees import input_shifts
 from renyiboost.release import ModelRelease
 from renyiboost.schema import PublicSchema
 
@@ -42,21 +45,32 @@ ML_OPSET = 3
 ONNX_OPSET = 17
 
 
+def _shifts(release: ModelRelease, schema: PublicSchema) -> np.ndarray:
+    """The input offsets of a smoothed release (:func:`~renyiboost.models.trees.
+    input_shifts`), or one row of zeros."""
+    shifts = input_shifts(schema, float(release.params.get("smoothing", 0.0)))
+    return np.zeros((1, schema.n_features)) if shifts is None else shifts
+
+
 def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, list[Any]]:
     """The per-node attributes of every tree (heap order: internal node ``i`` has the id
     ``i``, its children ``2i + 1`` (true) and ``2i + 2`` (false); leaf ``j`` the id
-    ``2^d − 1 + j``)."""
+    ``2^d − 1 + j``), once for every offset of a smoothed release: ``x + s < t`` is
+    ``x < t − s``, so copy ``k`` of a tree tests its numeric thresholds minus offset ``k``
+    (tree id ``k · n_trees + tree``)."""
     n_internal = 2**release.depth - 1
     node = np.arange(n_internal + 2**release.depth)
     internal = node < n_internal
     columns: dict[str, list[Any]] = {name: [] for name in (
         "nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
         "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")}
-    for tree, released in enumerate(release.trees):
+    copies = [(shift, released) for shift in _shifts(release, schema)
+              for released in release.trees]
+    for tree, (shift, released) in enumerate(copies):
         features = np.zeros(node.size, dtype=np.int64)
         values = np.zeros(node.size)
         features[:n_internal] = released.features
-        values[:n_internal] = released.thresholds
+        values[:n_internal] = np.asarray(released.thresholds) - shift[released.features]
         categorical = schema.is_categorical[features] & internal
         modes = np.where(internal, np.where(categorical, "BRANCH_EQ", "BRANCH_LT"), "LEAF")
         columns["nodes_treeids"] += [tree] * node.size
@@ -70,14 +84,17 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, l
     return columns
 
 
-def _leaf_targets(release: ModelRelease, n_outputs: int) -> tuple[list[int], list[int],
-                                                                  list[int], list[float]]:
+def _leaf_targets(release: ModelRelease, schema: PublicSchema,
+                  n_outputs: int) -> tuple[list[int], list[int], list[int], list[float]]:
     """(tree ids, node ids, output ids, weights) of every leaf value: one a leaf, or one a
-    class and leaf for vector leaves (tree-major, then leaf, then class)."""
+    class and leaf for vector leaves (tree-major, then leaf, then class); a smoothed
+    release's copies (:func:`_tree_attributes`) each carry 1 / copies of the value."""
     n_leaves = 2**release.depth
+    n_copies = _shifts(release, schema).shape[0]
     weights = np.asarray([tree.leaves for tree in release.trees], dtype=float).reshape(-1)
-    tree, leaf, output = np.unravel_index(np.arange(weights.size),
-                                          (len(release.trees), n_leaves, n_outputs))
+    weights = np.tile(weights / n_copies, n_copies)
+    tree, leaf, output = np.unravel_index(
+        np.arange(weights.size), (n_copies * len(release.trees), n_leaves, n_outputs))
     return (tree.tolist(), (n_leaves - 1 + leaf).tolist(), output.tolist(), weights.tolist())
 
 
@@ -126,7 +143,7 @@ def to_onnx(release: ModelRelease) -> Any:
     attributes: dict[str, Any] = _tree_attributes(release, schema)
     values = attributes.pop("nodes_values")
     attributes["nodes_values_as_tensor"] = _double_tensor("nodes_values", values)
-    trees, nodes, outputs, weights = _leaf_targets(release, n_outputs)
+    trees, nodes, outputs, weights = _leaf_targets(release, schema, n_outputs)
     X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
     extra: list[Any] = []
     if release.task == "regression":

@@ -332,12 +332,10 @@ class SGBDT(MarginModel):
         release = ModelRelease.model_validate_json(text)
         model = cls(PublicSchema(**release.public_schema), **release.params)
         schema = model.schema
-        depth = release.depth
-        n_outputs = schema.n_outputs
-        model.ensemble = Ensemble(depth=depth, is_categorical=schema.is_categorical,
-                                  init_score=np.asarray(release.init_score, dtype=float)
-                                  if n_outputs > 1 else float(release.init_score),
-                                  n_outputs=n_outputs)
+        model.ensemble = Ensemble.for_schema(
+            schema, release.depth, model.params.smoothing,
+            init_score=np.asarray(release.init_score, dtype=float)
+            if schema.n_outputs > 1 else float(release.init_score))
         for tree in release.trees:
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),

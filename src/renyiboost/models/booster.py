@@ -73,6 +73,12 @@ class SGBDTParams(BaseModel):
     leaf_clip: float | None = Field(None, gt=0)
     feature_selection: FeatureSelection = "random"
     split_candidates: int | None = Field(None, ge=1)
+    smoothing: float = Field(
+        0.0, ge=0, lt=1,
+        description="answers average the trees over shifted copies of a row, each numeric "
+        "feature moved across a window this share of its public range wide (models.trees."
+        "input_shifts; free post-processing). 0: none, the paper's learner; the default "
+        "policy's is models.defaults.INPUT_SMOOTHING")
     individual_filter: bool = True
     leaf_noise: Literal["dynamic", "static"] = Field(
         "dynamic",
@@ -283,8 +289,7 @@ class SGBDTBooster:
         self.grower = RandomTreeGrower(
             schema, params.depth, params.feature_selection, params.split_candidates
         )
-        self.ensemble = Ensemble(depth=params.depth, is_categorical=schema.is_categorical,
-                                 n_outputs=self.n_outputs)
+        self.ensemble = Ensemble.for_schema(schema, params.depth, params.smoothing)
         self.calibration: Calibration | None = None
         #: The noise stages, earliest first; the last is the main one (``calibration``).
         self.stages: tuple[NoiseStage, ...] = ()

@@ -31,7 +31,8 @@ from renyiboost.validation import normalise_key
 _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
-    "split_candidates", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
+    "split_candidates", "smoothing", "train_every", "trees_per_trigger", "warmup",
+    "trigger_growth",
     "max_train_every", "final_trees", "noise_stages",
 )
 
@@ -61,6 +62,7 @@ class _SGBDTEstimator:
         leaf_clip: float | None | Policy = POLICY,
         feature_selection: str | Policy = POLICY,
         split_candidates: int | None | Policy = POLICY,
+        smoothing: float | Policy = POLICY,
         individual_filter: bool = True,
         train_every: int | Policy = POLICY,
         trees_per_trigger: int | Policy = POLICY,
@@ -92,6 +94,7 @@ class _SGBDTEstimator:
         self.leaf_clip = leaf_clip
         self.feature_selection = feature_selection
         self.split_candidates = split_candidates
+        self.smoothing = smoothing
         self.individual_filter = individual_filter
         self.train_every = train_every
         self.trees_per_trigger = trees_per_trigger
@@ -310,6 +313,10 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
         left out (``POLICY``), each takes the default policy's value; ``None`` is passed on
         (``hess_clip=None``: count leaves, ``leaf_clip=None``: no leaf clipping).
+    smoothing
+        Answers average the trees over shifted copies of the row, each numeric feature moved
+        across a window this share of its public range wide (the policy: 1/32; 0: none).
+        Post-processing of the released trees: training and the guarantee do not change.
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;

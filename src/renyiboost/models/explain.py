@@ -3,7 +3,8 @@
 * :func:`feature_contributions` — exact per-feature contributions when every tree tests a
   single feature (S-GBDT with ``feature_selection="cyclic"``, as S-BDT and DP-EBM train):
   the model is then a sum of per-feature functions, and a row's margin is its initial score
-  plus one term a feature.
+  plus one term a feature (a smoothed ensemble's terms are smoothed the same way, so they
+  still add up to its margin).
 * :func:`feature_importances` — for any ensemble, each feature's share of the trees'
   effect: a tree's mean absolute leaf value, split among the features its nodes test in
   proportion to the nodes. A summary, not an exact decomposition.
@@ -39,7 +40,8 @@ def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) ->
         mine = owner == f
         part = Ensemble(ensemble.depth, ensemble.is_categorical, 0.0,
                         ensemble.features[mine], ensemble.thresholds[mine],
-                        ensemble.leaves[mine], n_outputs=ensemble.n_outputs)
+                        ensemble.leaves[mine], n_outputs=ensemble.n_outputs,
+                        shifts=ensemble.shifts)
         out[:, f] = part.predict_margin(X)
     return out
 

@@ -161,6 +161,60 @@ def leaf_sum_one(x: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
+def sum_leaves_shifted(X: np.ndarray, shifts: np.ndarray, features: np.ndarray,
+                       thresholds: np.ndarray, leaves: np.ndarray, is_categorical: np.ndarray,
+                       depth: int, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[i] = (Σ_k Σ_t leaves[t, leaf(X[i] + shifts[k], t)]) / K``: a smoothed
+    ensemble's leaf sum (:func:`~renyiboost.models.trees.input_shifts`) in the blocks of
+    :func:`sum_leaves`. Each block's rows are copied shifted into a buffer (``BLOCK`` × k
+    floats, in L1) once a shift, so ``X`` is never copied whole; the sum over trees of one
+    shift is formed first and the shifts' sums are then added in order, as the numpy
+    reference does."""
+    n_rows, n_cols = X.shape[0], X.shape[1]
+    n_shift_cols = shifts.shape[1]
+    n_internal = U(2**depth - 1)
+    any_categorical = is_categorical.any()
+    node = np.zeros(BLOCK, dtype=np.uint64)
+    part = np.zeros(BLOCK, dtype=np.float64)
+    acc = np.zeros(BLOCK, dtype=np.float64)
+    moved = np.empty((BLOCK, n_cols), dtype=np.float64)
+    for start in range(0, n_rows, BLOCK):
+        m = min(BLOCK, n_rows - start)
+        for r in range(m):
+            acc[r] = 0.0
+        for k in range(shifts.shape[0]):
+            for r in range(m):
+                for j in range(n_cols):
+                    moved[r, j] = X[start + r, j] + (shifts[k, j] if j < n_shift_cols else 0.0)
+                part[r] = 0.0
+            for t in range(features.shape[0]):
+                _walk_block(moved, 0, m, features[t], thresholds[t], is_categorical,
+                            any_categorical, depth, node)
+                leaf = leaves[t]
+                for r in range(m):
+                    part[r] += leaf[node[U(r)] - n_internal]
+            for r in range(m):
+                acc[r] += part[r]
+        for r in range(m):
+            out[start + r] = acc[r] / shifts.shape[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def leaf_sum_one_shifted(x: np.ndarray, shifts: np.ndarray, features: np.ndarray,
+                         thresholds: np.ndarray, leaves: np.ndarray, is_categorical: np.ndarray,
+                         depth: int) -> float:  # pragma: no cover - compiled
+    """:func:`leaf_sum_one` of a smoothed ensemble: the mean over ``k`` of the leaf sum of
+    ``x + shifts[k]`` (the first ``shifts.shape[1]`` features move), in one dispatch."""
+    moved = x.copy()
+    total = 0.0
+    for k in range(shifts.shape[0]):
+        for j in range(min(x.shape[0], shifts.shape[1])):
+            moved[j] = x[j] + shifts[k, j]
+        total += leaf_sum_one(moved, features, thresholds, leaves, is_categorical, depth)
+    return total / shifts.shape[0]
+
+
+@numba.njit(cache=True, nogil=True)
 def route_tree(X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
                is_categorical: np.ndarray, depth: int,
                out: np.ndarray) -> None:  # pragma: no cover - compiled

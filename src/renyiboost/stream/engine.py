@@ -770,7 +770,7 @@ class StreamEngine:
             uids, X, y = uids[live], X[live], y[live]
         self.counters["upserts"] += int((self._slot[uids] >= 0).sum())
         if uids.size:
-            event = MergeEvent(uids, X, y, self._predict(X))
+            event = MergeEvent(uids, X, y, self.booster.ensemble.raw_margin(X))
             self._apply_merge(event)
             self._pending_events.append(event)
 

@@ -402,6 +402,48 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     assert many.ensemble.n_trees == one.ensemble.n_trees
 
 
+def test_finish_runs_the_burst_a_hint_would_have_run_and_charges_every_round() -> None:
+    """finish() after 600 positions without a hint: `rounds // 2` more rounds for regression
+    (a quarter for classification), each charged to every active key (spent grows, never
+    past the budget); none for a second call at the same position, nor at a hinted
+    stream's own burst; a later end runs another."""
+    rng = np.random.default_rng(8)
+    rows, labels = rng.random((700, 2)), rng.random(700)
+    engine = StreamEngine(EngineConfig.from_defaults(SCHEMA, "regression", 1.0), seed=4)
+    assert engine.finish() == 0  # before the warmup: nothing can be released yet
+    engine.add(rows[:600], labels[:600], [str(i) for i in range(600)])
+    burst = engine.config.params.rounds // 2
+    before = engine.booster.rounds_done
+    active = [k for k in map(str, range(600)) if engine.operator_budget_of(k).status == "active"]
+    spent = {k: engine.operator_budget_of(k).spent_rdp for k in active}
+    assert engine.finish() == burst and engine.booster.rounds_done == before + burst
+    for key in active:
+        after = engine.operator_budget_of(key)
+        assert after.spent_rdp > spent[key] and after.spent_rdp <= after.budget_rdp * (1 + 1e-9)
+    assert engine.finish() == 0  # the same end twice
+    engine.add(rows[600:], labels[600:], [str(i) for i in range(600, 700)])
+    assert engine.finish() == burst  # more records: a new end
+    hinted = StreamEngine(EngineConfig.from_defaults(SCHEMA, "regression", 1.0,
+                                                     expected_records=600), seed=4)
+    hinted.add(rows[:600], labels[:600], [str(i) for i in range(600)])
+    assert hinted.finish() == 0  # its own burst ran at 600
+    hinted.add(rows[600:650], labels[600:650], [str(i) for i in range(600, 650)])
+    assert hinted.finish() == hinted.config.params.rounds // 2
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=4)
+    for i in range(300):
+        model.learn_one({"a": float(rows[i, 0])}, float(labels[i]), key=i)
+    n_trees = model.engine.ensemble.n_trees
+    assert model.finish() == model.engine.config.params.rounds // 2
+    assert model.engine.ensemble.n_trees == n_trees + model.engine.config.params.rounds // 2
+    classifier = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, seed=4)
+    for i in range(300):
+        classifier.learn_one({"a": float(rows[i, 0])}, bool(labels[i] > 0.5), key=i)
+    assert classifier.finish() == classifier.engine.config.params.rounds // 4
+    with pytest.raises(RuntimeError, match="coordinator"):
+        StreamEngine(EngineConfig.from_defaults(SCHEMA, "regression", 1.0),
+                     coordinated=True).finish()
+
+
 def test_a_short_stream_at_a_large_epsilon_grows_as_many_trees_as_the_batch_fit() -> None:
     """A 405-record stream (ChickWeights' training rows): at ε = 4 the batch fit wants 80
     rounds, and the 305 positions after the warmup give one tree every 3 positions, so the
@@ -477,16 +519,19 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
     def shuffle(seed: int, hint: float, dpebm: float) -> dict:
         return {"protocol": "held-out", "set": "s", "epsilon": 1.0, "seed": seed,
                 "task": "classification", "batch": 0.90 + seed / 100,
-                "learn_one": 0.95, "learn_one_hint": hint + seed / 100, "dpebm": dpebm,
-                "prior": 0.5}
+                "learn_one": 0.95, "learn_one_finish": 0.96, "learn_one_hint": hint + seed / 100,
+                "dpebm": dpebm, "prior": 0.5}
 
     met = [shuffle(seed, 0.895, 0.80) for seed in range(3)]
-    assert "4 of 4 met" in bench._verdicts(met)
+    assert "5 of 5 met" in bench._verdicts(met)
+    assert "4 of 4 met" in bench._verdicts(  # a run without the finish() column
+        [{k: v for k, v in row.items() if k != "learn_one_finish"} for row in met])
     # hint 0.02 below batch on every shuffle (paired: no noise); DP-EBM above the batch fit
     # and the hinted stream, below learn_one
     missed = [shuffle(seed, 0.88, 0.91 + seed / 100) for seed in range(3)]
     text = bench._verdicts(missed)
-    assert "1 of 4 met" in text and "s ε = 1, learn_one −" not in text
+    assert "2 of 5 met" in text and "s ε = 1, learn_one −" not in text
+    assert "s ε = 1, learn_one_finish −" not in text
     assert "s ε = 1, batch − max(DP-EBM, trivial): -0.010 ± 0.000\n" in text
     assert text.endswith("learn_one_hint − batch (tolerance 0.01): -0.020 ± 0.000")
     stream = [{"protocol": "prequential", "set": "p", "epsilon": 4.0, "seed": seed,
@@ -509,7 +554,7 @@ def test_the_validation_table_measures_sets_that_chose_no_constant(tmp_path) -> 
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     assert [(r["set"], r["protocol"], r["seed"]) for r in rows] == \
         [("mixed", "held-out", 0), ("mixed", "held-out", 1)]
-    assert all({"batch", "learn_one", "learn_one_hint", "dpebm", "prior"} <= set(r)
-               for r in rows)
+    assert all({"batch", "learn_one", "learn_one_finish", "learn_one_hint", "dpebm",
+                "prior"} <= set(r) for r in rows)
     text = out.with_suffix(".md").read_text()
     assert "| held-out | mixed | AUC | 4 |" in text and "Ablations" not in text

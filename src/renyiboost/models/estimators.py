@@ -259,6 +259,14 @@ class _SGBDTEstimator:
         """Signal a batch boundary: merge buffered records and run ``rounds`` rounds now."""
         return self._engine.train(rounds)
 
+    def finish(self) -> int:
+        """The stream has ended: run an end burst here (a share of the nominal rounds:
+        :meth:`renyiboost.stream.engine.StreamEngine.finish`). Call it
+        after the last ``learn_one`` of a finite stream, before you predict; a stream
+        without ``expected_records`` otherwise ends with most of its late records' budget
+        unspent. Returns the trees added."""
+        return self._engine.finish()
+
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, the order α̂, σ and the per-key budget B (public)."""

@@ -89,6 +89,7 @@ from renyiboost.models.defaults import (
     PRIOR_RECORDS,
     default_params,
     final_burst,
+    finish_trees,
     noise_stages,
     stream_rounds,
     stream_schedule,
@@ -437,6 +438,7 @@ class StreamEngine:
         self._offsets: dict[str, Any] = {}  # source offsets covered by the last commit
         self.schedule = trigger_schedule(config)
         self._positions = 0  # stream positions counted (public time)
+        self._finished_at: int | None = None  # the position of the last finish()
         self._next_trigger = self.schedule.next_after(0)
         self._merged_positions = 0  # positions covered by the last merge
         self._committed_positions = 0  # positions covered by the last commit
@@ -820,6 +822,32 @@ class StreamEngine:
             self._check_arrived()
             self._release_initial_score()
         return run_rounds(self.config, self.booster, self._round, rounds)
+
+    def finish(self) -> int:
+        """The stream ends here: run an end burst of a share of the nominal rounds (a half
+        for regression, as a size hint's burst; a quarter for classification:
+        :func:`~renyiboost.models.defaults.finish_trees`), and return the trees added.
+
+        A stream calibrated for more records than it brought (no hint: the 10,000 of
+        :data:`~renyiboost.models.defaults.PRIOR_RECORDS`) leaves its late records' budget
+        mostly unspent when it stops; a batch fit would have used it. The burst is public:
+        the caller decides when, the count is a function of the parameters, and every round
+        is charged and committed like any other. None runs where a burst already ran: a
+        second call at the same position, or a hinted stream at the position of its own.
+        More records after it are learned as before (a later call is a new end).
+        """
+        self._usable()
+        if self.coordinated:
+            raise RuntimeError("a shard's rounds are its coordinator's (ShardedEngine); "
+                               "finish() ends the stream of a single engine")
+        config = self.config
+        hinted_burst_here = config.final_trees > 0 and config.final_at == self._positions
+        if self._finished_at == self._positions or hinted_burst_here:
+            return 0
+        added = self.train(finish_trees(config.params.task, config.params.rounds))
+        if self._initialized:
+            self._finished_at = self._positions
+        return added
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing

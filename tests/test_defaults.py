@@ -402,7 +402,7 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     assert many.ensemble.n_trees == one.ensemble.n_trees
 
 
-def test_finish_runs_the_burst_a_hint_would_have_run_and_charges_every_round() -> None:
+def test_finish_runs_an_end_burst_and_charges_every_round() -> None:
     """finish() after 600 positions without a hint: `rounds // 2` more rounds for regression
     (a quarter for classification), each charged to every active key (spent grows, never
     past the budget); none for a second call at the same position, nor at a hinted

@@ -149,10 +149,11 @@ def _batch_score(model: Any, task: str, X: np.ndarray, y: np.ndarray) -> float:
 
 
 def _streamed(suite_set: Any, epsilon: float, X: np.ndarray, y: np.ndarray,
-              train: np.ndarray, test: np.ndarray) -> Callable[..., tuple[float, Any]]:
-    """``learn(hint, **overrides)``: the River estimator fed the training rows in order,
-    returning its held-out AUC / R² and the estimator (the rows are converted once);
-    ``learn.score(estimator)`` scores it again (after ``finish()``)."""
+              train: np.ndarray, test: np.ndarray
+              ) -> tuple[Callable[..., tuple[float, Any]], Callable[[Any], float]]:
+    """``(learn, score)``: ``learn(hint, **overrides)`` feeds the River estimator the
+    training rows in order and returns its held-out AUC / R² and the estimator (the rows
+    are converted once); ``score(estimator)`` scores it again (after ``finish()``)."""
     import pandas as pd
 
     task, schema = suite_set.task, suite_set.schema
@@ -168,8 +169,7 @@ def _streamed(suite_set: Any, epsilon: float, X: np.ndarray, y: np.ndarray,
         stream.learn_many(train_columns, labels)
         return score(stream), stream
 
-    learn.score = score  # type: ignore[attr-defined]  # to score a stream again later
-    return learn
+    return learn, score
 
 
 def held_out_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
@@ -185,14 +185,14 @@ def held_out_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA).fit(X[train], y[train])
     row["batch"] = _batch_score(model, task, X[test], y[test])
     row["batch_s"] = time.perf_counter() - started
-    learn_one = _streamed(suite_set, epsilon, X, y, train, test)
+    learn_one, score = _streamed(suite_set, epsilon, X, y, train, test)
     for column, hint in (("learn_one", None), ("learn_one_hint", int(train.size))):
         started = time.perf_counter()
         row[column], stream = learn_one(hint)
         row[column + "_s"] = time.perf_counter() - started
         if hint is None:  # the same stream, told that it ended
             stream.finish()
-            row["learn_one_finish"] = learn_one.score(stream)
+            row["learn_one_finish"] = score(stream)
     started = time.perf_counter()
     peer = make_peer("dpebm", schema, task, name, epsilon, DELTA, seed).fit(X[train], y[train])
     row["dpebm"] = _score(task, y[test], peer.predict_score(X[test]))
@@ -311,7 +311,7 @@ def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     from renyiboost.stream.schedule import TriggerSchedule
 
     suite_set, X, y, train, test, row = _held_out_split(name, epsilon, seed, "trigger")
-    learn = _streamed(suite_set, epsilon, X, y, train, test)
+    learn, _ = _streamed(suite_set, epsilon, X, y, train, test)
     hint = int(train.size)
     row["policy"], stream = learn(hint)
     row["policy: interval"] = stream.engine.config.train_every

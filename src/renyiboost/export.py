@@ -48,11 +48,12 @@ ONNX_OPSET = 17
 def _shifts(release: ModelRelease, schema: PublicSchema) -> np.ndarray:
     """The input offsets of a smoothed release (:func:`~renyiboost.models.trees.
     input_shifts`), or one row of zeros."""
-    shifts = input_shifts(schema, float(release.params.get("smoothing", 0.0)))
+    shifts = input_shifts(schema, release.smoothing)
     return np.zeros((1, schema.n_features)) if shifts is None else shifts
 
 
-def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, list[Any]]:
+def _tree_attributes(release: ModelRelease, schema: PublicSchema,
+                     shifts: np.ndarray) -> dict[str, list[Any]]:
     """The per-node attributes of every tree (heap order: internal node ``i`` has the id
     ``i``, its children ``2i + 1`` (true) and ``2i + 2`` (false); leaf ``j`` the id
     ``2^d − 1 + j``), once for every offset of a smoothed release: ``x + s < t`` is
@@ -64,8 +65,7 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, l
     columns: dict[str, list[Any]] = {name: [] for name in (
         "nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
         "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")}
-    copies = [(shift, released) for shift in _shifts(release, schema)
-              for released in release.trees]
+    copies = [(shift, released) for shift in shifts for released in release.trees]
     for tree, (shift, released) in enumerate(copies):
         features = np.zeros(node.size, dtype=np.int64)
         values = np.zeros(node.size)
@@ -84,13 +84,12 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema) -> dict[str, l
     return columns
 
 
-def _leaf_targets(release: ModelRelease, schema: PublicSchema,
+def _leaf_targets(release: ModelRelease, n_copies: int,
                   n_outputs: int) -> tuple[list[int], list[int], list[int], list[float]]:
     """(tree ids, node ids, output ids, weights) of every leaf value: one a leaf, or one a
     class and leaf for vector leaves (tree-major, then leaf, then class); a smoothed
     release's copies (:func:`_tree_attributes`) each carry 1 / copies of the value."""
     n_leaves = 2**release.depth
-    n_copies = _shifts(release, schema).shape[0]
     weights = np.asarray([tree.leaves for tree in release.trees], dtype=float).reshape(-1)
     weights = np.tile(weights / n_copies, n_copies)
     tree, leaf, output = np.unravel_index(
@@ -140,10 +139,11 @@ def to_onnx(release: ModelRelease) -> Any:
     schema = PublicSchema(**release.public_schema)
     n_outputs = schema.n_outputs if release.task == "classification" else 1
     base = np.atleast_1d(np.asarray(release.init_score, dtype=float))
-    attributes: dict[str, Any] = _tree_attributes(release, schema)
+    shifts = _shifts(release, schema)
+    attributes: dict[str, Any] = _tree_attributes(release, schema, shifts)
     values = attributes.pop("nodes_values")
     attributes["nodes_values_as_tensor"] = _double_tensor("nodes_values", values)
-    trees, nodes, outputs, weights = _leaf_targets(release, schema, n_outputs)
+    trees, nodes, outputs, weights = _leaf_targets(release, shifts.shape[0], n_outputs)
     X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
     extra: list[Any] = []
     if release.task == "regression":

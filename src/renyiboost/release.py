@@ -115,6 +115,12 @@ class ModelRelease(BaseModel):
     trees: list[ReleasedTree]
     guarantee: PrivacyGuarantee
 
+    @property
+    def smoothing(self) -> float:
+        """The window over which answers average the trees (``params["smoothing"]``; 0 for
+        a learner without it or a release written before it existed)."""
+        return float(self.params.get("smoothing", 0.0))
+
 
 def released_trees(
     features: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray, first_round: int,

@@ -734,8 +734,7 @@ class ModelFollower:
             self.validator = RecordValidator(schema, release.task)
             self.task = release.task
             self.store_id = release.store_id
-            self.ensemble = Ensemble.for_schema(schema, release.depth,
-                                                release.params.get("smoothing", 0.0))
+            self.ensemble = Ensemble.for_schema(schema, release.depth, release.smoothing)
         ens = self.ensemble
         ens.init_score = score_value(release.init_score)
         for tree in release.trees:

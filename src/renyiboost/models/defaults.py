@@ -282,6 +282,12 @@ def trees_per_trigger(records: float, batch_rounds: int, schedule: TriggerSchedu
     return max(1, round(batch_rounds / stream_rounds(records, schedule, 1)))
 
 
+#: The share of a record's nominal rounds that a hinted stream's end burst runs
+#: (:func:`final_burst`), and a regression stream's :meth:`~renyiboost.stream.engine.
+#: StreamEngine.finish` too (:data:`FINISH_SHARE`).
+HINT_BURST_SHARE = 0.5
+
+
 def final_burst(records: int, rounds: int) -> dict[str, int]:
     """With a public size hint, the stream's extra trigger at its expected end: half a
     record's nominal rounds (``rounds // 2``). Records that arrived early are spent by then
@@ -297,7 +303,8 @@ def final_burst(records: int, rounds: int) -> dict[str, int]:
     >>> final_burst(5_000, 120)
     {'final_at': 5000, 'final_trees': 60}
     """
-    return {"final_at": max(int(records), STREAM_WARMUP), "final_trees": int(rounds) // 2}
+    return {"final_at": max(int(records), STREAM_WARMUP),
+            "final_trees": int(int(rounds) * HINT_BURST_SHARE)}
 
 
 #: The share of a stream's nominal rounds that :meth:`~renyiboost.stream.engine.
@@ -317,7 +324,7 @@ def final_burst(records: int, rounds: int) -> dict[str, int]:
 #: a classifier's late trees, Newton steps on records it already fits, add more noise than
 #: signal sooner than a regressor's. (A hinted stream's burst stays half for both: a
 #: quarter there lost Phishing 0.017 and breast cancer 0.03 at ε = 0.5.)
-FINISH_SHARE: dict[str, float] = {"classification": 0.25, "regression": 0.5}
+FINISH_SHARE: dict[str, float] = {"classification": 0.25, "regression": HINT_BURST_SHARE}
 
 
 def finish_trees(task: str, rounds: int) -> int:
@@ -366,6 +373,7 @@ def stream_rounds(records: float, schedule: TriggerSchedule, trees_per_trigger: 
 
 __all__ = [
     "FINISH_SHARE",
+    "HINT_BURST_SHARE",
     "INPUT_SMOOTHING",
     "LEAF_SNR",
     "NOISE_STAGE_ENDS",

@@ -32,8 +32,7 @@ _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
     "split_candidates", "smoothing", "train_every", "trees_per_trigger", "warmup",
-    "trigger_growth",
-    "max_train_every", "final_trees", "noise_stages",
+    "trigger_growth", "max_train_every", "final_trees", "noise_stages",
 )
 
 
@@ -261,10 +260,10 @@ class _SGBDTEstimator:
 
     def finish(self) -> int:
         """The stream has ended: run an end burst here (a share of the nominal rounds:
-        :meth:`renyiboost.stream.engine.StreamEngine.finish`). Call it
-        after the last ``learn_one`` of a finite stream, before you predict; a stream
-        without ``expected_records`` otherwise ends with most of its late records' budget
-        unspent. Returns the trees added."""
+        :meth:`renyiboost.stream.engine.StreamEngine.finish`). Call it after the last
+        ``learn_one`` of a finite stream, before you predict; a stream without
+        ``expected_records`` otherwise ends with most of its late records' budget unspent.
+        Returns the trees added."""
         return self._engine.finish()
 
     # ------------------------------------------------------------------ public release

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
+from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine, noise_stage_at
 from renyiboost.stream.sharded import ShardedEngine, shard_of
@@ -198,3 +199,50 @@ def test_a_bad_batch_is_refused_before_any_shard_takes_a_row() -> None:
     sharded.add(rows, [1.0, 2.0], ["a", "b"])
     assert sharded.positions == 2
     assert sharded.operator_budget_of("b").status == "pending"
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_finish_over_shards_runs_the_single_engine_burst(task: str) -> None:
+    """finish() on a coordinator runs the end burst a single engine runs at the same
+    position (the same trees, leaves and ledgers), and none a second time there."""
+    config = _config(task)
+    records = _records(task, 500, seed=4)
+    single = StreamEngine(config, seed=5)
+    sharded = ShardedEngine(config, [None, None, None], seed=5)
+    _feed(single, records)
+    _feed(sharded, records)
+    burst = finish_trees(task, config.params.rounds)
+    assert single.finish() == sharded.finish() == burst
+    _assert_same(sharded, single)
+    assert sharded.finish() == 0
+
+
+def test_a_restarted_deployment_resumes_its_finish_and_never_repeats_it(tmp_path) -> None:
+    """A shard whose commit fails in the middle of the end burst stops the deployment;
+    reopened, finish() at the same position runs only the rounds the burst had not
+    released, and after it a third opening runs none: one end, one burst's budget."""
+    config = _config("regression")
+    paths = [tmp_path / f"shard{k}.db" for k in range(3)]
+    first = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths], seed=3)
+    _feed(first, _records("regression", 500, seed=6))
+    before = first.booster.rounds_done
+    first.close()
+    burst = finish_trees("regression", config.params.rounds)
+    stores = [_CrashingStore(path) for path in paths]
+    stores[2].fail_at = 4
+    crashed = ShardedEngine(config, stores, seed=3)
+    with pytest.raises(Exception, match="power cut"):
+        crashed.finish()
+    for store in stores:
+        store.close()
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=3)
+    done = again.booster.rounds_done - before
+    assert 0 < done < burst  # the burst had released some of its rounds
+    assert again.finish() == burst - done
+    assert again.booster.rounds_done == before + burst
+    spent = again.spent_rdp().copy()
+    again.close()
+    finished = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=3)
+    assert finished.finish() == 0
+    np.testing.assert_array_equal(finished.spent_rdp(), spent)
+    finished.close()

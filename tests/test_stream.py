@@ -25,6 +25,7 @@ from renyiboost.exceptions import (
 )
 from renyiboost.models import kernels
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.store import SQLiteStore
@@ -293,8 +294,8 @@ def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
 
 
 class _FailingStore(SQLiteStore):
-    def __init__(self, path, fail_at: int) -> None:
-        super().__init__(path, create=True)
+    def __init__(self, path, fail_at: int, create: bool = True) -> None:
+        super().__init__(path, create=create)
         self.calls, self.fail_at = 0, fail_at
 
     def commit(self, change) -> None:
@@ -302,6 +303,38 @@ class _FailingStore(SQLiteStore):
         if self.calls == self.fail_at:
             raise OSError("disk full (injected)")
         super().commit(change)
+
+
+def test_a_restart_resumes_an_interrupted_finish_and_never_runs_a_finished_one_again(
+    tmp_path,
+) -> None:
+    """finish()'s position and first round are in every commit's state: after a crash in
+    the middle of its burst the restored stream runs only the rounds the burst had not
+    committed, and after a finished burst a call at the same position runs none, so a
+    restart never spends the budget of a second burst on the same end."""
+    path = tmp_path / "finish.db"
+    model = _regressor(store=SQLiteStore(path, create=True))
+    _fill(model, _stream(110), list(range(110)))
+    model.engine.close()
+    burst = finish_trees("regression", model.engine.config.params.rounds)
+    assert burst == 3
+    crashed = _regressor(store=_FailingStore(path, fail_at=2, create=False))
+    before = crashed.engine.booster.rounds_done
+    with pytest.raises(OSError, match="injected"):
+        crashed.finish()  # the burst's first round is committed, its second is not
+    crashed.engine.close()
+    again = _regressor(store=SQLiteStore(path))
+    assert again.engine.booster.rounds_done == before + 1
+    assert again.finish() == burst - 1
+    assert again.engine.booster.rounds_done == before + burst
+    spent = again.engine.active_pool().spent.copy()
+    again.engine.close()
+    finished = _regressor(store=SQLiteStore(path))
+    assert finished.finish() == 0
+    assert finished.engine.booster.rounds_done == before + burst
+    np.testing.assert_array_equal(finished.engine.active_pool().spent, spent)
+    finished.learn_one(*_stream(1, seed=9)[0], key="late")
+    assert finished.finish() == burst  # a later end is a new burst
 
 
 @pytest.mark.parametrize("write_behind", [True, False], ids=["write-behind", "in-line"])

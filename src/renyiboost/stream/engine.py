@@ -275,6 +275,26 @@ def leaf_depth_at(config: EngineConfig, booster: SGBDTBooster, positions: int,
                            booster.count_sensitivity, params.depth, LEAF_SNR[params.task])
 
 
+#: The store's side record of the last :meth:`StreamEngine.finish` (or sharded finish).
+FINISH_META = "finish"
+
+
+def finish_rounds(config: EngineConfig, positions: int, rounds_done: int,
+                  get_meta: Callable[[str], Any], set_meta: Callable[[str, Any], None]) -> int:
+    """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
+    finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
+    the same position committed before a restart. A new end is recorded (its position and
+    first round, both public) before any of its rounds, so a restored engine knows it."""
+    if config.final_trees > 0 and config.final_at == positions:
+        return 0  # the hinted stream's own burst ran here
+    trees = finish_trees(config.params.task, config.params.rounds)
+    recorded = get_meta(FINISH_META)
+    if recorded is not None and recorded["at"] == positions:
+        return max(0, trees - (rounds_done - int(recorded["first_round"])))
+    set_meta(FINISH_META, {"at": positions, "first_round": rounds_done})
+    return trees
+
+
 def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[[], None],
                rounds: int) -> int:
     """Run ``rounds`` rounds, none past ``max_rounds`` (a public count); returns how many."""
@@ -438,7 +458,6 @@ class StreamEngine:
         self._offsets: dict[str, Any] = {}  # source offsets covered by the last commit
         self.schedule = trigger_schedule(config)
         self._positions = 0  # stream positions counted (public time)
-        self._finished_at: int | None = None  # the position of the last finish()
         self._next_trigger = self.schedule.next_after(0)
         self._merged_positions = 0  # positions covered by the last merge
         self._committed_positions = 0  # positions covered by the last commit
@@ -835,19 +854,22 @@ class StreamEngine:
         is charged and committed like any other. None runs where a burst already ran: a
         second call at the same position, or a hinted stream at the position of its own.
         More records after it are learned as before (a later call is a new end).
+
+        Before its first round the burst's position and first round are written to the
+        store (:func:`finish_rounds`), so a call at the same position after a restart runs
+        only the rounds the burst had not committed (none after a finished burst) instead
+        of spending the budget of a second burst.
         """
         self._usable()
         if self.coordinated:
-            raise RuntimeError("a shard's rounds are its coordinator's (ShardedEngine); "
-                               "finish() ends the stream of a single engine")
-        config = self.config
-        hinted_burst_here = config.final_trees > 0 and config.final_at == self._positions
-        if self._finished_at == self._positions or hinted_burst_here:
-            return 0
-        added = self.train(finish_trees(config.params.task, config.params.rounds))
-        if self._initialized:
-            self._finished_at = self._positions
-        return added
+            raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
+                               "stream with ShardedEngine.finish()")
+        self.train(0)  # merges what is pending; the initial score if it is due
+        if not self._initialized:
+            return 0  # before the warmup nothing can be released yet
+        self.wait_durable()
+        return self.train(finish_rounds(self.config, self._positions, self.booster.rounds_done,
+                                        self._store.get_meta, self._store.set_meta))
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing

@@ -67,6 +67,7 @@ from renyiboost.stream.engine import (
     EngineConfig,
     KeyBudget,
     StreamEngine,
+    finish_rounds,
     leaf_depth_at,
     model_release,
     noise_stage_at,
@@ -537,6 +538,20 @@ class ShardedEngine:
         except ShardUnavailable as error:
             self.recover(error)
             return 0
+
+    def finish(self) -> int:
+        """The stream ends here: the end burst of :meth:`StreamEngine.finish
+        <renyiboost.stream.engine.StreamEngine.finish>` over all shards, recorded in every
+        shard's store before its first round, so that a restarted deployment resumes it
+        (or runs none after a finished one) instead of starting a second. Returns the trees
+        added."""
+        self.train(0)  # the initial score if it is due
+        if not self._initialized:
+            return 0
+        return self.train(finish_rounds(
+            self.config, self._positions, self.booster.rounds_done,
+            functools.partial(self.shards.one, 0, "get_meta"),
+            functools.partial(self.shards.all, "set_meta")))
 
     def _release_initial_score(self) -> None:
         total = sum(self.shards.all("initial_sum"))

@@ -46,18 +46,46 @@ def test_the_policy_gives_its_documented_values() -> None:
         "learning_rate": 0.3, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
-        "feature_selection": "cyclic", "smoothing": 1 / 32,
+        "feature_selection": "cyclic", "smoothing": 1 / 32, "logistic_gradient": "clipped",
     }
+    assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
+    assert default_params("classification", 4.0, 10_000, n_classes=7)[
+        "logistic_gradient"] == "clipped"  # multiclass gradients are clipped in L2 norm
     abalone = default_params("regression", 0.5, 2_900)
     assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
     assert "hess_clip" not in abalone and abalone["learning_rate"] == 0.2
     assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
-    # every size-dependent field, and the smoothing, which does not depend on the size
-    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing"}
+    # every size-dependent field, the smoothing, which does not depend on the size, and the
+    # logistic gradient, which a configuration that gives all the others leaves clipped
+    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing", "logistic_gradient"}
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000
     with pytest.raises(ValueError, match="task"):
         default_params("ranking", 1.0, 100)
+
+
+@pytest.mark.parametrize("epsilon", [None, 4.0])
+def test_proper_gradients_settle_at_the_base_rate_where_clipped_ones_do_not(epsilon) -> None:
+    """An imbalanced label whose classes overlap everywhere (P(y = 1 | a) = 0.1 + 0.3 a,
+    rate 0.25): clipped gradients settle every leaf below its rate (the clip's link, at
+    p = 0.3 q / (1 − q) for q < 0.5), so the mean prediction is far below the base rate even
+    without noise (at the link's own value); proper gradients put it on the rate. Seeded;
+    40,000 rows, so the rate's sampling error (0.002) and, at ε = 4, the noise leave the
+    0.015 and 0.01 tolerances wide."""
+    rng = np.random.default_rng(11)
+    X = rng.uniform(size=(40_000, 2))
+    y = (rng.uniform(size=40_000) < 0.1 + 0.3 * X[:, 0]).astype(float)
+    means = {}
+    for gradient in ("clipped", "proper"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TestingOnlyWarning)
+            model = SGBDT(SCHEMA, task="classification", epsilon=epsilon, seed=4,
+                          expected_records=40_000, logistic_gradient=gradient).fit(X, y)
+        means[gradient] = float(model.predict_proba(X)[:, 1].mean())
+    assert abs(means["proper"] - y.mean()) < 0.015
+    # the clip's link at q = 0.1 + 0.3 a: the mean over a of 0.3 q / (1 − q) is
+    # 0.3 (ln(0.9 / 0.6) / 0.3 − 1) = 0.1055 (measured 0.105 and 0.104)
+    assert abs(means["clipped"] - 0.3 * (math.log(0.9 / 0.6) / 0.3 - 1)) < 0.01
 
 
 def test_the_policy_reads_only_public_inputs() -> None:

@@ -28,6 +28,11 @@ CASES: dict[str, dict[str, object]] = {
     "classification, count leaves": {"task": "classification"},
     "classification, Newton leaves": {"task": "classification", "hess_clip": 0.1,
                                       "sampling_rate": 1.0, "feature_selection": "cyclic"},
+    "classification, Newton leaves, proper gradients": {
+        "task": "classification", "hess_clip": 0.1, "sampling_rate": 1.0,
+        "logistic_gradient": "proper"},
+    "classification, count leaves, proper gradients": {
+        "task": "classification", "logistic_gradient": "proper"},
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import json
 import sqlite3
 import threading
 import warnings
@@ -291,6 +292,42 @@ def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
     model.engine.close()
     with pytest.raises(LedgerConflict, match="different config"):
         _regressor(store=str(path), epsilon=2.0)
+
+
+def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(
+    tmp_path,
+) -> None:
+    """A store written before ``smoothing`` and ``logistic_gradient`` existed holds a config
+    without them; it ran as with 0 and "clipped", so passing those resumes it with the same
+    trees, and anything else (the policy's smoothing, proper gradients) is refused. A field
+    a store does hold is never overridden by the older default."""
+    path = tmp_path / "old.db"
+    old = {"smoothing": 0, "logistic_gradient": "clipped", "epsilon": 4.0,
+           "expected_records": 10_000}
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(path, create=True), seed=3,
+                            **old)
+    rng = np.random.default_rng(5)
+    for i in range(300):
+        x = float(rng.uniform())
+        model.learn_one({"a": x}, bool(rng.uniform() < x), key=i)
+    trees = model.engine.ensemble.n_trees
+    model.engine.close()
+    with sqlite3.connect(path) as db:  # what an earlier version wrote: neither field
+        (stored,) = db.execute("SELECT value FROM meta WHERE name = 'config'").fetchone()
+        config = json.loads(stored)
+        del config["params"]["smoothing"], config["params"]["logistic_gradient"]
+        db.execute("UPDATE meta SET value = ? WHERE name = 'config'", (json.dumps(config),))
+    again = SGBDTClassifier({"a": (0.0, 1.0)}, store=str(path), seed=3, **old)
+    assert again.engine.ensemble.n_trees == trees
+    again.engine.close()
+    for changed in ({"smoothing": 1 / 32}, {"logistic_gradient": "proper"}):
+        with pytest.raises(LedgerConflict, match="different config"):
+            SGBDTClassifier({"a": (0.0, 1.0)}, store=str(path), seed=3, **(old | changed))
+    fresh = tmp_path / "new.db"
+    SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(fresh, create=True),
+                    **(old | {"smoothing": 1 / 32})).engine.close()
+    with pytest.raises(LedgerConflict, match="different config"):
+        SGBDTClassifier({"a": (0.0, 1.0)}, store=str(fresh), **old)
 
 
 class _FailingStore(SQLiteStore):

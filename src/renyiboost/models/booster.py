@@ -69,6 +69,12 @@ class SGBDTParams(BaseModel):
     init_share: float = Field(0.05, ge=0, lt=1, description="RDP share of the initial score")
     grad_clip: float = Field(0.3, gt=0)
     hess_clip: float | None = Field(None, gt=0, le=0.25, description="Newton leaves if set")
+    logistic_gradient: Literal["clipped", "proper"] = Field(
+        "clipped",
+        description="binary classification: 'clipped' clips p - y to grad_clip (S-GBDT), "
+        "which pulls probabilities towards the majority class; 'proper' scales it by "
+        "grad_clip / max(p, 1 - p), whose leaves settle at the true rate (models.losses."
+        "LogisticLoss)")
     reg_lambda: float = Field(1.0, ge=0)
     leaf_clip: float | None = Field(None, gt=0)
     feature_selection: FeatureSelection = "random"
@@ -113,6 +119,9 @@ class SGBDTParams(BaseModel):
             raise ValueError(f"epsilon must be a finite number > 0 or None, got {self.epsilon}")
         if self.hess_clip is not None and self.task != "classification":
             raise ValueError("hess_clip (Newton leaves) applies to task='classification' only")
+        if self.logistic_gradient != "clipped" and self.task != "classification":
+            raise ValueError(f"logistic_gradient={self.logistic_gradient!r} applies to "
+                             "task='classification' only")
         if self.leaf_noise == "static" and self.hess_clip is not None:
             raise ValueError("leaf_noise='static' needs count leaves: a Newton leaf's value has "
                              "no useful worst-case sensitivity; leave hess_clip unset")
@@ -273,6 +282,9 @@ class SGBDTBooster:
             self.loss: SquaredLoss | LogisticLoss | SoftmaxLoss = SquaredLoss(
                 lo, hi, params.grad_clip)
         elif schema.n_classes > 2:
+            if params.logistic_gradient != "clipped":
+                raise ValueError("logistic_gradient='proper' is for binary labels: a "
+                                 "multiclass gradient is clipped in L2 norm; leave it unset")
             if params.hess_clip is not None:
                 raise ValueError("hess_clip (Newton leaves) is for binary labels: a multiclass "
                                  "leaf divides by its noisy count; leave hess_clip unset")
@@ -281,7 +293,8 @@ class SGBDTBooster:
             # compiled round pass is written for scalar margins).
             compiled = False
         else:
-            self.loss = LogisticLoss(params.grad_clip, params.hess_clip)
+            self.loss = LogisticLoss(params.grad_clip, params.hess_clip,
+                                     params.logistic_gradient)
         #: Margins per record: 1, or C for a multiclass (softmax) model.
         self.n_outputs = schema.n_outputs
         self.compiled = compiled
@@ -576,7 +589,7 @@ class SGBDTBooster:
         n_eligible, n_sampled, digest = kernels.round_pass(
             pool.X, features, thresholds, self.ensemble.is_categorical, params.depth,
             margin, pool.target, pool.spent, pool.retired, loss, params.grad_clip,
-            params.hess_clip or 1.0, flt is not None,
+            params.hess_clip or 1.0, params.logistic_gradient == "proper", flt is not None,
             not params.individual_filter or (stage is not None and stage.release.static),
             params.count_share, 1.0 - params.count_share, table,
             flt.min_sensitivity2 if flt is not None else 0.0,

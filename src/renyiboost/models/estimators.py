@@ -31,7 +31,7 @@ from renyiboost.validation import normalise_key
 _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
-    "split_candidates", "smoothing", "train_every", "trees_per_trigger", "warmup",
+    "split_candidates", "smoothing", "logistic_gradient", "train_every", "trees_per_trigger", "warmup",
     "trigger_growth", "max_train_every", "final_trees", "noise_stages",
 )
 
@@ -62,6 +62,7 @@ class _SGBDTEstimator:
         feature_selection: str | Policy = POLICY,
         split_candidates: int | None | Policy = POLICY,
         smoothing: float | Policy = POLICY,
+        logistic_gradient: str | Policy = POLICY,
         individual_filter: bool = True,
         train_every: int | Policy = POLICY,
         trees_per_trigger: int | Policy = POLICY,
@@ -94,6 +95,7 @@ class _SGBDTEstimator:
         self.feature_selection = feature_selection
         self.split_candidates = split_candidates
         self.smoothing = smoothing
+        self.logistic_gradient = logistic_gradient
         self.individual_filter = individual_filter
         self.train_every = train_every
         self.trees_per_trigger = trees_per_trigger
@@ -324,6 +326,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         Answers average the trees over shifted copies of the row, each numeric feature moved
         across a window this share of its public range wide (the policy: 1/32; 0: none).
         Post-processing of the released trees: training and the guarantee do not change.
+    logistic_gradient
+        A classifier's gradients within ``grad_clip``: ``"clipped"`` (S-GBDT; probabilities
+        pulled towards the majority class) or ``"proper"`` (weighted by the prediction, so
+        leaves settle at the true rate; :class:`~renyiboost.models.losses.LogisticLoss`).
+        The policy: ``"proper"`` from ``expected_records · ε`` = 30,000 on.
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;

@@ -62,7 +62,8 @@ def codes_digest(codes: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
 def round_pass(
     X: np.ndarray, features: np.ndarray, thresholds: np.ndarray, is_categorical: np.ndarray,
     depth: int, margin: np.ndarray, target: np.ndarray, spent: np.ndarray,
-    retired: np.ndarray, loss: int, grad_clip: float, hess_clip: float, private: bool,
+    retired: np.ndarray, loss: int, grad_clip: float, hess_clip: float, proper: bool,
+    private: bool,
     full_charge: bool, count_share: float, grad_share: float, grid_charges: np.ndarray,
     min_sensitivity2: float, budget: float, min_charge: float, uniforms: np.ndarray,
     sampling_rate: float, shift: int, leaf_out: np.ndarray, codes_out: np.ndarray,
@@ -99,8 +100,13 @@ def round_pass(
             # scipy's expit is this formula on libm's exp, bit for bit (e^(−m) = inf → p = 0)
             p = 1.0 / (1.0 + math.exp(-margin[i]))
             raw = p - target[i]
+            hess = p * (1.0 - p)
+            if proper:  # LogisticLoss's "proper" gradient: weighted by c / max(p, 1 − p)
+                weight = grad_clip / max(p, 1.0 - p)
+                raw *= weight
+                hess *= weight
             if loss == LOGISTIC_NEWTON:
-                den = min(p * (1.0 - p), hess_clip)
+                den = min(hess, hess_clip)
                 a = den / hess_clip
             else:
                 den = 1.0

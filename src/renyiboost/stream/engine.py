@@ -238,6 +238,13 @@ class EngineConfig(BaseModel):
                    **({"leaf_depth": "from_positions"} | triggers))
 
 
+#: Configuration fields added after stores existed, with the value a store written before
+#: each ran with (:meth:`~renyiboost.stream.store.StateStore.load`): such a store resumes
+#: when the caller passes that value (``noise_stages=()``, ``smoothing=0``,
+#: ``logistic_gradient="clipped"``).
+ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
+    "noise_stages": [], "params": {"smoothing": 0.0, "logistic_gradient": "clipped"}}}
+
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
 SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})
 
@@ -491,7 +498,7 @@ class StreamEngine:
             self._store.close()
             raise
         self.write_behind = self._store.durable if write_behind is None else write_behind
-        snapshot = self._store.load(self._fingerprint())
+        snapshot = self._store.load(self._fingerprint(), ABSENT_FROM_OLDER_STORES)
         if snapshot is not None:
             self._restore(snapshot)
 
@@ -517,9 +524,7 @@ class StreamEngine:
             "charge_grid_sha256": grid_digest(
                 None if budget_filter is None else budget_filter.table.grid_charges),
         }
-        if not config["noise_stages"]:
-            del config["noise_stages"]  # a store written before stages existed still opens
-        else:
+        if config["noise_stages"]:
             fingerprint["stages"] = [
                 {"calibration": stage.calibration.model_dump(mode="json"),
                  "charge_grid_sha256": grid_digest(stage.filter.table.grid_charges)}

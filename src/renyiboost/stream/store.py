@@ -75,7 +75,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -227,12 +227,17 @@ class StateStore:
     durable: bool = False
     identity: StoreIdentity
 
-    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+    def load(self, fingerprint: dict[str, Any],
+             absent: Mapping[str, Any] | None = None) -> Snapshot | None:
         """The committed state, or None for a store that has committed nothing yet.
 
         ``fingerprint`` holds what fixes the meaning of a budget (``config``,
         ``calibration``, ``charge_grid_sha256``); the first load records it and every later
-        load must bring the same, or :class:`LedgerConflict` is raised.
+        load must bring the same, or :class:`LedgerConflict` is raised. ``absent`` (nested
+        like the fingerprint) gives the value of a field that a store written before the
+        field existed does not hold: the learner ran as with that value, so a stored
+        fingerprint without the field matches a given one that has it (see
+        :func:`with_absent`).
         """
         raise NotImplementedError
 
@@ -262,7 +267,8 @@ class MemoryStore(StateStore):
     def __repr__(self) -> str:
         return "MemoryStore()"
 
-    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+    def load(self, fingerprint: dict[str, Any],
+             absent: Mapping[str, Any] | None = None) -> Snapshot | None:
         return None
 
     def commit(self, change: Commit | list[Commit]) -> None:
@@ -456,13 +462,14 @@ class SQLStateStore(StateStore):
                 f"the state store {self.location} is corrupt: a row of table {table!r} fails its "
                 "checksum. Restore the file from a backup taken after its last commit.")
 
-    def load(self, fingerprint: dict[str, Any]) -> Snapshot | None:
+    def load(self, fingerprint: dict[str, Any],
+             absent: Mapping[str, Any] | None = None) -> Snapshot | None:
         stored = {name: self._meta(name) for name in fingerprint}
         if all(value is None for value in stored.values()):
             self._write_meta(json.loads(json.dumps(fingerprint)))
             return None
         for name, given in json.loads(json.dumps(fingerprint)).items():
-            if stored[name] != given:
+            if with_absent(stored[name], (absent or {}).get(name)) != given:
                 raise LedgerConflict(
                     f"the store {self.location} was created with a different {name}; a key's "
                     "budget cannot be re-based. Use the same arguments (and renyiboost "
@@ -803,6 +810,19 @@ class SQLiteStore(SQLStateStore):
         self.close()
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+
+def with_absent(stored: Any, absent: Any) -> Any:
+    """``stored`` with every field of ``absent`` that it lacks filled in, at any depth of
+    nested dicts (a field it holds keeps its stored value).
+
+    >>> with_absent({"params": {"depth": 4}}, {"params": {"smoothing": 0.0}})
+    {'params': {'depth': 4, 'smoothing': 0.0}}
+    """
+    if not isinstance(stored, dict) or not isinstance(absent, Mapping):
+        return stored
+    filled = {key: with_absent(value, absent.get(key)) for key, value in stored.items()}
+    return filled | {key: value for key, value in absent.items() if key not in filled}
 
 
 def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str]) -> None:

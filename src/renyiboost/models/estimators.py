@@ -31,8 +31,8 @@ from renyiboost.validation import normalise_key
 _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
-    "split_candidates", "smoothing", "logistic_gradient", "train_every", "trees_per_trigger", "warmup",
-    "trigger_growth", "max_train_every", "final_trees", "noise_stages",
+    "split_candidates", "smoothing", "logistic_gradient", "train_every", "trees_per_trigger",
+    "warmup", "trigger_growth", "max_train_every", "final_trees", "noise_stages",
 )
 
 
@@ -330,7 +330,8 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         A classifier's gradients within ``grad_clip``: ``"clipped"`` (S-GBDT; probabilities
         pulled towards the majority class) or ``"proper"`` (weighted by the prediction, so
         leaves settle at the true rate; :class:`~renyiboost.models.losses.LogisticLoss`).
-        The policy: ``"proper"`` from ``expected_records · ε`` = 30,000 on.
+        The policy: ``"proper"`` from 30,000 records × ε on (``expected_records``, or the
+        10,000 a stream without a hint assumes).
     train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
     max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;

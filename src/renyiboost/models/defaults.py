@@ -126,7 +126,10 @@ INPUT_SMOOTHING = 1 / 32
 #: +0.004, Bananas −0.04 → ±0.02, Elec2 −0.018 → +0.025; log-loss lower on Adult, Elec2,
 #: Covertype and Bananas, higher on the separable Agrawal and SEA. Between m = 21,000 (a
 #: loss) and 31,700 (a gain), the round 30,000. Without noise the proper gradients put the
-#: batch fit's mean prediction on Adult's base rate (0.246 against 0.213 clipped).
+#: batch fit's mean prediction on Adult's base rate (0.246 against 0.213 clipped). Measured
+#: after the choice: a stream without a hint (10,000 records assumed) has them from ε = 3;
+#: prequential accuracy at ε = 4, proper against clipped (6 runs, paired): Agrawal +0.011
+#: ± 0.002, SEA +0.004 ± 0.001, Elec2 −0.006 ± 0.002.
 PROPER_GRADIENT_SIZE = 30_000
 
 _SHARED: dict[str, Any] = {

@@ -281,15 +281,16 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
         margin = engine.predict_margin(X[test])
         scores = margin if task == "classification" else engine.booster.loss.unscale(margin)
         row[label] = _score(task, y[test], scores)
+    policy = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
+                   expected_records=int(train.size)).params  # what the options flip
     for label, overrides in BATCH_ABLATIONS.items():
         if label in ("count leaves", "other logistic gradient") and task != "classification":
             continue  # regression leaves are count leaves already, its gradients no logits
-        policy = SGBDT(schema, task=task, epsilon=epsilon, expected_records=int(train.size))
         if label == "other feature choice":
-            other = "random" if policy.params.feature_selection == "cyclic" else "cyclic"
+            other = "random" if policy.feature_selection == "cyclic" else "cyclic"
             overrides = {"feature_selection": other}
         if label == "other logistic gradient":
-            other = "proper" if policy.params.logistic_gradient == "clipped" else "clipped"
+            other = "proper" if policy.logistic_gradient == "clipped" else "clipped"
             overrides = {"logistic_gradient": other}
         model = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
                       expected_records=int(train.size), **overrides).fit(X[train], y[train])

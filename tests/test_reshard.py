@@ -276,3 +276,21 @@ def test_a_kafka_deployment_reshards_and_trains_on(kafka_bootstrap, tmp_path, ca
     assert len({r.store_id for r in releases}) == 1
     epochs = [r.epoch for r in releases]
     assert epochs == sorted(epochs) and epochs[0] < epochs[-1]
+
+
+def test_a_finish_before_a_reshard_is_not_run_again_after_it(tmp_path) -> None:
+    """The end burst's record moves with the ledgers: a finish() at the same position on the
+    new shards runs no second burst (which would charge every key again), and the model and
+    budgets are as the burst left them."""
+    config = _config("classification")
+    old, _, _ = _deployment(tmp_path, 2)
+    engine = ShardedEngine(config, old, seed=3)
+    assert engine.finish() > 0
+    spent, rounds = _budgets(engine), engine.booster.rounds_done
+    engine.close()
+    new = shard_locations(str(tmp_path), 3, alone=False)
+    reshard(config, old, new)
+    after = ShardedEngine(config, new, seed=4)
+    assert after.finish() == 0
+    assert after.booster.rounds_done == rounds and _budgets(after) == spent
+    after.close()

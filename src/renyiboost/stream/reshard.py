@@ -22,7 +22,9 @@ invariant 5). Resharding moves every key's ledger to its new owner while nothing
    train on it), and let each adopt its keys in one commit
    (:meth:`~renyiboost.stream.engine.StreamEngine.adopt`): spent budgets, retirements, rows
    and margins exactly, the model, the source offsets of its partitions (and their dead
-   letters), the published version. The new shard 0 *continues the identity* of the old
+   letters), the published version, and the record of a ``finish()`` end burst (so a
+   ``finish()`` at the same position after the reshard resumes it rather than running a
+   second burst). The new shard 0 *continues the identity* of the old
    shard 0 (its store id, at a later epoch), so the model topic and its followers accept
    the new deployment's releases as the same model's.
 4. **Tombstone** every old store (``resharded``: an engine refuses it for good), then
@@ -52,7 +54,13 @@ from typing import Any
 import numpy as np
 
 from renyiboost.exceptions import LedgerConflict, StoreNotFound
-from renyiboost.stream.engine import EngineConfig, EngineExport, KeyLedgers, StreamEngine
+from renyiboost.stream.engine import (
+    FINISH_META,
+    EngineConfig,
+    EngineExport,
+    KeyLedgers,
+    StreamEngine,
+)
 from renyiboost.stream.sharded import (
     LocalShards,
     ShardedEngine,
@@ -138,7 +146,7 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
     engines = [worker.engine for worker in group.workers]
     exports = [engine.export_ledgers() for engine in engines]
     side = [{name: engine.store.get_meta(name) for name in
-             ("partitions", "partition_map", "published", *PARTITION_VALUES)}
+             ("partitions", "partition_map", "published", FINISH_META, *PARTITION_VALUES)}
             for engine in engines]
     n_new = len(targets)
     counts = _agreed([s["partitions"] for s in side if s["partitions"] is not None],
@@ -176,6 +184,8 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
                     new_store.set_meta(name, values)
             if j == 0 and side[0]["published"] is not None:
                 new_store.set_meta("published", side[0]["published"])
+            if side[0][FINISH_META] is not None:  # every shard holds the deployment's end
+                new_store.set_meta(FINISH_META, side[0][FINISH_META])
             news[-1].adopt(moved)
         tomb = {"into": [e.store.identity.store_id for e in news],
                 "into_locations": [e.store.location for e in news], "shards": n_new,

@@ -236,8 +236,8 @@ def prequential_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
 #: ``finish()`` (its end burst), and with the size hint.
 STREAM_COLUMNS = ("learn_one", "learn_one_finish", "learn_one_hint")
 
-#: Ablation rows (learn_one at ε = 1 on four sets): each of this issue's stream options off.
-ABLATION_SETS = ("adult", "california", "phishing", "friedman")
+#: Ablation rows (learn_one at ε = 1 on five sets): each of this issue's stream options off.
+ABLATION_SETS = ("adult", "california", "phishing", "friedman", "bananas")
 ABLATIONS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "leaf_depth fixed": {"leaf_depth": "fixed"},
@@ -246,7 +246,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 #: Batch ablations of the learner options (each with the exact size as a public hint, so the
-#: rows differ in the option only): leaf clipping, Newton leaves, the feature choice,
+#: rows differ in the option only): leaf clipping, Newton leaves, the feature choice (one
+#: feature a tree where the policy adds pairs, pairs where it does not; for regression
+#: one-feature trees instead of random ones),
 #: batched boosting (4 trees per gradient refresh, learning rate and leaf clip × 4), the
 #: answers' smoothing and the other logistic gradient (proper where the policy clips, at
 #: ε = 1 below 30,000 records; clipped where it is proper).
@@ -287,7 +289,8 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
         if label in ("count leaves", "other logistic gradient") and task != "classification":
             continue  # regression leaves are count leaves already, its gradients no logits
         if label == "other feature choice":
-            other = "random" if policy.feature_selection == "cyclic" else "cyclic"
+            other = {"mains_then_pairs": "cyclic", "cyclic": "mains_then_pairs",
+                     "random": "cyclic"}[policy.feature_selection]
             overrides = {"feature_selection": other}
         if label == "other logistic gradient":
             other = "proper" if policy.logistic_gradient == "clipped" else "clipped"

@@ -46,9 +46,14 @@ def test_the_policy_gives_its_documented_values() -> None:
         "learning_rate": 0.3, "leaf_clip": 0.4, "grad_clip": 0.3, "negative_count": "clamp",
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
-        "feature_selection": "cyclic", "smoothing": 1 / 32, "logistic_gradient": "clipped",
+        "feature_selection": "mains_then_pairs", "smoothing": 1 / 32,
+        "logistic_gradient": "clipped",
     }
     assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
+    assert [default_params("classification", 1.0, n)["feature_selection"]
+            for n in (999, 1_000)] == ["cyclic", "mains_then_pairs"]
+    assert default_params("classification", 4.0, 10_000, n_classes=7)[
+        "feature_selection"] == "random"
     assert default_params("classification", 4.0, 10_000, n_classes=7)[
         "logistic_gradient"] == "clipped"  # multiclass gradients are clipped in L2 norm
     abalone = default_params("regression", 0.5, 2_900)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from renyiboost.models.predict_kernels import BLOCK, route_tree
-from renyiboost.models.trees import Ensemble, RandomTreeGrower
+from renyiboost.models.trees import Ensemble, RandomTreeGrower, tree_pair
 from renyiboost.randomness import NoiseSource, SeededNoise
 from renyiboost.schema import PublicSchema
 
@@ -195,11 +195,19 @@ def _grow_reference(grower: RandomTreeGrower, tree_index: int,
     lower = np.tile(schema.lower, (max(n_internal, 1), 1))
     upper = np.tile(schema.upper, (max(n_internal, 1), 1))
     tested: list[dict[int, frozenset[int]]] = [{}] * max(n_internal, 1)
+    k = schema.n_features
+    selection, t = grower.feature_selection, tree_index
+    if selection == "mains_then_pairs":
+        selection = "cyclic" if t < grower.mains_trees else "pairs"
+        t = t if t < grower.mains_trees else t - grower.mains_trees
+    pair = (t % k, (t % k + 1 + (t // k) % (k - 1)) % k if k > 1 else t % k)
     for node in range(n_internal):
-        if grower.feature_selection == "cyclic":
-            f = tree_index % schema.n_features
+        if selection == "cyclic":
+            f = t % k
+        elif selection == "pairs":
+            f = pair[0] if rng.uniform(1)[0] < 0.5 else pair[1]
         else:
-            f = rng.choice(schema.n_features)
+            f = rng.choice(k)
         features[node] = f
         if schema.is_categorical[f]:
             done = tested[node].get(f, frozenset())
@@ -241,13 +249,14 @@ SCHEMAS = [
 
 
 @pytest.mark.parametrize("schema", SCHEMAS)
-@pytest.mark.parametrize("selection", ["random", "cyclic"])
+@pytest.mark.parametrize("selection", ["random", "cyclic", "pairs", "mains_then_pairs"])
 @pytest.mark.parametrize("candidates", [None, 1, 3, 7])
 def test_grower_gives_the_reference_loops_trees(schema: PublicSchema, selection: str,
                                                 candidates: int | None) -> None:
     """Same seeded stream, same trees, to the bit; the same number of draws consumed."""
     for depth in range(8):
-        grower = RandomTreeGrower(schema, depth, selection, candidates)  # type: ignore[arg-type]
+        grower = RandomTreeGrower(schema, depth, selection, candidates,  # type: ignore[arg-type]
+                                  mains_trees=7)
         for seed in range(3):
             tree = 5 * seed + depth
             ours_rng, ref_rng = SeededNoise(seed), SeededNoise(seed)
@@ -312,11 +321,13 @@ def test_grown_splits_stay_inside_open_intervals_and_codes_do_not_repeat(
         schema: PublicSchema, candidates: int | None) -> None:
     rng = SeededNoise(8)
     for tree in range(20):
-        for selection in ("random", "cyclic"):
+        for selection in ("random", "cyclic", "pairs"):
             grower = RandomTreeGrower(schema, 6, selection, candidates)  # type: ignore[arg-type]
             features, thresholds = grower.grow(tree, rng)
             if selection == "cyclic":
                 assert np.all(features == tree % schema.n_features)
+            if selection == "pairs":
+                assert set(features.tolist()) <= set(tree_pair(tree, schema.n_features))
             _assert_paths_valid(schema, features, thresholds, candidates)
 
 

@@ -103,7 +103,7 @@ def test_explanations_of_a_smoothed_model_add_up_to_its_margin() -> None:
                          rng.integers(0, 2, 2000)]).astype(float)
     y = X[:, 0] / 8 + X[:, 1] > 0.5
     model = SGBDT(SCHEMA, task="classification", epsilon=2.0, expected_records=2000,
-                  seed=0).fit(X, y)
+                  seed=0, feature_selection="cyclic").fit(X, y)  # one feature a tree
     assert model.ensemble.shifts is not None
     parts = feature_contributions(model.ensemble, X[:100], 3)
     np.testing.assert_allclose(model.ensemble.init_score + parts.sum(axis=1),

@@ -290,8 +290,10 @@ def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
     model = _regressor(store=SQLiteStore(path, create=True))
     _fill(model, _stream(60), list(range(60)))
     model.engine.close()
-    with pytest.raises(LedgerConflict, match="different config"):
+    with pytest.raises(LedgerConflict, match="different config") as refused:
         _regressor(store=str(path), epsilon=2.0)
+    # the refusal names what differs, so an operator knows which argument to pass
+    assert "config.params.epsilon: 1.0 stored, 2.0 given" in str(refused.value)
 
 
 def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(

@@ -43,7 +43,7 @@ from renyiboost.accounting import (
 )
 from renyiboost.models import kernels
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
-from renyiboost.models.trees import Ensemble, FeatureSelection, RandomTreeGrower
+from renyiboost.models.trees import MAINS_SHARE, Ensemble, FeatureSelection, RandomTreeGrower
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
 
@@ -77,7 +77,12 @@ class SGBDTParams(BaseModel):
         "LogisticLoss)")
     reg_lambda: float = Field(1.0, ge=0)
     leaf_clip: float | None = Field(None, gt=0)
-    feature_selection: FeatureSelection = "random"
+    feature_selection: FeatureSelection = Field(
+        "random",
+        description="how a tree picks its features (models.trees.RandomTreeGrower): "
+        "'random' a feature per node, 'cyclic' one feature per tree in turn, 'pairs' two "
+        "features per tree, 'mains_then_pairs' one feature per tree for the first half of "
+        "the nominal rounds (models.trees.MAINS_SHARE), pairs after")
     split_candidates: int | None = Field(None, ge=1)
     smoothing: float = Field(
         0.0, ge=0, lt=1,
@@ -300,7 +305,8 @@ class SGBDTBooster:
         self.compiled = compiled
         self.count_sensitivity = params.hess_clip if params.hess_clip is not None else 1.0
         self.grower = RandomTreeGrower(
-            schema, params.depth, params.feature_selection, params.split_candidates
+            schema, params.depth, params.feature_selection, params.split_candidates,
+            mains_trees=round(MAINS_SHARE * params.rounds),
         )
         self.ensemble = Ensemble.for_schema(schema, params.depth, params.smoothing)
         self.calibration: Calibration | None = None

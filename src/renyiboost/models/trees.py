@@ -40,7 +40,15 @@ from renyiboost.schema import PublicSchema
 #: The compiled kernels do 1.0 million rows/s and 7 ms there (:mod:`.predict_kernels`).
 ROUTE_BLOCK = 1 << 15
 
-FeatureSelection = Literal["random", "cyclic"]
+FeatureSelection = Literal["random", "cyclic", "pairs", "mains_then_pairs"]
+FEATURE_SELECTIONS: tuple[str, ...] = ("random", "cyclic", "pairs", "mains_then_pairs")
+
+#: ``feature_selection="mains_then_pairs"``: the share of a learner's nominal rounds grown as
+#: one-feature trees before the pair trees (``RandomTreeGrower.mains_trees``). The main
+#: effects first, as an EBM (Lou et al., KDD 2013); half, so that on an additive concept the
+#: pairs refine shapes that are mostly in place, and on one that needs pairs half the trees
+#: can still learn them. Measured on the development suite (``models.defaults``).
+MAINS_SHARE = 0.5
 
 #: Shifted copies of a row that a smoothed ensemble averages (:func:`input_shifts`). Eight
 #: and sixteen gave the same held-out AUC / R² (± 0.003) on Covertype, California, Friedman
@@ -77,6 +85,22 @@ def input_shifts(schema: PublicSchema, smoothing: float,
     return np.ascontiguousarray(unit * width[None, :], dtype=np.float64)
 
 
+def tree_pair(tree_index: int, n_features: int) -> tuple[int, int]:
+    """The two features of tree ``tree_index`` under ``feature_selection="pairs"``: the
+    first is ``t mod k``, as one-feature trees cycle; the second runs through the other
+    ``k − 1`` features, one step each time the first comes round again. A public function of
+    the tree's index (one feature alone twice if ``k = 1``).
+
+    >>> [tree_pair(t, 3) for t in range(6)]
+    [(0, 1), (1, 2), (2, 0), (0, 2), (1, 0), (2, 1)]
+    """
+    first = tree_index % n_features
+    if n_features == 1:
+        return first, first
+    step = 1 + (tree_index // n_features) % (n_features - 1)
+    return first, (first + step) % n_features
+
+
 @dataclass(frozen=True)
 class RandomTreeGrower:
     """Draws the split structure of random complete trees from the public schema.
@@ -90,6 +114,20 @@ class RandomTreeGrower:
     feature_selection
         ``"random"``: every node picks a feature uniformly. ``"cyclic"``: all nodes of tree
         ``t`` use feature ``t mod k`` (one feature per tree in turn, as S-BDT and DP-EBM).
+        ``"pairs"``: tree ``t`` owns two features (:func:`tree_pair`), and every node picks
+        one of them with probability 1/2: every feature in turn, each time with another
+        partner, so that ``k(k − 1)`` trees see every ordered pair once. A one-feature
+        tree can only learn a sum of shape functions; a two-feature tree also learns how
+        two features act together (Bananas' two clusters, SEA's x₁ + x₂ > 8) while its
+        splits stay on fewer features than a random tree's. ``"mains_then_pairs"``: the
+        first ``mains_trees`` trees are one-feature trees in turn, the later ones pairs
+        (counted from the first pair tree), as an EBM fits its main effects before its pairs
+        (Lou et al., "Accurate intelligible models with pairwise interactions", KDD 2013):
+        the shape of each feature alone, which one-feature trees estimate with the fewest
+        leaves a feature, is in place before the trees that spend leaves on pairs.
+    mains_trees
+        ``"mains_then_pairs"``: how many one-feature trees come first (the learner sets it
+        from its nominal rounds, :data:`MAINS_SHARE`).
     split_candidates
         ``None``: a numeric threshold is uniform inside the node's still open interval.
         ``m``: it is drawn among ``m`` equidistant candidates of the public range that lie
@@ -103,23 +141,42 @@ class RandomTreeGrower:
     depth: int
     feature_selection: FeatureSelection = "random"
     split_candidates: int | None = None
+    mains_trees: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.depth <= 20:
             raise ValueError(f"depth must be in [0, 20], got {self.depth}")
-        if self.feature_selection not in ("random", "cyclic"):
-            raise ValueError(
-                f"feature_selection must be 'random' or 'cyclic', got {self.feature_selection!r}"
-            )
+        if self.feature_selection not in FEATURE_SELECTIONS:
+            raise ValueError(f"feature_selection must be one of {FEATURE_SELECTIONS}, "
+                             f"got {self.feature_selection!r}")
         if self.split_candidates is not None and self.split_candidates < 1:
             raise ValueError(f"split_candidates must be >= 1, got {self.split_candidates}")
+        if self.mains_trees < 0:
+            raise ValueError(f"mains_trees must be >= 0, got {self.mains_trees}")
+
+    def tree_features(self, tree_index: int) -> tuple[str, int, int]:
+        """How tree ``tree_index`` picks its features: ``("random", 0, 0)``, ``("one", f,
+        f)`` (every node tests ``f``) or ``("pair", f, g)`` (each node one of the two)."""
+        k = self.schema.n_features
+        selection = self.feature_selection
+        if selection == "mains_then_pairs":
+            if tree_index < self.mains_trees:
+                selection = "cyclic"
+            else:
+                selection, tree_index = "pairs", tree_index - self.mains_trees
+        if selection == "cyclic":
+            return "one", tree_index % k, tree_index % k
+        if selection == "pairs":
+            return ("pair", *tree_pair(tree_index, k))
+        return "random", 0, 0
 
     def grow(self, tree_index: int, rng: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
         """``(features, thresholds)`` of one tree, each of length ``2^depth − 1``.
 
         All randomness comes from one ``rng.uniform`` call: with random features ``2n``
         uniforms for ``n`` internal nodes, node ``i`` taking ``u[2i]`` for its feature
-        (``⌊u·k⌋``) and ``u[2i+1]`` for its threshold; cyclic trees draw only the ``n``
+        (``⌊u·k⌋``, or the tree's first feature of a pair if ``u < 1/2``) and ``u[2i+1]``
+        for its threshold; one-feature trees draw only the ``n``
         threshold uniforms. That is the order in which the per-node Python loop this
         replaces drew them. The thresholds are then computed node by node in
         :func:`~renyiboost.models.predict_kernels.grow_thresholds`, which states the rules.
@@ -131,9 +188,14 @@ class RandomTreeGrower:
         if n_internal == 0:
             return features, thresholds
         k = schema.n_features
-        if self.feature_selection == "cyclic":
-            features[:] = tree_index % k
+        kind, first, second = self.tree_features(tree_index)
+        if kind == "one":
+            features[:] = first
             u_threshold = rng.uniform(n_internal)
+        elif kind == "pair":
+            u = rng.uniform(2 * n_internal)
+            features[:] = np.where(u[0::2] < 0.5, first, second)
+            u_threshold = u[1::2]
         else:
             u = rng.uniform(2 * n_internal)
             features[:] = np.minimum((u[0::2] * k).astype(np.int64), k - 1)

@@ -469,11 +469,13 @@ class SQLStateStore(StateStore):
             self._write_meta(json.loads(json.dumps(fingerprint)))
             return None
         for name, given in json.loads(json.dumps(fingerprint)).items():
-            if with_absent(stored[name], (absent or {}).get(name)) != given:
+            held = with_absent(stored[name], (absent or {}).get(name))
+            if held != given:
                 raise LedgerConflict(
                     f"the store {self.location} was created with a different {name}; a key's "
                     "budget cannot be re-based. Use the same arguments (and renyiboost "
                     "version) or a new store for a new model.\n"
+                    f"differs in: {'; '.join(config_differences(held, given, name))}\n"
                     f"stored: {json.dumps(stored[name], sort_keys=True)}\n"
                     f"given:  {json.dumps(given, sort_keys=True)}")
         meta = self._meta("state")
@@ -810,6 +812,21 @@ class SQLiteStore(SQLStateStore):
         self.close()
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+
+def config_differences(stored: Any, given: Any, path: str) -> list[str]:
+    """Where two stored-config values differ, as ``path.field: stored → given`` lines, so a
+    refusal names the argument to pass (a policy default that moved since the store was
+    created, say) instead of leaving two long dumps to compare.
+
+    >>> config_differences({"a": 1, "b": {"c": "x"}}, {"a": 1, "b": {"c": "y"}}, "config")
+    ["config.b.c: 'x' stored, 'y' given"]
+    """
+    if isinstance(stored, dict) and isinstance(given, dict):
+        return [line for key in sorted(set(stored) | set(given))
+                for line in config_differences(stored.get(key), given.get(key),
+                                               f"{path}.{key}")]
+    return [] if stored == given else [f"{path}: {stored!r} stored, {given!r} given"]
 
 
 def with_absent(stored: Any, absent: Any) -> Any:

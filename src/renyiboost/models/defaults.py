@@ -137,8 +137,9 @@ PROPER_GRADIENT_SIZE = 30_000
 #: :class:`~renyiboost.models.trees.RandomTreeGrower`) rather than one feature each. A sum
 #: of one-feature shapes cannot learn how two features act together: on Bananas (two
 #: features, two interleaved clusters) one-feature trees stop at AUC 0.75–0.78 at ε = 0.5–4
-#: and 0.79 without noise, where mains then pairs reach 0.96. A pair tree spreads its leaves over two features, which costs the
-#: small sets, whose few trees are better spent on main effects. Development suite, mains
+#: and 0.79 without noise, where mains then pairs reach 0.96. A pair tree spreads its
+#: leaves over two features, which costs the small sets, whose few trees are better spent
+#: on main effects. Development suite, mains
 #: then pairs against one-feature trees, held-out AUC, paired (8 shuffles for batch fits, 6
 #: for ``learn_one`` with the size hint), at ε = 0.5 / 1 / 4: Bananas (m = 1,850 at 0.5)
 #: batch +0.063 / +0.077, hint +0.083 / +0.106 / +0.170; Covertype batch +0.006 / +0.007,

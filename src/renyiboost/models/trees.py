@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from renyiboost.schema import PublicSchema
 ROUTE_BLOCK = 1 << 15
 
 FeatureSelection = Literal["random", "cyclic", "pairs", "mains_then_pairs"]
-FEATURE_SELECTIONS: tuple[str, ...] = ("random", "cyclic", "pairs", "mains_then_pairs")
+FEATURE_SELECTIONS: tuple[str, ...] = get_args(FeatureSelection)
 
 #: ``feature_selection="mains_then_pairs"``: the share of a learner's nominal rounds grown as
 #: one-feature trees before the pair trees (``RandomTreeGrower.mains_trees``). The main

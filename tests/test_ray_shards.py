@@ -70,6 +70,27 @@ def test_two_ray_shards_train_the_single_engine_model_and_ledgers(ray_cluster, t
     again.close()
 
 
+def test_closing_right_after_a_shard_is_killed_waits_for_ray_to_restart_it(ray_cluster,
+                                                                           tmp_path):
+    """A SIGKILL just before ``close()`` (the race that once failed the chaos test below):
+    close waits for Ray to bring the shard back, closes it too, and the stores reopen with
+    every committed round and ledger."""
+    config = _config("classification")
+    records = _records("classification", 600)
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    sharded = ShardedEngine(config, RayShards(config, locations, seed=5), seed=5)
+    rows = np.array([r for r, _, _ in records])
+    sharded.add(rows, [y for _, y, _ in records], [k for _, _, k in records])
+    version, spent = sharded.release_version, sharded.spent_rdp().sum()
+    os.kill(sharded.shards.pids()[0], signal.SIGKILL)
+    sharded.close()  # no ShardUnavailable
+    again = ShardedEngine(config, locations, seed=5)
+    assert again.release_version == version > 0
+    np.testing.assert_allclose(again.spent_rdp().sum(), spent, rtol=1e-12)
+    again.close()
+
+
 def _abalone_config() -> EngineConfig:
     source = InMemorySource("abalone")
     params = SGBDTParams(task="regression", epsilon=1.0, rounds=30, depth=3,

@@ -24,6 +24,7 @@ instead of dying, so Ray does not restart it in a loop.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from renyiboost.exceptions import RenyiboostError, ShardUnavailable, StoreLocked
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sharded import ShardSource, ShardWorker
+
+log = logging.getLogger("renyiboost.shards")
 
 #: Seconds a restarted shard waits for its dead predecessor's store lock to drop.
 LOCK_WAIT_ON_RESTART = 30.0
@@ -192,9 +195,25 @@ class RayShards:
                     time.sleep(0.2)
 
     def close(self) -> None:
-        """Close every shard cleanly (a last commit with a snapshot), then end the actors."""
+        """Close every shard cleanly (a last commit with a snapshot), then end the actors.
+
+        A shard killed just before (Ray is restarting it from its store) answers
+        ``ActorUnavailableError`` for a moment; its close is asked again once it answers,
+        within ``call_timeout``. Nothing is lost either way: its store holds every commit,
+        and closing an engine twice is harmless."""
         try:
-            self.all("close")
+            refs = [actor.call.remote("close") for actor in self.actors]
+            failed = []
+            for k, ref in enumerate(refs):
+                try:
+                    self._get([ref], [k])
+                except ShardUnavailable:
+                    failed.append(k)
+            if failed:
+                log.info("closing: shards %s were restarting; asking again", failed)
+                self.wait_available(self.call_timeout)
+                for k in failed:
+                    self.one(k, "close")
         finally:
             self._kill()
 

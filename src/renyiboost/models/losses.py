@@ -68,8 +68,9 @@ class LogisticLoss:
     """Binary log-loss on labels in {0, 1}; margin F, probability σ(F), gradient σ(F) − y.
 
     With ``hess_clip`` set, leaves are Newton steps: the denominator is the hessian
-    ``p(1 − p)`` clipped to the public bound ``hess_clip`` (its sensitivity). Since
-    ``p(1 − p) = |g|(1 − |g|)``, a record's charge is a function of its |g| alone.
+    ``p(1 − p)`` clipped to the public bound ``hess_clip`` (its sensitivity). A record is
+    charged for both its clipped gradient and its clipped hessian (with clipped gradients
+    ``p(1 − p) = |p − y|(1 − |p − y|)`` ties the two; proper ones weight both by w(p)).
 
     ``gradient`` says how a gradient is kept within ``grad_clip`` (c):
 

@@ -192,13 +192,10 @@ class RandomTreeGrower:
         if kind == "one":
             features[:] = first
             u_threshold = rng.uniform(n_internal)
-        elif kind == "pair":
-            u = rng.uniform(2 * n_internal)
-            features[:] = np.where(u[0::2] < 0.5, first, second)
-            u_threshold = u[1::2]
         else:
             u = rng.uniform(2 * n_internal)
-            features[:] = np.minimum((u[0::2] * k).astype(np.int64), k - 1)
+            features[:] = (np.where(u[0::2] < 0.5, first, second) if kind == "pair" else
+                           np.minimum((u[0::2] * k).astype(np.int64), k - 1))
             u_threshold = u[1::2]
         grow_thresholds(
             features, np.ascontiguousarray(u_threshold, dtype=np.float64),

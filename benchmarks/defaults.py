@@ -250,8 +250,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 #: feature a tree where the policy adds pairs, pairs where it does not; for regression
 #: one-feature trees instead of random ones),
 #: batched boosting (4 trees per gradient refresh, learning rate and leaf clip × 4), the
-#: answers' smoothing and the other logistic gradient (proper where the policy clips, at
-#: ε = 1 below 30,000 records; clipped where it is proper).
+#: answers' smoothing, the other logistic gradient (proper where the policy clips, at
+#: ε = 1 below 30,000 records; clipped where it is proper) and a fixed λ (not raised by
+#: the noise, :data:`~renyiboost.models.defaults.LAMBDA_NOISE_STDS`).
 BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
     "batch, size hint": {},
     "no leaf clip": {"leaf_clip": None},
@@ -260,6 +261,7 @@ BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
     "batched boosting x4": {"trees_per_gradient": 4, "learning_rate": 0.8, "leaf_clip": 1.6},
     "no smoothing": {"smoothing": 0.0},
     "other logistic gradient": {},
+    "fixed λ": {"reg_lambda_noise_stds": 0.0},
 }
 
 
@@ -286,8 +288,9 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     policy = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
                    expected_records=int(train.size)).params  # what the options flip
     for label, overrides in BATCH_ABLATIONS.items():
-        if label in ("count leaves", "other logistic gradient") and task != "classification":
-            continue  # regression leaves are count leaves already, its gradients no logits
+        if label in ("count leaves", "other logistic gradient", "fixed λ") and (
+                task != "classification"):
+            continue  # regression: count leaves, no logits, and a fixed λ already
         if label == "other feature choice":
             other = {"mains_then_pairs": "cyclic", "cyclic": "mains_then_pairs",
                      "random": "cyclic"}[policy.feature_selection]

@@ -47,7 +47,7 @@ def test_the_policy_gives_its_documented_values() -> None:
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
         "feature_selection": "mains_then_pairs", "smoothing": 1 / 32,
-        "logistic_gradient": "clipped",
+        "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.8,
     }
     assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
     assert [default_params("classification", 1.0, n)["feature_selection"]
@@ -56,13 +56,18 @@ def test_the_policy_gives_its_documented_values() -> None:
         "feature_selection"] == "random"
     assert default_params("classification", 4.0, 10_000, n_classes=7)[
         "logistic_gradient"] == "clipped"  # multiclass gradients are clipped in L2 norm
+    assert default_params("classification", 4.0, 10_000, n_classes=7)[
+        "reg_lambda_noise_stds"] == 0.8  # count leaves: λ follows the count's noise
     abalone = default_params("regression", 0.5, 2_900)
     assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
     assert "hess_clip" not in abalone and abalone["learning_rate"] == 0.2
+    assert "reg_lambda_noise_stds" not in abalone  # regression keeps its fixed λ = 100
     assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
-    # every size-dependent field, the smoothing, which does not depend on the size, and the
-    # logistic gradient, which a configuration that gives all the others leaves clipped
-    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing", "logistic_gradient"}
+    # every size-dependent field, the smoothing and λ's noise multiple, which do not depend
+    # on the size, and the logistic gradient, which a configuration that gives all the
+    # others leaves clipped
+    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing", "logistic_gradient",
+                                                         "reg_lambda_noise_stds"}
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000
     with pytest.raises(ValueError, match="task"):

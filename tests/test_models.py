@@ -269,6 +269,46 @@ def test_a_negative_noisy_count_zeroes_the_leaf_or_is_clamped_to_zero() -> None:
         np.testing.assert_allclose(leaves, expected, err_msg=f"{rule}, lambda {reg_lambda}")
 
 
+def test_lambda_rises_to_a_multiple_of_the_denominator_noise_and_charges_do_not_change(
+) -> None:
+    """``reg_lambda_noise_stds`` = k: a Newton leaf is −lr·Σ̃g/(max(Σ̃h, 0) + max(λ, k·σ_h)),
+    σ_h the hessian sum's noise std of the round's noise stage (an early stage's smaller σ
+    gives a smaller λ); k = 0 is λ itself. Post-processing of the two releases: the same
+    noise draws give the same noisy sums and the same charges, only the values differ."""
+    from renyiboost.schema import PublicSchema
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(0, 1, (3000, 2))
+    y = (X[:, 0] + 0.3 * rng.normal(size=3000) > 0.5).astype(float)
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)})
+    common = {"task": "classification", "epsilon": 2.0, "rounds": 100, "depth": 3,
+              "hess_clip": 0.1, "learning_rate": 0.3, "sampling_rate": 1.0,
+              "reg_lambda": 5.0, "init_share": 0.0, "count_share": 0.04,
+              "negative_count": "clamp"}
+    outcomes, boosters = {}, {}
+    for k in (0.0, 0.8):
+        booster = SGBDTBooster(SGBDTParams(**common, reg_lambda_noise_stds=k), schema,
+                               seed=9, stage_rounds=(5,))
+        pool = RecordPool.from_arrays(X, booster.loss.scale(y))
+        boosters[k] = booster
+        outcomes[k] = [booster.plan_round(pool, stage=stage) for stage in (0, None)]
+    booster = boosters[0.8]
+    sigmas = [booster.stage(stage).release.count_noise_std(0.1) for stage in (0, None)]
+    assert sigmas[0] < 5.0 / 0.8 < sigmas[1]  # the early stage keeps λ = 5, the main one not
+    for (plain, raised), sigma in zip(zip(outcomes[0.0], outcomes[0.8]), sigmas):
+        np.testing.assert_array_equal(plain.spent, raised.spent)  # the same charges
+        np.testing.assert_array_equal(plain.noisy_count, raised.noisy_count)
+        den = np.maximum(raised.noisy_count, 0.0)
+        for outcome, lam in ((plain, 5.0), (raised, max(5.0, 0.8 * sigma))):
+            expected = -0.3 * outcome.noisy_grad_sum / (den + lam)
+            np.testing.assert_allclose(outcome.leaves, expected, rtol=1e-12)
+    assert booster.leaf_lambda(booster.stage(None).release) == pytest.approx(0.8 * sigmas[1])
+    assert not np.allclose(outcomes[0.0][1].leaves, outcomes[0.8][1].leaves)
+    assert boosters[0.8].leaf_lambda(None) == 5.0  # without noise, λ itself
+    with pytest.raises(ValueError, match="leaf_noise='dynamic'"):
+        SGBDTParams(leaf_noise="static", reg_lambda_noise_stds=0.8)
+
+
 def test_static_leaf_noise_releases_the_noisy_mean_and_charges_everyone_in_full() -> None:
     """SLN (the ablation baseline): leaf = −lr·(Σg/(n + λ) + N(0, (g*/(1 + λ)·σ/√2)²)),
     and each record pays the full-sensitivity price whatever its gradient."""

@@ -76,6 +76,12 @@ class SGBDTParams(BaseModel):
         "grad_clip / max(p, 1 - p), whose leaves settle at the true rate (models.losses."
         "LogisticLoss)")
     reg_lambda: float = Field(1.0, ge=0)
+    reg_lambda_noise_stds: float = Field(
+        0.0, ge=0,
+        description="a dynamic leaf's λ is raised to this many standard deviations of its "
+        "denominator's noise (the noisy count, or hessian sum, of the round's noise stage): "
+        "λ = max(reg_lambda, this · σ). 0: reg_lambda alone (the paper's learner); the "
+        "default policy's is models.defaults.LAMBDA_NOISE_STDS")
     leaf_clip: float | None = Field(None, gt=0)
     feature_selection: FeatureSelection = Field(
         "random",
@@ -130,6 +136,9 @@ class SGBDTParams(BaseModel):
         if self.leaf_noise == "static" and self.hess_clip is not None:
             raise ValueError("leaf_noise='static' needs count leaves: a Newton leaf's value has "
                              "no useful worst-case sensitivity; leave hess_clip unset")
+        if self.leaf_noise == "static" and self.reg_lambda_noise_stds > 0:
+            raise ValueError("reg_lambda_noise_stds needs leaf_noise='dynamic': a static leaf "
+                             "has no noisy denominator to scale λ by")
         if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise ValueError(f"max_rounds must be >= rounds, got {self.max_rounds} < {self.rounds}")
         return self
@@ -630,11 +639,33 @@ class SGBDTBooster:
         return RoundOutcome(features=features, thresholds=thresholds, leaves=leaves,
                             **pool_side)  # type: ignore[arg-type]
 
+    def leaf_lambda(self, release: LeafRelease | None) -> float:
+        """λ of a dynamic leaf released with ``release`` (``None``: without noise):
+        ``max(reg_lambda, reg_lambda_noise_stds · σ)``, σ the noise std of the leaf's
+        noisy count (Newton: hessian sum) in that release.
+
+        λ keeps a leaf's denominator away from zero where its noisy count is small against
+        the noise, and shrinks a leaf towards 0 the fewer records it has. A fixed λ cannot do
+        both at every ε: the denominator's noise std grows like 1/ε (about 60 at ε = 0.5, 9
+        at ε = 4 for the classification policy's trees), so a λ right for ε = 4 lets noise
+        through at ε = 0.5, and one right for ε = 0.5 over-shrinks at ε = 4. Scaling it by
+        σ keeps the ratio. σ is public (a function of the parameters and the noise stage),
+        so this is post-processing of the two noisy sums: the charges and the guarantee do
+        not change. Each noise stage of a stream has its own σ, so its own λ. Not in
+        S-GBDT, whose λ is a constant; the policy's choice of the multiple is
+        :data:`~renyiboost.models.defaults.LAMBDA_NOISE_STDS`."""
+        params = self.params
+        if release is None or params.reg_lambda_noise_stds == 0:
+            return params.reg_lambda
+        return max(params.reg_lambda, params.reg_lambda_noise_stds
+                   * release.count_noise_std(self.count_sensitivity))
+
     def _leaf_values(
         self, grad_sum: np.ndarray, den_sum: np.ndarray, levels: int,
         release: LeafRelease | None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ), with the two noisy sums
+        """DP leaves (Alg. 4): −lr·(Σg + noise)/(Σden + noise + λ) (λ from
+        :meth:`leaf_lambda`), with the two noisy sums
         (``None`` for static leaves, which release the value itself).
 
         A leaf whose noisy count (or hessian sum) is ≤ 0 is 0 (``negative_count='zero_leaf'``,
@@ -676,6 +707,7 @@ class SGBDTBooster:
                     params.grad_clip, params.reg_lambda)).reshape(grad_sum.shape)
             values *= -params.learning_rate
         else:
+            reg_lambda = self.leaf_lambda(release)
             if release is not None:
                 sum_std = release.sum_noise_std(params.grad_clip)
                 grad_sum += self.noise.normal(grad_sum.size, sum_std).reshape(grad_sum.shape)
@@ -684,11 +716,11 @@ class SGBDTBooster:
             noisy_sums = (grad_sum.copy(), den_sum.copy())
             if params.negative_count == "clamp":
                 den_sum = np.maximum(den_sum, 0.0)
-                keep = den_sum + params.reg_lambda > 0
+                keep = den_sum + reg_lambda > 0
             else:
                 keep = den_sum > 0
             values = np.divide(-params.learning_rate * grad_sum,
-                               (den_sum + params.reg_lambda)[column], out=np.zeros(grad_sum.shape),
+                               (den_sum + reg_lambda)[column], out=np.zeros(grad_sum.shape),
                                where=np.broadcast_to(keep[column], grad_sum.shape))
         if params.trees_per_gradient > 1:  # one of a batch of trees on the same gradients
             values = values / params.trees_per_gradient

@@ -30,9 +30,10 @@ from renyiboost.validation import normalise_key
 #: clipping, ``split_candidates=None``: continuous thresholds).
 _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
-    "grad_clip", "hess_clip", "reg_lambda", "leaf_clip", "feature_selection",
-    "split_candidates", "smoothing", "logistic_gradient", "train_every", "trees_per_trigger",
-    "warmup", "trigger_growth", "max_train_every", "final_trees", "noise_stages",
+    "grad_clip", "hess_clip", "reg_lambda", "reg_lambda_noise_stds", "leaf_clip",
+    "feature_selection", "split_candidates", "smoothing", "logistic_gradient",
+    "train_every", "trees_per_trigger", "warmup", "trigger_growth", "max_train_every",
+    "final_trees", "noise_stages",
 )
 
 
@@ -58,6 +59,7 @@ class _SGBDTEstimator:
         grad_clip: float | Policy = POLICY,
         hess_clip: float | None | Policy = POLICY,
         reg_lambda: float | Policy = POLICY,
+        reg_lambda_noise_stds: float | Policy = POLICY,
         leaf_clip: float | None | Policy = POLICY,
         feature_selection: str | Policy = POLICY,
         split_candidates: int | None | Policy = POLICY,
@@ -91,6 +93,7 @@ class _SGBDTEstimator:
         self.grad_clip = grad_clip
         self.hess_clip = hess_clip
         self.reg_lambda = reg_lambda
+        self.reg_lambda_noise_stds = reg_lambda_noise_stds
         self.leaf_clip = leaf_clip
         self.feature_selection = feature_selection
         self.split_candidates = split_candidates
@@ -322,6 +325,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         The learner's hyper-parameters (see :class:`renyiboost.models.booster.SGBDTParams`);
         left out (``POLICY``), each takes the default policy's value; ``None`` is passed on
         (``hess_clip=None``: count leaves, ``leaf_clip=None``: no leaf clipping).
+    reg_lambda_noise_stds
+        λ is raised to this many standard deviations of a leaf's denominator noise, so it
+        grows as ε shrinks (the policy: 0.8 for a classifier, 0 for a regressor; 0 keeps
+        ``reg_lambda`` exactly). Post-processing of the noisy sums: the charges and the
+        guarantee do not change.
     smoothing
         Answers average the trees over shifted copies of the row, each numeric feature moved
         across a window this share of its public range wide (the policy: 1/32; 0: none).

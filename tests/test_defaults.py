@@ -8,6 +8,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,7 +48,7 @@ def test_the_policy_gives_its_documented_values() -> None:
         "depth": 5, "rounds": 200, "hess_clip": 0.1, "reg_lambda": 5.0, "count_share": 0.04,
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
         "feature_selection": "mains_then_pairs", "smoothing": 1 / 32,
-        "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.8,
+        "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.8, "mains_cycles": 20,
     }
     assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
     assert [default_params("classification", 1.0, n)["feature_selection"]
@@ -62,12 +63,13 @@ def test_the_policy_gives_its_documented_values() -> None:
     assert (abalone["depth"], abalone["rounds"], abalone["sampling_rate"]) == (3, 76, 0.2)
     assert "hess_clip" not in abalone and abalone["learning_rate"] == 0.2
     assert "reg_lambda_noise_stds" not in abalone  # regression keeps its fixed λ = 100
+    assert "mains_cycles" not in abalone  # and its random trees
     assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
-    # every size-dependent field, the smoothing and λ's noise multiple, which do not depend
-    # on the size, and the logistic gradient, which a configuration that gives all the
-    # others leaves clipped
-    assert set(adult) | set(abalone) == POLICY_FIELDS | {"smoothing", "logistic_gradient",
-                                                         "reg_lambda_noise_stds"}
+    # every size-dependent field, the smoothing, λ's noise multiple and the mains' cycles,
+    # which do not depend on the size, and the logistic gradient, which a configuration
+    # that gives all the others leaves clipped
+    assert set(adult) | set(abalone) == POLICY_FIELDS | {
+        "smoothing", "logistic_gradient", "reg_lambda_noise_stds", "mains_cycles"}
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000
     with pytest.raises(ValueError, match="task"):
@@ -514,6 +516,32 @@ def test_a_short_stream_at_a_large_epsilon_grows_as_many_trees_as_the_batch_fit(
     mine = EngineConfig.from_defaults(SCHEMA, "regression", 100.0, expected_records=130,
                                       trees_per_trigger=2)
     assert (mine.trees_per_trigger, mine.params.rounds) == (2, 62)  # an explicit value wins
+
+
+def test_a_short_stream_without_a_hint_reaches_its_pair_trees() -> None:
+    """A stream without a hint calibrates for 10,000 records; one of 3,000 releases 84 of
+    its 226 nominal rounds. With half of those as one-feature trees it never grew a pair
+    tree and could not learn an XOR of its two features (AUC 0.49–0.56 over three seeds);
+    at most 20 one-feature trees a feature (40 here) leave it 44 pair trees, which learn it
+    (0.98–0.995). ε = 1, seeded noise; each seed must show the gap."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(8)
+    X = rng.uniform(0, 1, (5000, 2))
+    y = (X[:, 0] > 0.5) ^ (X[:, 1] > 0.5)
+    train, test = ({"a": X[rows, 0], "b": X[rows, 1]}
+                   for rows in (slice(3000), slice(3000, None)))
+
+    def auc(seed: int, **learner) -> float:
+        model = SGBDTClassifier({"a": (0.0, 1.0), "b": (0.0, 1.0)}, epsilon=1.0, seed=seed,
+                                **learner)
+        model.learn_many(pd.DataFrame(train), pd.Series(y[:3000]), keys=list(range(3000)))
+        assert model.engine.booster.grower.mains_trees == (
+            40 if not learner else model.engine.config.params.rounds // 2)
+        return roc_auc_score(y[3000:], model.predict_proba_many(pd.DataFrame(test))[True])
+
+    for seed in range(3):
+        assert auc(seed) > 0.95 and auc(seed, mains_cycles=None) < 0.6
 
 
 def test_none_keeps_its_meaning_and_left_out_keywords_take_the_policy() -> None:

@@ -74,7 +74,8 @@ def test_cyclic_trees_use_one_feature_each_and_candidates_come_from_the_grid() -
 def test_pair_trees_cycle_through_every_ordered_pair_after_the_main_effects() -> None:
     """``pairs``: tree t tests only its two features, and k(k − 1) trees see every ordered
     pair once; ``mains_then_pairs``: the learner's first half of its nominal rounds are
-    one-feature trees in turn, the rest pair trees counted from the first of them."""
+    one-feature trees in turn, at most ``mains_cycles`` a feature, the rest pair trees
+    counted from the first of them."""
     schema = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(4)})
     pairs = RandomTreeGrower(schema, depth=4, feature_selection="pairs")
     seen = set()
@@ -92,6 +93,13 @@ def test_pair_trees_cycle_through_every_ordered_pair_after_the_main_effects() ->
     used = [set(booster.grower.grow(t, SeededNoise(t))[0].tolist()) for t in range(9)]
     assert used[:5] == [{0}, {1}, {2}, {3}, {0}]
     assert used[5:] == [set(tree_pair(t, 4)) for t in range(4)]
+    # at most one one-feature tree a feature: 4 of them, not half the 10 rounds
+    booster = SGBDTBooster(SGBDTParams(task="classification", epsilon=None, rounds=10,
+                                       depth=3, feature_selection="mains_then_pairs",
+                                       mains_cycles=1), schema, seed=0)
+    assert booster.grower.mains_trees == 4
+    used = [set(booster.grower.grow(t, SeededNoise(t))[0].tolist()) for t in range(8)]
+    assert used == [{0}, {1}, {2}, {3}, *(set(tree_pair(t, 4)) for t in range(4))]
 
 
 def test_pair_trees_learn_an_interaction_that_one_feature_trees_cannot() -> None:

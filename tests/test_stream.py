@@ -299,14 +299,15 @@ def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
 def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(
     tmp_path,
 ) -> None:
-    """A store written before ``smoothing``, ``logistic_gradient`` and
-    ``reg_lambda_noise_stds`` existed holds a config without them; it ran as with 0,
-    "clipped" and 0, so passing those resumes it with the same trees, and anything else (the
-    policy's smoothing, proper gradients, a λ raised by the noise) is refused. A field a
-    store does hold is never overridden by the older default."""
+    """A store written before ``smoothing``, ``logistic_gradient``,
+    ``reg_lambda_noise_stds`` and ``mains_cycles`` existed holds a config without them; it
+    ran as with 0, "clipped", 0 and None, so passing those resumes it with the same trees,
+    and anything else (the policy's smoothing, proper gradients, a λ raised by the noise,
+    pair trees after 20 a feature) is refused. A field a store does hold is never
+    overridden by the older default."""
     path = tmp_path / "old.db"
     old = {"smoothing": 0, "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.0,
-           "epsilon": 4.0, "expected_records": 10_000}
+           "mains_cycles": None, "epsilon": 4.0, "expected_records": 10_000}
     model = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(path, create=True), seed=3,
                             **old)
     rng = np.random.default_rng(5)
@@ -315,17 +316,18 @@ def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(
         model.learn_one({"a": x}, bool(rng.uniform() < x), key=i)
     trees = model.engine.ensemble.n_trees
     model.engine.close()
-    with sqlite3.connect(path) as db:  # what an earlier version wrote: neither field
+    with sqlite3.connect(path) as db:  # what an earlier version wrote: none of them
         (stored,) = db.execute("SELECT value FROM meta WHERE name = 'config'").fetchone()
         config = json.loads(stored)
-        for field in ("smoothing", "logistic_gradient", "reg_lambda_noise_stds"):
+        for field in ("smoothing", "logistic_gradient", "reg_lambda_noise_stds",
+                      "mains_cycles"):
             del config["params"][field]
         db.execute("UPDATE meta SET value = ? WHERE name = 'config'", (json.dumps(config),))
     again = SGBDTClassifier({"a": (0.0, 1.0)}, store=str(path), seed=3, **old)
     assert again.engine.ensemble.n_trees == trees
     again.engine.close()
     for changed in ({"smoothing": 1 / 32}, {"logistic_gradient": "proper"},
-                    {"reg_lambda_noise_stds": 0.8}):
+                    {"reg_lambda_noise_stds": 0.8}, {"mains_cycles": 20}):
         with pytest.raises(LedgerConflict, match="different config"):
             SGBDTClassifier({"a": (0.0, 1.0)}, store=str(path), seed=3, **(old | changed))
     fresh = tmp_path / "new.db"

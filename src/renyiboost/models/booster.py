@@ -43,7 +43,12 @@ from renyiboost.accounting import (
 )
 from renyiboost.models import kernels
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
-from renyiboost.models.trees import MAINS_SHARE, Ensemble, FeatureSelection, RandomTreeGrower
+from renyiboost.models.trees import (
+    Ensemble,
+    FeatureSelection,
+    RandomTreeGrower,
+    mains_tree_count,
+)
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
 
@@ -88,7 +93,13 @@ class SGBDTParams(BaseModel):
         description="how a tree picks its features (models.trees.RandomTreeGrower): "
         "'random' a feature per node, 'cyclic' one feature per tree in turn, 'pairs' two "
         "features per tree, 'mains_then_pairs' one feature per tree for the first half of "
-        "the nominal rounds (models.trees.MAINS_SHARE), pairs after")
+        "the nominal rounds (models.trees.MAINS_SHARE; at most mains_cycles a feature), "
+        "pairs after")
+    mains_cycles: int | None = Field(
+        None, ge=1,
+        description="'mains_then_pairs': at most this many one-feature trees for each "
+        "feature before the pair trees (models.trees.mains_tree_count). None: half the "
+        "nominal rounds alone; the default policy's is models.defaults.MAINS_CYCLES")
     split_candidates: int | None = Field(None, ge=1)
     smoothing: float = Field(
         0.0, ge=0, lt=1,
@@ -315,7 +326,7 @@ class SGBDTBooster:
         self.count_sensitivity = params.hess_clip if params.hess_clip is not None else 1.0
         self.grower = RandomTreeGrower(
             schema, params.depth, params.feature_selection, params.split_candidates,
-            mains_trees=round(MAINS_SHARE * params.rounds),
+            mains_trees=mains_tree_count(params.rounds, schema.n_features, params.mains_cycles),
         )
         self.ensemble = Ensemble.for_schema(schema, params.depth, params.smoothing)
         self.calibration: Calibration | None = None

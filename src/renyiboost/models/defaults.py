@@ -28,7 +28,8 @@ whose std grows like 1/ε, so the policy reads the *effective size* m = records 
   in more rounds than a worst-case row, which is where S-GBDT's filter pays most (Kirschte
   et al., Sec. 5.2); one feature per tree in turn and 32 split candidates per feature (as
   DP-EBM: every feature gets its turn), and from m = 1,000 on the second half of the trees
-  on pairs of features (:data:`PAIR_TREES_SIZE`); λ = 5, raised to 0.8 standard deviations
+  on pairs of features (:data:`PAIR_TREES_SIZE`), after at most 20 one-feature trees a
+  feature (:data:`MAINS_CYCLES`); λ = 5, raised to 0.8 standard deviations
   of the noise of the leaf's hessian sum (multiclass: count) (:data:`LAMBDA_NOISE_STDS`);
 * regression: count leaves at γ = 0.2, λ = 100, an initial score with 10 % of the budget;
 * both: learning rate 0.2 (regression; 0.3 classification, 0.4 multiclass) with leaf
@@ -186,6 +187,24 @@ PAIR_TREES_SIZE = 1_000
 #: 0.1 / 0.25): Adult +0.009 / +0.005, Elec2 +0.006 / +0.004, Phishing −0.004 ± 0.020 /
 #: +0.012 ± 0.003.
 LAMBDA_NOISE_STDS = 0.8
+#: The most one-feature trees a feature gets before the pair trees of ``"mains_then_pairs"``
+#: (``mains_cycles``, :func:`~renyiboost.models.trees.mains_tree_count`). Half the nominal
+#: rounds alone gives Adult's 14 features 7 trees each, and Bananas' two features 50 or
+#: more: a shape learned long before, while the pairs its concept needs wait. Without a
+#: hint it was worse: a stream's nominal rounds are those of :data:`PRIOR_RECORDS`, so one
+#: that ends sooner may never reach its second half (Bananas' 3,710 training rows at ε = 1:
+#: 98 trees released of 226 nominal rounds, every one a one-feature tree). Development suite,
+#: 20 against none, paired, 8 shuffles, at ε = 0.5 / 1 / 4: Bananas (2 features) AUC
+#: without a hint +0.029 ± 0.011 / +0.083 ± 0.011 / +0.159 ± 0.004, with the hint +0.027 /
+#: +0.033 / +0.004, batch −0.004 / +0.012 / +0.030; SEA (3 features) held out within
+#: ± 0.0006, prequential accuracy +0.3 / +0.3 / +0.3 points. A schema of 6 or more features
+#: keeps its half at the suite's rounds (at most 240). 12 gained more on those two (Bananas
+#: without a hint +0.11 at ε = 1, SEA prequential +1.0 / +0.8 / +0.4 points) but cost Elec2
+#: (6 features, 72 one-feature trees instead of 111) prequential −1.1 ± 0.5 / −0.7 ± 0.3
+#: points at ε = 0.5 / 1; 8 and 4 also cost Agrawal prequential −0.8 and −1.5 points at 1.
+#: The validation set Mixed (4 features), measured in the same exploration and choosing
+#: nothing: −0.002 to −0.000 ± 0.002.
+MAINS_CYCLES = 20
 
 _SHARED: dict[str, Any] = {
     "learning_rate": 0.2,
@@ -277,6 +296,7 @@ def default_params(task: str, epsilon: float | None, records: float,
         params |= _CLASSIFICATION | {
             "rounds": default_rounds(m, 200),
             "feature_selection": "mains_then_pairs" if m >= PAIR_TREES_SIZE else "cyclic",
+            "mains_cycles": MAINS_CYCLES,
             "reg_lambda_noise_stds": LAMBDA_NOISE_STDS,
             "logistic_gradient": "proper" if m >= PROPER_GRADIENT_SIZE else "clipped"}
         if n_classes > 2:
@@ -462,6 +482,7 @@ __all__ = [
     "INPUT_SMOOTHING",
     "LAMBDA_NOISE_STDS",
     "LEAF_SNR",
+    "MAINS_CYCLES",
     "NOISE_STAGE_ENDS",
     "NON_PRIVATE_EFFECTIVE_SIZE",
     "PAIR_TREES_SIZE",

@@ -31,8 +31,8 @@ from renyiboost.validation import normalise_key
 _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "reg_lambda_noise_stds", "leaf_clip",
-    "feature_selection", "split_candidates", "smoothing", "logistic_gradient",
-    "train_every", "trees_per_trigger", "warmup", "trigger_growth", "max_train_every",
+    "feature_selection", "mains_cycles", "split_candidates", "smoothing",
+    "logistic_gradient", "train_every", "trees_per_trigger", "warmup", "trigger_growth", "max_train_every",
     "final_trees", "noise_stages",
 )
 
@@ -62,6 +62,7 @@ class _SGBDTEstimator:
         reg_lambda_noise_stds: float | Policy = POLICY,
         leaf_clip: float | None | Policy = POLICY,
         feature_selection: str | Policy = POLICY,
+        mains_cycles: int | None | Policy = POLICY,
         split_candidates: int | None | Policy = POLICY,
         smoothing: float | Policy = POLICY,
         logistic_gradient: str | Policy = POLICY,
@@ -96,6 +97,7 @@ class _SGBDTEstimator:
         self.reg_lambda_noise_stds = reg_lambda_noise_stds
         self.leaf_clip = leaf_clip
         self.feature_selection = feature_selection
+        self.mains_cycles = mains_cycles
         self.split_candidates = split_candidates
         self.smoothing = smoothing
         self.logistic_gradient = logistic_gradient
@@ -330,6 +332,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         grows as ε shrinks (the policy: 0.8 for a classifier, 0 for a regressor; 0 keeps
         ``reg_lambda`` exactly). Post-processing of the noisy sums: the charges and the
         guarantee do not change.
+    mains_cycles
+        With ``feature_selection="mains_then_pairs"``, at most this many one-feature trees
+        for each feature before the pair trees (a classifier's policy: 20; ``None``: half
+        the nominal rounds, however few the features), so that a stream shorter than it
+        expected, or a schema of a few features, reaches the pairs.
     smoothing
         Answers average the trees over shifted copies of the row, each numeric feature moved
         across a window this share of its public range wide (the policy: 1/32; 0: none).

@@ -241,10 +241,10 @@ class EngineConfig(BaseModel):
 #: Configuration fields added after stores existed, with the value a store written before
 #: each ran with (:meth:`~renyiboost.stream.store.StateStore.load`): such a store resumes
 #: when the caller passes that value (``noise_stages=()``, ``smoothing=0``,
-#: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``).
+#: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``, ``mains_cycles=None``).
 ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
     "noise_stages": [], "params": {"smoothing": 0.0, "logistic_gradient": "clipped",
-                                   "reg_lambda_noise_stds": 0.0}}}
+                                   "reg_lambda_noise_stds": 0.0, "mains_cycles": None}}}
 
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
 SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})

@@ -536,8 +536,8 @@ def test_a_short_stream_without_a_hint_reaches_its_pair_trees() -> None:
         model = SGBDTClassifier({"a": (0.0, 1.0), "b": (0.0, 1.0)}, epsilon=1.0, seed=seed,
                                 **learner)
         model.learn_many(pd.DataFrame(train), pd.Series(y[:3000]), keys=list(range(3000)))
-        assert model.engine.booster.grower.mains_trees == (
-            40 if not learner else model.engine.config.params.rounds // 2)
+        assert (model.engine.config.params.rounds, model.engine.ensemble.n_trees) == (226, 84)
+        assert model.engine.booster.grower.mains_trees == (113 if learner else 40)
         return roc_auc_score(y[3000:], model.predict_proba_many(pd.DataFrame(test))[True])
 
     for seed in range(3):

@@ -32,8 +32,8 @@ _POLICY_ARGUMENTS = (
     "rounds", "depth", "learning_rate", "sampling_rate", "count_share", "init_share",
     "grad_clip", "hess_clip", "reg_lambda", "reg_lambda_noise_stds", "leaf_clip",
     "feature_selection", "mains_cycles", "split_candidates", "smoothing",
-    "logistic_gradient", "train_every", "trees_per_trigger", "warmup", "trigger_growth", "max_train_every",
-    "final_trees", "noise_stages",
+    "logistic_gradient", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
+    "max_train_every", "final_trees", "noise_stages",
 )
 
 

@@ -64,6 +64,7 @@ def mains_tree_count(rounds: int, n_features: int, mains_cycles: int | None) -> 
     share = round(MAINS_SHARE * rounds)
     return share if mains_cycles is None else min(share, mains_cycles * n_features)
 
+
 #: Shifted copies of a row that a smoothed ensemble averages (:func:`input_shifts`). Eight
 #: and sixteen gave the same held-out AUC / R² (± 0.003) on Covertype, California, Friedman
 #: and Hyperplane at ε = 1; four lost up to 0.003. Prediction costs this many tree walks.

@@ -256,7 +256,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 #: batched boosting (4 trees per gradient refresh, learning rate and leaf clip × 4), the
 #: answers' smoothing, the other logistic gradient (proper where the policy clips, at
 #: ε = 1 below 30,000 records; clipped where it is proper) and a fixed λ (not raised by
-#: the noise, :data:`~renyiboost.models.defaults.LAMBDA_NOISE_STDS`).
+#: the noise, :data:`~renyiboost.models.defaults.LAMBDA_NOISE_STDS`) and the public split
+#: grid (no private one, :data:`~renyiboost.models.defaults.GRID_SHARE`).
 BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
     "batch, size hint": {},
     "no leaf clip": {"leaf_clip": None},
@@ -266,6 +267,7 @@ BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
     "no smoothing": {"smoothing": 0.0},
     "other logistic gradient": {},
     "fixed λ": {"reg_lambda_noise_stds": 0.0},
+    "public split grid": {"grid_share": 0.0},
 }
 
 

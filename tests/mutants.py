@@ -35,6 +35,7 @@ RESHARD = "tests/test_reshard.py::test_"
 DPBOOST = ["tests/test_dpboost.py"]
 MULTICLASS = ["tests/test_multiclass.py"]
 FEDXGB = ["tests/test_fedxgboost.py"]
+SPLIT_GRID = ["tests/test_split_grid.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -333,6 +334,16 @@ MUTATIONS = [
              "src/renyiboost/models/batch.py",
              "        self._draw_budget()  # before any record is read by a mechanism\n", "",
              ["tests/test_budget.py"]),
+    Mutation("the split grid's histograms with a tenth of their noise",
+             "src/renyiboost/models/booster.py",
+             "noise_std = release.count_noise_std\n", "noise_std = 0.1 * release.count_noise_std\n",
+             SPLIT_GRID),
+    Mutation("the split grid charges nobody", "src/renyiboost/models/booster.py",
+             "spent[active] += cal.grid_charge\n", "pass\n", SPLIT_GRID),
+    Mutation("the split grid's charge left out of the budget",
+             "src/renyiboost/accounting/calibration.py",
+             "budget = (trees_rdp + init_charge + grid_charge) * (1.0 + BUDGET_SLACK)",
+             "budget = (trees_rdp + init_charge) * (1.0 + BUDGET_SLACK)", SPLIT_GRID),
 ]
 
 

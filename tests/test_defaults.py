@@ -49,7 +49,11 @@ def test_the_policy_gives_its_documented_values() -> None:
         "sampling_rate": 1.0, "init_share": 0.0, "split_candidates": 32,
         "feature_selection": "mains_then_pairs", "smoothing": 1 / 32,
         "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.8, "mains_cycles": 20,
+        "grid_share": 0.05,
     }
+    # the split grid: batch fits over numeric features only
+    assert default_params("classification", 0.5, 30_000, stream=True)["grid_share"] == 0.0
+    assert default_params("regression", 0.5, 3_000, n_numeric=0)["grid_share"] == 0.0
     assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
     assert [default_params("classification", 1.0, n)["feature_selection"]
             for n in (999, 1_000)] == ["cyclic", "mains_then_pairs"]
@@ -65,11 +69,12 @@ def test_the_policy_gives_its_documented_values() -> None:
     assert "reg_lambda_noise_stds" not in abalone  # regression keeps its fixed λ = 100
     assert "mains_cycles" not in abalone  # and its random trees
     assert default_params("classification", 1.0, 2_000, n_classes=7)["learning_rate"] == 0.4
-    # every size-dependent field, the smoothing, λ's noise multiple and the mains' cycles,
-    # which do not depend on the size, and the logistic gradient, which a configuration
-    # that gives all the others leaves clipped
+    # every size-dependent field, the smoothing, λ's noise multiple, the mains' cycles and
+    # the grid's share, which do not depend on the size, and the logistic gradient, which a
+    # configuration that gives all the others leaves clipped
     assert set(adult) | set(abalone) == POLICY_FIELDS | {
-        "smoothing", "logistic_gradient", "reg_lambda_noise_stds", "mains_cycles"}
+        "smoothing", "logistic_gradient", "reg_lambda_noise_stds", "mains_cycles",
+        "grid_share"}
     # without privacy the effective size is unbounded: the largest rule values
     assert default_params("regression", None, 10)["rounds"] == 1000
     with pytest.raises(ValueError, match="task"):
@@ -264,7 +269,8 @@ def test_a_batch_fit_buys_its_size_and_reports_the_total_epsilon() -> None:
     # the trees were calibrated to the rest, and the reported total is ε (not 0.95 ε)
     assert calibrate(split.rest_epsilon, 1e-6, model.params.rounds,
                      model.params.sampling_rate, model.params.count_share,
-                     model.params.init_share).sigma == pytest.approx(guarantee.sigma)
+                     model.params.init_share, grid_share=model.params.grid_share
+                     ).sigma == pytest.approx(guarantee.sigma)
     assert guarantee.epsilon == pytest.approx(1.0, rel=1e-6)
     assert guarantee.epsilon <= 1.0 + 1e-9
     assert model.params.depth == default_depth(model.size_estimate_ * split.rest_epsilon)

@@ -45,6 +45,7 @@ def test_a_regression_export_predicts_what_the_model_predicts() -> None:
     model = SGBDT(schema, seed=0, epsilon=1.0).fit(X[:2000], _target(X[:2000]))
     assert model.params.depth >= 2 and not model.params.split_candidates  # continuous cuts
     assert model.params.smoothing > 0  # the policy's answers: every tree once an offset
+    assert model.smoothing_spans_ is not None  # over the split grid's spans
     (out,) = _session(model.release()).run(None, {"X": X[2000:]})
     assert out.shape == (1000, 1)
     np.testing.assert_allclose(out[:, 0], model.predict(X[2000:]), rtol=1e-6, atol=1e-5)

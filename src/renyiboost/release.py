@@ -24,7 +24,7 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from renyiboost.accounting import Calibration
 
@@ -89,6 +89,11 @@ class ReleasedTree(BaseModel):
     leaves: list[float] | list[list[float]]
 
 
+#: :class:`ModelRelease` fields written only when set (a release without them dumps as it
+#: did before they existed).
+OPTIONAL_RELEASE_FIELDS = frozenset({"smoothing_spans"})
+
+
 class ModelRelease(BaseModel):
     """A public model version, or the part of it added since an earlier version.
 
@@ -114,6 +119,18 @@ class ModelRelease(BaseModel):
     max_trees: int | None
     trees: list[ReleasedTree]
     guarantee: PrivacyGuarantee
+    #: Per feature, the span a smoothing window is a share of, when a private split grid
+    #: set it (:meth:`renyiboost.models.grid.QuantileMap.smoothing_spans`: post-processing
+    #: of the grid's noisy histograms); ``None``: the public ranges.
+    smoothing_spans: list[float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_public_spans(self, handler: Any) -> dict[str, Any]:
+        """A release smoothed over the public ranges dumps as it did before spans existed."""
+        dumped = handler(self)
+        if self.smoothing_spans is None:
+            dumped.pop("smoothing_spans", None)
+        return dumped
 
     @property
     def smoothing(self) -> float:

@@ -26,6 +26,7 @@ from renyiboost.accounting.filter import (
     FilterStep,
     IndividualRenyiFilter,
 )
+from renyiboost.accounting.grid import SplitGridRelease
 from renyiboost.accounting.leaf import LeafRelease
 from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaussian_rdp
 from renyiboost.accounting.size import SIZE_ESTIMATE_SHARE, SizeEstimate
@@ -47,6 +48,7 @@ __all__ = [
     "RdpAccountant",
     "SelfComposedEvent",
     "SizeEstimate",
+    "SplitGridRelease",
     "calibrate",
     "dp_epsilon_at_orders",
     "event_rdp",

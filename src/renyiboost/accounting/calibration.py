@@ -4,24 +4,28 @@ The individual Rényi filter (Feldman & Zrnic 2020) enforces a per-record RDP bu
 fixed order α̂; the (ε, δ) statement is the conversion of that budget at α̂
 (:func:`~renyiboost.accounting.conversion.dp_epsilon_at_orders`). A record's budget is
 
-    B = T · charge(full sensitivity) + init charge,
+    B = T · charge(full sensitivity) + init charge + grid charge,
 
-what a record of full sensitivity spends in the T nominal rounds plus the DP initial score.
-Records with smaller gradients are charged less per round and so take part in more rounds.
+what a record of full sensitivity spends in the T nominal rounds plus the DP initial score
+and, for a learner with a private split grid, the grid's histograms
+(:mod:`renyiboost.accounting.grid`). Records with smaller gradients are charged less per
+round and so take part in more rounds.
 
-The search: the initial score takes ``init_share`` of the total RDP at α̂, the trees the
-rest. ε(σ) = min over orders of the converted total is decreasing in σ, so σ is found by
-bisection on a geometric grid of orders, the best order is then refined over every integer
-near it, and σ is bisected once more at that single order.
+The search: the initial score takes ``init_share`` of the total RDP at α̂, the grid
+``grid_share``, the trees the rest. ε(σ) = min over orders of the converted total is
+decreasing in σ, so σ is found by bisection on a geometric grid of orders, the best order
+is then refined over every integer near it, and σ is bisected once more at that single
+order.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from renyiboost.accounting.conversion import dp_epsilon_at_orders
 from renyiboost.accounting.rdp import gaussian_rdp, subsampled_gaussian_rdp
@@ -50,6 +54,18 @@ class Calibration(BaseModel):
     round_charge: float = Field(description="RDP at α̂ of one round for a full-sensitivity record")
     init_charge: float = Field(description="RDP at α̂ of the initial score (worst case)")
     budget_rdp: float = Field(description="per-record RDP budget B at α̂")
+    grid_share: float = Field(0.0, ge=0, lt=1)
+    grid_charge: float = Field(0.0, description="RDP at α̂ of the private split grid")
+
+    @model_serializer(mode="wrap")
+    def _without_an_unused_grid(self, handler: Any) -> dict[str, Any]:
+        """A calibration without a grid dumps as it did before the grid existed, so the
+        fingerprint of a store written then still matches."""
+        dumped = handler(self)
+        if self.grid_share == 0:
+            dumped.pop("grid_share", None)
+            dumped.pop("grid_charge", None)
+        return dumped
 
 
 def _round_rdp(sigma: float, sampling_rate: float, orders: np.ndarray) -> np.ndarray:
@@ -58,21 +74,24 @@ def _round_rdp(sigma: float, sampling_rate: float, orders: np.ndarray) -> np.nda
 
 
 def _epsilon(
-    sigma: float, orders: np.ndarray, rounds: int, sampling_rate: float, init_share: float,
+    sigma: float, orders: np.ndarray, rounds: int, sampling_rate: float, reserved_share: float,
     delta: float,
 ) -> np.ndarray:
-    total = rounds * _round_rdp(sigma, sampling_rate, orders) / (1.0 - init_share)
+    """ε of the budget whose trees take ``1 − reserved_share`` of it (the initial score and
+    the grid the rest)."""
+    total = rounds * _round_rdp(sigma, sampling_rate, orders) / (1.0 - reserved_share)
     return dp_epsilon_at_orders(orders, total * (1.0 + BUDGET_SLACK), delta)
 
 
 def _bisect_sigma(
-    target: float, orders: np.ndarray, rounds: int, sampling_rate: float, init_share: float,
+    target: float, orders: np.ndarray, rounds: int, sampling_rate: float, reserved_share: float,
     delta: float, rel_tol: float,
 ) -> float:
     """Smallest σ (to ``rel_tol``) whose ε, minimised over ``orders``, is ≤ ``target``."""
 
     def eps(sigma: float) -> float:
-        return float(np.min(_epsilon(sigma, orders, rounds, sampling_rate, init_share, delta)))
+        return float(np.min(_epsilon(sigma, orders, rounds, sampling_rate, reserved_share,
+                                     delta)))
 
     lo, hi = 1e-3, 1.0
     while eps(hi) > target:
@@ -100,6 +119,7 @@ def calibrate(
     init_share: float = 0.05,
     max_order: int = 4096,
     order: int | None = None,
+    grid_share: float = 0.0,
 ) -> Calibration:
     """Choose σ and α̂ so that a record's budget converts to at most ``epsilon``.
 
@@ -120,6 +140,10 @@ def calibrate(
     order
         Use this Rényi order instead of searching one (a mechanism composed with others at
         one shared order, e.g. the candidates of a private selection, must use it).
+    grid_share
+        Share of the RDP budget at α̂ spent on a private split grid
+        (:class:`~renyiboost.accounting.grid.SplitGridRelease`); 0 (the paper's learner):
+        the trees split on the public bounds alone.
 
     The result is a function of these public inputs alone, so it is cached (256 entries per
     process): a refit, a restart or a grid of runs does not bisect again (a calibration took
@@ -143,6 +167,9 @@ def calibrate(
         raise ValueError(f"count_share must be in (0, 1), got {count_share!r}")
     if not 0 <= init_share < 1:
         raise ValueError(f"init_share must be in [0, 1), got {init_share!r}")
+    if not 0 <= grid_share < 1 or not init_share + grid_share < 1:
+        raise ValueError(f"grid_share must be in [0, 1 - init_share), got {grid_share!r} "
+                         f"with init_share {init_share!r}")
     if not max_order >= 2:
         raise ValueError(f"max_order must be >= 2, got {max_order!r}")
     rounds = int(rounds)
@@ -151,13 +178,13 @@ def calibrate(
             raise ValueError(f"order must be an integer >= 2, got {order!r}")
         order = int(order)
         sigma = _bisect_sigma(epsilon, np.array([float(order)]), rounds, sampling_rate,
-                              init_share, delta, rel_tol=1e-10)
+                              init_share + grid_share, delta, rel_tol=1e-10)
         return _calibration(epsilon, delta, rounds, sampling_rate, count_share, init_share,
-                            order, sigma)
+                            order, sigma, grid_share)
 
     # 1. σ on a geometric grid of orders (ratio ~1.15): cheap, and an upper bound on ε.
     coarse = np.unique(np.round(np.geomspace(2, max_order, 60)))
-    args = (rounds, sampling_rate, init_share, delta)
+    args = (rounds, sampling_rate, init_share + grid_share, delta)
     sigma = _bisect_sigma(epsilon, coarse, *args, rel_tol=1e-4)
     # 2. The best integer order near the best grid order, at that σ (ternary search: ε is
     #    unimodal in the order there; any order gives a valid bound, this one the least).
@@ -177,23 +204,25 @@ def calibrate(
     # 3. σ once more at that single order, to full precision.
     sigma = _bisect_sigma(epsilon, np.array([float(order)]), *args, rel_tol=1e-10)
     return _calibration(epsilon, delta, rounds, sampling_rate, count_share, init_share, order,
-                        sigma)
+                        sigma, grid_share)
 
 
 def _calibration(
     epsilon: float, delta: float, rounds: int, sampling_rate: float, count_share: float,
-    init_share: float, order: int, sigma: float,
+    init_share: float, order: int, sigma: float, grid_share: float = 0.0,
 ) -> Calibration:
     """The budget and charges of noise scale ``sigma`` at ``order``."""
     round_charge = float(_round_rdp(sigma, sampling_rate, np.array([float(order)]))[0])
     trees_rdp = rounds * round_charge
-    init_charge = trees_rdp * init_share / (1.0 - init_share)
+    trees_share = 1.0 - init_share - grid_share
+    init_charge = trees_rdp * init_share / trees_share
+    grid_charge = trees_rdp * grid_share / trees_share
     init_sigma = None
     if init_share > 0:
         # Init leaf: q = 1 Gaussian with s² ≤ 1, ρ = α/σ_init² (see renyiboost.accounting.leaf).
         init_sigma = math.sqrt(order / init_charge)
         init_charge = float(gaussian_rdp(init_sigma / math.sqrt(2.0), order)[0])
-    budget = (trees_rdp + init_charge) * (1.0 + BUDGET_SLACK)
+    budget = (trees_rdp + init_charge + grid_charge) * (1.0 + BUDGET_SLACK)
     achieved = float(dp_epsilon_at_orders(order, budget, delta)[0])
     return Calibration(
         target_epsilon=epsilon,
@@ -209,6 +238,8 @@ def _calibration(
         round_charge=round_charge,
         init_charge=init_charge,
         budget_rdp=budget,
+        grid_share=grid_share,
+        grid_charge=grid_charge,
     )
 
 
@@ -235,5 +266,6 @@ def stage_calibrations(main: Calibration, stage_rounds: tuple[int, ...]) -> list
     """
     return [calibrate(epsilon=main.target_epsilon, delta=main.delta, rounds=int(rounds),
                       sampling_rate=main.sampling_rate, count_share=main.count_share,
-                      init_share=main.init_share, order=main.order)
+                      init_share=main.init_share, order=main.order,
+                      grid_share=main.grid_share)
             for rounds in stage_rounds]

@@ -734,7 +734,8 @@ class ModelFollower:
             self.validator = RecordValidator(schema, release.task)
             self.task = release.task
             self.store_id = release.store_id
-            self.ensemble = Ensemble.for_schema(schema, release.depth, release.smoothing)
+            self.ensemble = Ensemble.for_schema(schema, release.depth, release.smoothing,
+                                                spans=release.smoothing_spans)
         ens = self.ensemble
         ens.init_score = score_value(release.init_score)
         for tree in release.trees:

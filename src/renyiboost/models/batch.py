@@ -231,6 +231,8 @@ class SGBDT(MarginModel):
         self.size_estimate_: float | None = None
         self.booster: SGBDTBooster | None = None
         self.ensemble: Ensemble | None = None
+        #: The smoothing spans of a private split grid (public; ``None``: public ranges).
+        self.smoothing_spans_: list[float] | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
@@ -251,12 +253,14 @@ class SGBDT(MarginModel):
             return SGBDTParams(**explicit)
         policy = default_params(self._given.task, self._given.epsilon,
                                 PRIOR_RECORDS if records is None else records,
-                                self.schema.n_classes)
+                                self.schema.n_classes,
+                                n_numeric=int(np.count_nonzero(~self.schema.is_categorical)))
         return SGBDTParams(**(policy | explicit))
 
     # ------------------------------------------------------------------ training
     def fit(self, X: np.ndarray, y: np.ndarray) -> SGBDT:
-        """Train on all rows: DP initial score, then ``total_rounds`` rounds.
+        """Train on all rows: DP initial score, the private split grid if ``grid_share``
+        buys one, then ``total_rounds`` rounds.
 
         Parameters the caller did not give come from the default policy
         (:mod:`renyiboost.models.defaults`), which needs the number of rows. It is private,
@@ -284,6 +288,10 @@ class SGBDT(MarginModel):
         score, pool.spent = booster.initial_score(pool)
         booster.ensemble.init_score = score
         pool.margin[:] = score
+        if self.params.grid_share > 0:
+            pool.spent = booster.release_split_grid(pool)
+        spans = booster.smoothing_spans
+        self.smoothing_spans_ = None if spans is None else spans.tolist()
         self.operator_history_ = []
         every = self.params.trees_per_gradient
         gradient_margin = None
@@ -321,6 +329,7 @@ class SGBDT(MarginModel):
             max_trees=None,
             trees=released_trees(ens.features, ens.thresholds, ens.leaves, 0),
             guarantee=self.privacy_guarantee(),
+            smoothing_spans=self.smoothing_spans_,
         )
 
     def to_json(self) -> str:
@@ -332,10 +341,12 @@ class SGBDT(MarginModel):
         release = ModelRelease.model_validate_json(text)
         model = cls(PublicSchema(**release.public_schema), **release.params)
         schema = model.schema
+        model.smoothing_spans_ = release.smoothing_spans
         model.ensemble = Ensemble.for_schema(
             schema, release.depth, model.params.smoothing,
             init_score=np.asarray(release.init_score, dtype=float)
-            if schema.n_outputs > 1 else float(release.init_score))
+            if schema.n_outputs > 1 else float(release.init_score),
+            spans=release.smoothing_spans)
         for tree in release.trees:
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),

@@ -25,6 +25,7 @@ bits both give the same charges, leaf sums and margins.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,15 +39,18 @@ from renyiboost.accounting import (
     ChargeTable,
     IndividualRenyiFilter,
     LeafRelease,
+    SplitGridRelease,
     calibrate,
     stage_calibrations,
 )
 from renyiboost.models import kernels
+from renyiboost.models.grid import QuantileMap
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from renyiboost.models.trees import (
     Ensemble,
     FeatureSelection,
     RandomTreeGrower,
+    input_shifts,
     mains_tree_count,
 )
 from renyiboost.randomness import NoiseSource, noise_source
@@ -72,6 +76,11 @@ class SGBDTParams(BaseModel):
     sampling_rate: float = Field(0.1, gt=0, le=1)
     count_share: float = Field(0.5, gt=0, lt=1, description="r1, leaf noise share of the count")
     init_share: float = Field(0.05, ge=0, lt=1, description="RDP share of the initial score")
+    grid_share: float = Field(
+        0.0, ge=0, lt=1,
+        description="RDP share of a private split grid: noisy histograms of the numeric "
+        "features, at whose quantiles the trees split (models.grid.QuantileMap; batch "
+        "fits). 0: the trees split on the public bounds alone (the paper's learner)")
     grad_clip: float = Field(0.3, gt=0)
     hess_clip: float | None = Field(None, gt=0, le=0.25, description="Newton leaves if set")
     logistic_gradient: Literal["clipped", "proper"] = Field(
@@ -150,6 +159,9 @@ class SGBDTParams(BaseModel):
         if self.leaf_noise == "static" and self.reg_lambda_noise_stds > 0:
             raise ValueError("reg_lambda_noise_stds needs leaf_noise='dynamic': a static leaf "
                              "has no noisy denominator to scale λ by")
+        if self.init_share + self.grid_share >= 1:
+            raise ValueError(f"init_share + grid_share must be < 1, got {self.init_share} + "
+                             f"{self.grid_share}")
         if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise ValueError(f"max_rounds must be >= rounds, got {self.max_rounds} < {self.rounds}")
         return self
@@ -344,6 +356,7 @@ class SGBDTBooster:
                 init_share=params.init_share,
                 max_order=params.max_order,
                 order=params.rdp_order,
+                grid_share=params.grid_share,
             )
             # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
             natural_min = params.count_share if params.hess_clip is None else 0.0
@@ -358,6 +371,11 @@ class SGBDTBooster:
 
             self.stages = (*map(stage, stage_calibrations(self.calibration, stage_rounds)),
                            stage(self.calibration))
+        if params.grid_share > 0 and schema.is_categorical.all():
+            raise ValueError("grid_share buys a split grid for numeric features; this "
+                             "schema has none, so leave grid_share at 0")
+        #: The smoothing windows' spans a private split grid set (``None``: public ranges).
+        self.smoothing_spans: np.ndarray | None = None
         self.rounds_done = 0
         self._uniforms = np.empty(0)  # the compiled round's Poisson uniforms, reused
 
@@ -407,6 +425,34 @@ class SGBDTBooster:
             total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])
             count += float(self.noise.normal(1, init.count_noise_std(1.0))[0])
         return self.score_of_mean(total, count), spent
+
+    def release_split_grid(self, pool: RecordPool) -> np.ndarray:
+        """Release the private split grid from the active pool and install it in the
+        grower (:class:`~renyiboost.models.grid.QuantileMap`); returns the records' new
+        spent budgets.
+
+        Every active record pays the grid's charge in full (``Calibration.grid_charge``,
+        :class:`~renyiboost.accounting.grid.SplitGridRelease`): it adds one count to a bin
+        of every numeric feature's histogram whatever its values. Without privacy the
+        histograms are exact and nothing is charged. A smoothed ensemble's windows then
+        follow the grid (:meth:`~renyiboost.models.grid.QuantileMap.smoothing_spans`).
+        """
+        active = ~pool.retired
+        spent = pool.spent.copy()
+        cal = self.calibration
+        noise_std = 0.0
+        if cal is not None:
+            release = SplitGridRelease(cal.grid_charge, cal.order,
+                                       int(np.count_nonzero(~self.schema.is_categorical)))
+            noise_std = release.count_noise_std
+            spent[active] += cal.grid_charge
+        grid = QuantileMap.release(self.schema, pool.X[active], noise_std, self.noise)
+        self.grower = dataclasses.replace(self.grower, quantile_map=grid)
+        if self.params.smoothing > 0:
+            self.smoothing_spans = grid.smoothing_spans()
+            self.ensemble.shifts = input_shifts(self.schema, self.params.smoothing,
+                                                spans=self.smoothing_spans)
+        return spent
 
     def score_over_public_count(self, total: float, public_count: float) -> float:
         """The initial score from the exact Σ y of the active records (summed over shards)

@@ -17,12 +17,13 @@ over the ``d`` levels, never over trees or records) stays as their reference
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
 
+from renyiboost.models.grid import QuantileMap
 from renyiboost.models.predict_kernels import (
     grow_thresholds,
     leaf_sum_one,
@@ -72,7 +73,8 @@ SMOOTHING_SHIFTS = 8
 
 
 def input_shifts(schema: PublicSchema, smoothing: float,
-                 n_shifts: int = SMOOTHING_SHIFTS) -> np.ndarray | None:
+                 n_shifts: int = SMOOTHING_SHIFTS,
+                 spans: np.ndarray | None = None) -> np.ndarray | None:
     """The offsets a smoothed ensemble adds to a row before each of its ``n_shifts`` walks:
     shape ``(n_shifts, n_features)``, ``None`` when ``smoothing`` is 0.
 
@@ -83,7 +85,9 @@ def input_shifts(schema: PublicSchema, smoothing: float,
     *Lattice Methods for Multiple Integration*, 1994), so a tree that tests several
     features sees the window's corners as well as its diagonal. Categorical codes do not
     move. The offsets read only the public bounds; the average over them is a function of
-    the released trees, so smoothing is free post-processing.
+    the released trees, so smoothing is free post-processing. ``spans`` replaces the public
+    ranges (a private split grid's, :meth:`~renyiboost.models.grid.QuantileMap.
+    smoothing_spans`: post-processing of its release).
 
     >>> from renyiboost.schema import PublicSchema
     >>> input_shifts(PublicSchema(features={"a": (0, 8)}), 0.5, 4)[:, 0].tolist()
@@ -96,7 +100,9 @@ def input_shifts(schema: PublicSchema, smoothing: float,
     k = np.arange(n_shifts)[:, None]
     odd = 2 * np.arange(schema.n_features)[None, :] + 1
     unit = ((k * odd) % n_shifts + 0.5) / n_shifts - 0.5
-    width = np.where(schema.is_categorical, 0.0, smoothing * (schema.upper - schema.lower))
+    if spans is None:
+        spans = schema.upper - schema.lower
+    width = np.where(schema.is_categorical, 0.0, smoothing * spans)
     return np.ascontiguousarray(unit * width[None, :], dtype=np.float64)
 
 
@@ -147,6 +153,10 @@ class RandomTreeGrower:
         ``None``: a numeric threshold is uniform inside the node's still open interval.
         ``m``: it is drawn among ``m`` equidistant candidates of the public range that lie
         inside that interval (among all ``m`` if none does: one child then stays empty).
+    quantile_map
+        A private split grid (:class:`~renyiboost.models.grid.QuantileMap`): the numeric
+        thresholds are drawn by the same rules on [0, 1] and stored as the map's quantiles.
+        ``None``: on the public range.
 
     A categorical node tests a code drawn uniformly among the feature's codes that no node
     above it on its path tested on that feature (among all codes if none is left).
@@ -157,6 +167,7 @@ class RandomTreeGrower:
     feature_selection: FeatureSelection = "random"
     split_candidates: int | None = None
     mains_trees: int = 0
+    quantile_map: QuantileMap | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.depth <= 20:
@@ -212,14 +223,19 @@ class RandomTreeGrower:
             features[:] = (np.where(u[0::2] < 0.5, first, second) if kind == "pair" else
                            np.minimum((u[0::2] * k).astype(np.int64), k - 1))
             u_threshold = u[1::2]
+        lower = np.asarray(schema.lower, dtype=np.float64)
+        upper = np.asarray(schema.upper, dtype=np.float64)
+        if self.quantile_map is not None:
+            lower, upper = self.quantile_map.unit_bounds(lower, upper)
         grow_thresholds(
             features, np.ascontiguousarray(u_threshold, dtype=np.float64),
-            np.ascontiguousarray(schema.lower, dtype=np.float64),
-            np.ascontiguousarray(schema.upper, dtype=np.float64),
+            np.ascontiguousarray(lower), np.ascontiguousarray(upper),
             np.ascontiguousarray(schema.is_categorical, dtype=np.bool_),
             np.ascontiguousarray(schema.n_categories, dtype=np.int64),
             self.split_candidates or 0, thresholds,
         )
+        if self.quantile_map is not None:
+            thresholds = self.quantile_map.values(features, thresholds)
         return features, thresholds
 
 
@@ -252,11 +268,14 @@ class Ensemble:
 
     @classmethod
     def for_schema(cls, schema: PublicSchema, depth: int, smoothing: float = 0.0,
-                   init_score: float | np.ndarray = 0.0) -> Ensemble:
+                   init_score: float | np.ndarray = 0.0,
+                   spans: Sequence[float] | None = None) -> Ensemble:
         """An empty ensemble of depth-``depth`` trees over ``schema``'s features and
-        outputs, smoothed over a window ``smoothing`` wide (:func:`input_shifts`)."""
+        outputs, smoothed over a window ``smoothing`` wide (:func:`input_shifts`; of
+        ``spans``, or of the public ranges)."""
         return cls(depth=depth, is_categorical=schema.is_categorical, init_score=init_score,
-                   n_outputs=schema.n_outputs, shifts=input_shifts(schema, smoothing))
+                   n_outputs=schema.n_outputs, shifts=input_shifts(
+                       schema, smoothing, spans=None if spans is None else np.asarray(spans)))
 
     def __post_init__(self) -> None:
         n_internal = 2**self.depth - 1

@@ -190,6 +190,11 @@ class EngineConfig(BaseModel):
             raise ValueError("trees_per_gradient (batched boosting) is for batch fits: a "
                              "stream's pool changes between rounds, so it has no shared "
                              "gradients to reuse")
+        if self.params.grid_share > 0:
+            raise ValueError("grid_share (a private split grid) is for batch fits: a stream "
+                             "would have to release its histograms at a public position and "
+                             "charge the records present then, which is not built; leave "
+                             "grid_share at 0")
         return self
 
     @classmethod
@@ -214,7 +219,7 @@ class EngineConfig(BaseModel):
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
         learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
-        policy = default_params(task, epsilon, records, public_schema.n_classes)
+        policy = default_params(task, epsilon, records, public_schema.n_classes, stream=True)
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
                                    triggers["trigger_growth"], triggers["max_train_every"])
@@ -241,10 +246,12 @@ class EngineConfig(BaseModel):
 #: Configuration fields added after stores existed, with the value a store written before
 #: each ran with (:meth:`~renyiboost.stream.store.StateStore.load`): such a store resumes
 #: when the caller passes that value (``noise_stages=()``, ``smoothing=0``,
-#: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``, ``mains_cycles=None``).
+#: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``, ``mains_cycles=None``,
+#: ``grid_share=0``).
 ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
     "noise_stages": [], "params": {"smoothing": 0.0, "logistic_gradient": "clipped",
-                                   "reg_lambda_noise_stds": 0.0, "mains_cycles": None}}}
+                                   "reg_lambda_noise_stds": 0.0, "mains_cycles": None,
+                                   "grid_share": 0.0}}}
 
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
 SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})

@@ -1,0 +1,209 @@
+"""The private split grid (``grid_share``): its price, its noise, the trees it shapes, and a
+release that keeps it."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from renyiboost import SGBDTClassifier
+from renyiboost.accounting import SplitGridRelease, calibrate, gaussian_rdp
+from renyiboost.accounting.calibration import BUDGET_SLACK
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.grid import GRID_BINS, GRID_UNIFORM_SHARE, QuantileMap
+from renyiboost.models.trees import RandomTreeGrower
+from renyiboost.randomness import noise_source
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+#: Two numeric features whose records fill the first twentieth of a wide public range (as
+#: a documented bound far above the usual values), and a category.
+SCHEMA = PublicSchema(features={"a": (0.0, 1000.0), "b": (0.0, 1000.0), "c": ["x", "y"]})
+
+
+def _skewed(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values in [0, 50) of [0, 1000]; the label a step at a = 25 and a smaller one in b."""
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.uniform(0, 50, n), rng.uniform(0, 50, n),
+                         rng.integers(0, 2, n).astype(float)])
+    logit = 3.0 * (X[:, 0] > 25) - 1.5 + 1.0 * (X[:, 1] > 10)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-logit))).astype(float)
+    return X, y
+
+
+def test_the_grid_takes_its_share_of_the_budget_and_the_trees_the_rest() -> None:
+    kwargs = {"epsilon": 1.0, "delta": 1e-6, "rounds": 50, "sampling_rate": 1.0,
+              "count_share": 0.1, "init_share": 0.05, "order": 30}
+    plain = calibrate(**kwargs)
+    gridded = calibrate(**kwargs, grid_share=0.1)
+    # the same ε at the same order: the same budget, split three ways
+    assert gridded.budget_rdp == pytest.approx(plain.budget_rdp, rel=1e-8)
+    budget = gridded.budget_rdp / (1 + BUDGET_SLACK)
+    assert gridded.grid_charge == pytest.approx(0.10 * budget, rel=1e-9)
+    assert gridded.init_charge == pytest.approx(0.05 * budget, rel=1e-9)
+    assert gridded.rounds * gridded.round_charge == pytest.approx(0.85 * budget, rel=1e-9)
+    assert gridded.sigma > plain.sigma  # the trees pay for the grid with noise
+    assert gridded.epsilon <= 1.0
+    # a calibration without a grid dumps as before (stores pin its fingerprint)
+    assert "grid_share" not in plain.model_dump() and "grid_charge" not in plain.model_dump()
+    assert gridded.model_dump()["grid_charge"] == gridded.grid_charge
+    with pytest.raises(ValueError, match="grid_share must be in"):
+        calibrate(epsilon=1.0, delta=1e-6, rounds=5, init_share=0.5, grid_share=0.5)
+
+
+def test_the_histograms_noise_is_the_gaussian_their_charge_pays_for() -> None:
+    """Four histograms move by √4 = 2 in L2 when a record comes or goes: σ = 2·z, z the
+    noise multiplier whose Gaussian RDP at α̂ is the charge (Mironov 2017, Prop. 7)."""
+    release = SplitGridRelease(charge=0.02, order=25, n_histograms=4)
+    assert release.count_noise_std == pytest.approx(2 * math.sqrt(25 / 0.04))
+    assert gaussian_rdp(release.count_noise_std / 2, [25])[0] == pytest.approx(0.02)
+    # twice the histograms at the same charge: √2 times the noise
+    wider = SplitGridRelease(charge=0.02, order=25, n_histograms=8)
+    assert wider.count_noise_std == pytest.approx(math.sqrt(2) * release.count_noise_std)
+
+
+class _RecordingNoise:
+    """A seeded source that records the std of every Gaussian draw."""
+
+    def __init__(self) -> None:
+        self.inner = noise_source(0)
+        self.normal_stds: list[tuple[int, float]] = []
+
+    def normal(self, size: int, std: float = 1.0) -> np.ndarray:
+        self.normal_stds.append((size, float(std)))
+        return self.inner.normal(size, std)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_every_record_pays_the_grid_and_every_count_gets_its_noise() -> None:
+    """Would fail if a record were under-charged for the histograms, if their noise were
+    smaller than the charge pays for, or if a categorical feature got a histogram."""
+    X, y = _skewed(2000, 0)
+    params = SGBDTParams(task="classification", epsilon=1.0, rounds=20, depth=3,
+                         sampling_rate=1.0, hess_clip=0.1, init_share=0.0, grid_share=0.1)
+    noise = _RecordingNoise()
+    booster = SGBDTBooster(params, SCHEMA, seed=0, noise=noise)
+    pool = RecordPool.from_arrays(X, booster.loss.scale(y))
+    spent = booster.release_split_grid(pool)
+    cal = booster.calibration
+    assert cal.grid_charge > 0
+    np.testing.assert_array_equal(spent, np.full(2000, cal.grid_charge))
+    expected = SplitGridRelease(cal.grid_charge, cal.order, 2).count_noise_std
+    assert noise.normal_stds == [(2 * GRID_BINS, pytest.approx(expected))]
+    grid = booster.grower.quantile_map
+    assert grid is not None and grid.mapped.tolist() == [True, True, False]
+
+
+def test_a_fit_with_a_grid_never_spends_past_the_budget() -> None:
+    X, y = _skewed(3000, 1)
+    model = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, expected_records=3000,
+                  grid_share=0.05).fit(X, y)
+    cal = model.booster.calibration
+    assert cal.grid_share == 0.05 and cal.grid_charge > 0
+    assert model.privacy_guarantee().epsilon <= 1.0
+    assert model.booster.filter.budget_rdp == cal.budget_rdp
+
+
+def test_thresholds_follow_the_data_and_categories_keep_their_codes() -> None:
+    X, _ = _skewed(5000, 2)
+    grid = QuantileMap.release(SCHEMA, X, 0.0, noise_source(0))
+    public = RandomTreeGrower(SCHEMA, depth=4, feature_selection="random",
+                              split_candidates=32)
+    gridded = RandomTreeGrower(SCHEMA, depth=4, feature_selection="random",
+                               split_candidates=32, quantile_map=grid)
+    inside = {}
+    for name, grower in (("public", public), ("grid", gridded)):
+        rng = noise_source(1)
+        found = []
+        for t in range(200):
+            features, thresholds = grower.grow(t, rng)
+            numeric = features < 2
+            found.append(thresholds[numeric] < 50)
+            codes = thresholds[~numeric]
+            assert set(codes.tolist()) <= {0.0, 1.0}
+        inside[name] = float(np.concatenate(found).mean())
+    # 1/20 of the public candidates lie among the data; with the grid, all but the
+    # uniform share's (a fifth) and the ones that the ancestors narrowed outside
+    assert inside["public"] < 0.1
+    assert inside["grid"] > 1 - GRID_UNIFORM_SHARE - 0.1
+
+
+def test_the_grid_learns_where_the_public_range_is_mostly_empty() -> None:
+    """The steps at a = 25 and b = 10 lie where 1 in 20 public candidates fall: with the
+    grid the held-out AUC is higher on every seed."""
+    X, y = _skewed(6000, 3)
+    gains = []
+    for seed in range(3):
+        scores = []
+        for grid_share in (0.0, 0.05):
+            model = SGBDT(SCHEMA, seed=seed, task="classification", epsilon=1.0,
+                          expected_records=4000, grid_share=grid_share).fit(X[:4000], y[:4000])
+            scores.append(roc_auc_score(y[4000:], model.predict_proba(X[4000:])[:, 1]))
+        gains.append(scores[1] - scores[0])
+    assert min(gains) > 0.01, gains
+
+
+def test_a_release_keeps_the_grids_smoothing_and_answers_the_same() -> None:
+    X, y = _skewed(3000, 4)
+    model = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, expected_records=3000,
+                  grid_share=0.05).fit(X, y)
+    spans = model.smoothing_spans_
+    assert spans is not None and spans[0] < 100 and spans[1] < 100  # the data fill 50
+    text = model.to_json()
+    assert json.loads(text)["smoothing_spans"] == spans
+    loaded = SGBDT.from_json(text)
+    np.testing.assert_allclose(loaded.predict_proba(X[:500]), model.predict_proba(X[:500]))
+    plain = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0,
+                  expected_records=3000, grid_share=0.0).fit(X, y)
+    assert "smoothing_spans" not in json.loads(plain.to_json())  # as before the grid
+
+
+def test_options_that_cannot_hold_a_grid_are_refused() -> None:
+    with pytest.raises(ValueError, match="init_share \\+ grid_share must be < 1"):
+        SGBDTParams(init_share=0.5, grid_share=0.5)
+    categories = PublicSchema(features={"c": ["x", "y"]})
+    with pytest.raises(ValueError, match="has none, so leave grid_share at 0"):
+        SGBDTBooster(SGBDTParams(task="classification", grid_share=0.05), categories)
+    with pytest.raises(ValueError, match="grid_share \\(a private split grid\\) is for batch"):
+        EngineConfig.from_defaults(SCHEMA, "classification", 1.0, grid_share=0.05)
+    with pytest.raises(TypeError, match="grid_share"):  # the River estimators do not take it
+        SGBDTClassifier(dict(SCHEMA.features), epsilon=1.0, grid_share=0.05)
+
+
+def test_a_missing_value_counts_in_no_bin_and_few_values_keep_the_public_grid() -> None:
+    X, _ = _skewed(2000, 5)
+    holes = X.copy()
+    holes[:500, 0] = np.nan
+    exact = QuantileMap.release(SCHEMA, X[500:], 0.0, noise_source(0))
+    with_holes = QuantileMap.release(SCHEMA, holes, 0.0, noise_source(0))
+    # feature a's histogram is that of the 1,500 rows that have it
+    np.testing.assert_allclose(with_holes.cdf[0], exact.cdf[0])
+    # three distinct values, each alone in its bin: the public grid
+    three = np.column_stack([np.tile([0.0, 500.0, 1000.0], 700)[:2000], X[:, 1], X[:, 2]])
+    grid = QuantileMap.release(SCHEMA, three, 0.0, noise_source(0))
+    assert grid.mapped.tolist() == [False, True, False]
+    # an unmapped feature's thresholds are not moved (the grower draws them on its bounds)
+    np.testing.assert_allclose(grid.values(np.array([0, 0]), np.array([250.0, 500.0])),
+                               [250.0, 500.0])
+
+
+def test_the_policy_buys_a_grid_for_batch_fits_over_numeric_features_only() -> None:
+    X, y = _skewed(2000, 6)
+    assert SGBDT(SCHEMA, task="classification", epsilon=1.0,
+                 expected_records=2000).params.grid_share == 0.05
+    assert EngineConfig.from_defaults(SCHEMA, "classification", 1.0).params.grid_share == 0.0
+    categories = PublicSchema(features={"c": ["x", "y"]})
+    model = SGBDT(categories, seed=0, task="classification", epsilon=1.0,
+                  expected_records=2000).fit(X[:, 2:], y)
+    assert model.params.grid_share == 0.0 and model.smoothing_spans_ is None

@@ -381,6 +381,20 @@ def test_a_private_selection_releases_one_run_at_the_accounted_budget() -> None:
         private_tune(schema, X, y, "classification", 1.0, candidates=[{"depth": 2}])
 
 
+def test_the_default_candidates_fit_the_schemas_labels_and_features() -> None:
+    """A multiclass schema's candidates are the multiclass policy (they once were the
+    binary one, whose Newton leaves and proper gradients a multiclass learner refuses);
+    a schema without numeric features gets no split grid."""
+    from renyiboost.models.tuning import default_candidates
+
+    three = PublicSchema(features={"a": (0.0, 1.0), "c": ["u", "v"]}, labels=["x", "y", "z"])
+    for params in default_candidates("classification", 1.0, n_numeric=1, n_classes=3):
+        assert params["hess_clip"] is None and params["logistic_gradient"] == "clipped"
+        SGBDTBooster(SGBDTParams(task="classification", epsilon=1.0, **params), three)
+    assert {params["grid_share"] for params in default_candidates("regression", 1.0, 0)} == {
+        0.0}
+
+
 def test_the_cli_runs_a_private_selection(capsys) -> None:
     import json
 

@@ -35,15 +35,15 @@ from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
 
 
-def default_candidates(task: str, epsilon: float, n_numeric: int = 1
-                       ) -> list[dict[str, Any]]:
+def default_candidates(task: str, epsilon: float, n_numeric: int = 1,
+                       n_classes: int = 2) -> list[dict[str, Any]]:
     """Nine public candidates: the default policy at 1,000 / 10,000 / 100,000 records, each
     with learning rates 0.1 / 0.2 / 0.4 (what a user unsure of the size would try), for a
-    schema of ``n_numeric`` numeric features."""
+    schema of ``n_numeric`` numeric features and ``n_classes`` labels."""
     out = []
     for records in (1_000, 10_000, 100_000):
         for rate in (0.1, 0.2, 0.4):
-            out.append(default_params(task, epsilon, records, n_numeric=n_numeric)
+            out.append(default_params(task, epsilon, records, n_classes, n_numeric=n_numeric)
                        | {"learning_rate": rate})
     return out
 
@@ -99,7 +99,7 @@ def private_tune(
     docstring). Candidates must give every policy parameter (no run may buy a size
     estimate: its Laplace count is not Rényi-accounted at α̂)."""
     pool = list(candidates) if candidates is not None else default_candidates(
-        task, epsilon, int(np.count_nonzero(~schema.is_categorical)))
+        task, epsilon, int(np.count_nonzero(~schema.is_categorical)), schema.n_classes)
     if not pool:
         raise ValueError("need at least one candidate")
     for index, params in enumerate(pool):

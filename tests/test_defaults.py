@@ -51,8 +51,9 @@ def test_the_policy_gives_its_documented_values() -> None:
         "logistic_gradient": "clipped", "reg_lambda_noise_stds": 0.8, "mains_cycles": 20,
         "grid_share": 0.05,
     }
-    # the split grid: batch fits over numeric features only
-    assert default_params("classification", 0.5, 30_000, stream=True)["grid_share"] == 0.0
+    # the split grid: batch fits and hinted streams over numeric features only
+    assert default_params("classification", 0.5, 30_000, unhinted_stream=True)[
+        "grid_share"] == 0.0
     assert default_params("regression", 0.5, 3_000, n_numeric=0)["grid_share"] == 0.0
     assert default_params("classification", 1.0, 30_000)["logistic_gradient"] == "proper"
     assert [default_params("classification", 1.0, n)["feature_selection"]

@@ -21,7 +21,9 @@ from renyiboost.models.grid import GRID_BINS, GRID_UNIFORM_SHARE, QuantileMap
 from renyiboost.models.trees import RandomTreeGrower
 from renyiboost.randomness import noise_source
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.sharded import ShardedEngine
+from renyiboost.stream.store import GridEvent, SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
 
@@ -175,10 +177,14 @@ def test_options_that_cannot_hold_a_grid_are_refused() -> None:
     categories = PublicSchema(features={"c": ["x", "y"]})
     with pytest.raises(ValueError, match="has none, so leave grid_share at 0"):
         SGBDTBooster(SGBDTParams(task="classification", grid_share=0.05), categories)
-    with pytest.raises(ValueError, match="grid_share \\(a private split grid\\) is for batch"):
+    with pytest.raises(ValueError, match="without a hint leave grid_share at 0"):
         EngineConfig.from_defaults(SCHEMA, "classification", 1.0, grid_share=0.05)
-    with pytest.raises(TypeError, match="grid_share"):  # the River estimators do not take it
-        SGBDTClassifier(dict(SCHEMA.features), epsilon=1.0, grid_share=0.05)
+    with pytest.raises(ValueError, match="without a hint leave grid_share at 0"):
+        SGBDTClassifier(dict(SCHEMA.features), epsilon=1.0, grid_share=0.05).learn_one(
+            {"a": 1.0, "b": 2.0, "c": "x"}, True)
+    hinted = EngineConfig.from_defaults(SCHEMA, "classification", 1.0, expected_records=500)
+    with pytest.raises(ValueError, match="a sharded stream does not release a split grid"):
+        ShardedEngine(hinted, [None, None])
 
 
 def test_a_missing_value_counts_in_no_bin_and_few_values_keep_the_public_grid() -> None:
@@ -203,7 +209,92 @@ def test_the_policy_buys_a_grid_for_batch_fits_over_numeric_features_only() -> N
     assert SGBDT(SCHEMA, task="classification", epsilon=1.0,
                  expected_records=2000).params.grid_share == 0.05
     assert EngineConfig.from_defaults(SCHEMA, "classification", 1.0).params.grid_share == 0.0
+    assert EngineConfig.from_defaults(SCHEMA, "classification", 1.0,
+                                      expected_records=2000).params.grid_share == 0.05
     categories = PublicSchema(features={"c": ["x", "y"]})
     model = SGBDT(categories, seed=0, task="classification", epsilon=1.0,
                   expected_records=2000).fit(X[:, 2:], y)
     assert model.params.grid_share == 0.0 and model.smoothing_spans_ is None
+
+
+def _hinted_stream(store=None, seed: int = 0, n: int = 2000) -> StreamEngine:
+    config = EngineConfig.from_defaults(SCHEMA, "classification", 1.0, expected_records=n)
+    return StreamEngine(config, store=store, seed=seed)
+
+
+def test_a_hinted_stream_releases_its_grid_at_its_end_from_the_records_that_afford_it(
+) -> None:
+    """Before the hinted end the trees split on the public grid; at it, the records whose
+    spent budget affords the charge pay it (and only they), the grid is installed and the
+    end burst's trees split on it. Would fail if a record were charged without affording
+    it, or one that affords it went uncharged."""
+    X, y = _skewed(2000, 7)
+    engine = _hinted_stream()
+    engine.add(X[:1999], y[:1999], [str(i) for i in range(1999)])
+    assert engine.booster.grower.quantile_map is None
+    before = engine.active_pool()
+    budget, charge = engine.booster.filter.budget_rdp, engine.booster.calibration.grid_charge
+    event = GridEvent(charge, np.zeros((3, GRID_BINS + 1)), np.zeros(3, dtype=bool))
+    charged = engine._grid_state(event).spent[~engine.pool.retired]
+    affords = before.spent + charge <= budget
+    np.testing.assert_array_equal(charged, np.where(affords, before.spent + charge,
+                                                    before.spent))
+    rounds_before = engine.rounds_done
+    engine.add(X[1999:], y[1999:], ["1999"])  # the hinted end: the grid, then the burst
+    assert engine.booster.grower.quantile_map is not None
+    assert engine.rounds_done > rounds_before + engine.config.final_trees // 2
+    payers = before.spent + charge <= budget
+    assert payers.any() and (~payers).any()  # early records spent theirs on the trees
+    assert engine.release().smoothing_spans is not None
+    # the burst's trees cut inside the data's first twentieth of the public range
+    last = engine.ensemble.thresholds[-engine.config.final_trees:]
+    numeric = engine.ensemble.features[-engine.config.final_trees:] < 2
+    assert (last[numeric] < 50).mean() > 0.6
+
+
+@pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
+def test_a_restart_after_the_grid_restores_it_and_its_charges(tmp_path,
+                                                            snapshot_ratio: float) -> None:
+    """The grid survives a crash both ways: replayed from its event (charging the same
+    records again from the stored pool) or read from the state after a snapshot dropped
+    the event; the restored run then trains exactly as the one that never stopped."""
+    X, y = _skewed(2400, 8)
+    keys = [str(i) for i in range(2400)]
+    path = tmp_path / "state.db"
+    first = _hinted_stream(SQLiteStore(path, create=True, snapshot_ratio=snapshot_ratio))
+    first.add(X[:2000], y[:2000], keys[:2000])
+    assert first.booster.grower.quantile_map is not None
+    first.store.close()  # a crash
+    straight = _hinted_stream()
+    straight.add(X[:2000], y[:2000], keys[:2000])
+    again = _hinted_stream(SQLiteStore(path, snapshot_ratio=snapshot_ratio))
+    grid, expected = again.booster.grower.quantile_map, straight.booster.grower.quantile_map
+    assert grid is not None
+    np.testing.assert_array_equal(grid.cdf, expected.cdf)
+    np.testing.assert_array_equal(again.active_pool().spent, straight.active_pool().spent)
+    np.testing.assert_array_equal(again.ensemble.shifts, straight.ensemble.shifts)
+    for engine in (again, straight):
+        engine.add(X[2000:], y[2000:], keys[2000:])  # later trees split on the grid
+    np.testing.assert_array_equal(again.ensemble.thresholds, straight.ensemble.thresholds)
+    np.testing.assert_array_equal(again.predict_margin(X[:100]), straight.predict_margin(X[:100]))
+
+
+def test_a_follower_takes_up_the_grids_smoothing_when_it_arrives() -> None:
+    """A model follower built from a release before the grid answers as the engine does
+    after the grid's release too (its smoothing spans arrive with the later versions)."""
+    from renyiboost.connectors.kafka import ModelFollower
+
+    X, y = _skewed(2000, 9)
+    engine = _hinted_stream()
+    engine.add(X[:1500], y[:1500], [str(i) for i in range(1500)])
+    follower = object.__new__(ModelFollower)  # no broker: the releases are applied directly
+    follower.ensemble, follower.validator, follower._next_round, follower._spans = (
+        None, None, 0, None)
+    early = engine.release()
+    follower._apply(early)
+    assert early.smoothing_spans is None
+    engine.add(X[1500:], y[1500:], [str(i) for i in range(1500, 2000)])
+    follower._apply(engine.release())
+    assert follower._spans is not None
+    np.testing.assert_allclose(follower.ensemble.predict_margin(X[:200]),
+                               engine.predict_margin(X[:200]), rtol=1e-12)

@@ -79,7 +79,7 @@ from renyiboost.exceptions import (
     ShardUnavailable,
 )
 from renyiboost.models.losses import class_probabilities, unscale_margin
-from renyiboost.models.trees import Ensemble
+from renyiboost.models.trees import Ensemble, input_shifts
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
@@ -702,6 +702,7 @@ class ModelFollower:
         self.task = "regression"
         self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
+        self._spans: list[float] | None = None  # the release's smoothing spans
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
         """Apply the releases available now; returns how many were applied."""
@@ -736,7 +737,13 @@ class ModelFollower:
             self.store_id = release.store_id
             self.ensemble = Ensemble.for_schema(schema, release.depth, release.smoothing,
                                                 spans=release.smoothing_spans)
+            self._spans = release.smoothing_spans
         ens = self.ensemble
+        if release.smoothing_spans != self._spans:  # a hinted stream released its grid
+            spans = release.smoothing_spans
+            ens.shifts = input_shifts(PublicSchema(**release.public_schema), release.smoothing,
+                                      spans=None if spans is None else np.asarray(spans))
+            self._spans = spans
         ens.init_score = score_value(release.init_score)
         for tree in release.trees:
             if tree.round >= self._next_round:

@@ -79,8 +79,9 @@ class SGBDTParams(BaseModel):
     grid_share: float = Field(
         0.0, ge=0, lt=1,
         description="RDP share of a private split grid: noisy histograms of the numeric "
-        "features, at whose quantiles the trees split (models.grid.QuantileMap; batch "
-        "fits). 0: the trees split on the public bounds alone (the paper's learner)")
+        "features, at whose quantiles the trees split (models.grid.QuantileMap; a batch "
+        "fit's before its trees, a hinted stream's at its end). 0: the trees split on the "
+        "public bounds alone (the paper's learner)")
     grad_clip: float = Field(0.3, gt=0)
     hess_clip: float | None = Field(None, gt=0, le=0.25, description="Newton leaves if set")
     logistic_gradient: Literal["clipped", "proper"] = Field(
@@ -439,20 +440,29 @@ class SGBDTBooster:
         """
         active = ~pool.retired
         spent = pool.spent.copy()
+        if self.calibration is not None:
+            spent[active] += self.calibration.grid_charge
+        self.install_split_grid(self.draw_split_grid(pool.X[active]))
+        return spent
+
+    def draw_split_grid(self, X: np.ndarray) -> QuantileMap:
+        """The split grid of the rows ``X`` (each of which must pay ``grid_charge``), with
+        the noise its charge pays for (:class:`~renyiboost.accounting.grid.
+        SplitGridRelease`; none without privacy)."""
         cal = self.calibration
         noise_std = 0.0
         if cal is not None:
-            release = SplitGridRelease(cal.grid_charge, cal.order,
-                                       int(np.count_nonzero(~self.schema.is_categorical)))
-            noise_std = release.count_noise_std
-            spent[active] += cal.grid_charge
-        grid = QuantileMap.release(self.schema, pool.X[active], noise_std, self.noise)
+            noise_std = SplitGridRelease(cal.grid_charge, cal.order, int(np.count_nonzero(
+                ~self.schema.is_categorical))).count_noise_std
+        return QuantileMap.release(self.schema, X, noise_std, self.noise)
+
+    def install_split_grid(self, grid: QuantileMap) -> None:
+        """Grow later trees on ``grid`` and smooth answers over its spans."""
         self.grower = dataclasses.replace(self.grower, quantile_map=grid)
         if self.params.smoothing > 0:
             self.smoothing_spans = grid.smoothing_spans()
             self.ensemble.shifts = input_shifts(self.schema, self.params.smoothing,
                                                 spans=self.smoothing_spans)
-        return spent
 
     def score_over_public_count(self, total: float, public_count: float) -> float:
         """The initial score from the exact Σ y of the active records (summed over shards)

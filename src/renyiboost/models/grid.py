@@ -127,6 +127,17 @@ class QuantileMap:
         cdf[mapped, -1] = 1.0
         return cls(edges, cdf, mapped)
 
+    @classmethod
+    def from_cdf(cls, schema: PublicSchema, cdf: np.ndarray, mapped: np.ndarray
+                 ) -> QuantileMap:
+        """The map of a stored release (``cdf`` rows and ``mapped``; the edges are the
+        public range's)."""
+        lower = np.asarray(schema.lower, dtype=np.float64)
+        upper = np.asarray(schema.upper, dtype=np.float64)
+        cdf = np.asarray(cdf, dtype=np.float64)
+        edges = lower[:, None] + (upper - lower)[:, None] * np.linspace(0.0, 1.0, cdf.shape[1])
+        return cls(edges, cdf, np.asarray(mapped, dtype=bool))
+
     def values(self, features: np.ndarray, unit_thresholds: np.ndarray) -> np.ndarray:
         """The thresholds in the features' own units: F⁻¹(t) for a numeric feature's node,
         ``t`` unchanged for a categorical one (a code)."""

@@ -96,6 +96,7 @@ from renyiboost.models.defaults import (
     supported_depth,
     trees_per_trigger,
 )
+from renyiboost.models.grid import QuantileMap
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
@@ -103,6 +104,7 @@ from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
     Commit,
     Event,
+    GridEvent,
     InitEvent,
     MergeEvent,
     PoolState,
@@ -190,11 +192,10 @@ class EngineConfig(BaseModel):
             raise ValueError("trees_per_gradient (batched boosting) is for batch fits: a "
                              "stream's pool changes between rounds, so it has no shared "
                              "gradients to reuse")
-        if self.params.grid_share > 0:
-            raise ValueError("grid_share (a private split grid) is for batch fits: a stream "
-                             "would have to release its histograms at a public position and "
-                             "charge the records present then, which is not built; leave "
-                             "grid_share at 0")
+        if self.params.grid_share > 0 and self.final_at is None:
+            raise ValueError("grid_share (a private split grid): a stream releases its "
+                             "histograms at the end its expected_records hint names, before "
+                             "the end burst; without a hint leave grid_share at 0")
         return self
 
     @classmethod
@@ -219,7 +220,10 @@ class EngineConfig(BaseModel):
         if "train_every" in triggers and "trigger_growth" not in triggers:
             triggers |= {"trigger_growth": 0.0, "max_train_every": None}  # a fixed interval
         learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
-        policy = default_params(task, epsilon, records, public_schema.n_classes, stream=True)
+        policy = default_params(
+            task, epsilon, records, public_schema.n_classes,
+            n_numeric=int(np.count_nonzero(~public_schema.is_categorical)),
+            unhinted_stream=expected_records is None)  # a grid needs a hinted end
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
                                    triggers["trigger_growth"], triggers["max_train_every"])
@@ -843,8 +847,9 @@ class StreamEngine:
         """Merge pending records and run ``rounds`` rounds; returns the trees added.
 
         The initial score is released first if it has not been and ``warmup`` positions
-        have passed (else nothing is released). Every round releases a tree, whoever is
-        eligible; only ``max_rounds`` (a public count) stops them.
+        have passed (else nothing is released), and a hinted stream's split grid once its
+        expected end has passed (:meth:`_release_split_grid`). Every round releases a tree,
+        whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
         self._usable()
         self._merge_pending()
@@ -853,7 +858,47 @@ class StreamEngine:
                 return 0
             self._check_arrived()
             self._release_initial_score()
+        if self._grid_due():
+            self._release_split_grid()
         return run_rounds(self.config, self.booster, self._round, rounds)
+
+    def _grid_due(self) -> bool:
+        """Whether the split grid is released now: at the first trigger from a hinted
+        stream's expected end on, before its end burst (a function of the positions:
+        public), once."""
+        config = self.config
+        return (config.params.grid_share > 0 and config.final_at is not None
+                and self._positions >= config.final_at
+                and self.booster.grower.quantile_map is None)
+
+    def _release_split_grid(self) -> None:
+        """Release the split grid from the active records that can still afford its charge,
+        commit their charges, then make it the grower's (the trees after it split on it).
+
+        Every record has arrived by the hinted end; those that spent their budget on the
+        stream's trees are left out by the filter's rule (their own spent budget), as an
+        ineligible record is left out of a round. Without privacy every active record counts.
+        """
+        cal = self.booster.calibration
+        charge = 0.0 if cal is None else cal.grid_charge
+        payers = self._grid_payers(charge)
+        grid = self.booster.draw_split_grid(self.pool.X[payers])
+        event = GridEvent(charge, grid.cdf, grid.mapped)
+        self._commit_and_install(event, self._grid_state(event))
+        log.info("split grid released at stream position %d from %d records",
+                 self._positions, int(payers.sum()))
+
+    def _grid_payers(self, charge: float) -> np.ndarray:
+        """The active records whose spent budget affords ``charge`` (public rule, own data)."""
+        pool = self.pool
+        budget = self.booster.filter.budget_rdp if self.booster.filter is not None else np.inf
+        return ~pool.retired & (pool.spent + charge <= budget)
+
+    def _grid_state(self, event: GridEvent) -> RecordPool:
+        pool = self.pool
+        spent = np.where(self._grid_payers(event.charge), pool.spent + event.charge,
+                         pool.spent)
+        return RecordPool(pool.X, pool.target, pool.margin, spent, pool.retired)
 
     def finish(self) -> int:
         """The stream ends here: run an end burst of a share of the nominal rounds (a half
@@ -919,7 +964,10 @@ class StreamEngine:
         cal = self.booster.calibration
         charge = cal.init_charge if cal is not None and cal.init_sigma is not None else 0.0
         event = InitEvent(score, charge)
-        after = self._init_state(event)
+        self._commit_and_install(event, self._init_state(event))
+
+    def _commit_and_install(self, event: InitEvent | GridEvent, after: RecordPool) -> None:
+        """Commit ``event`` with the pool ``after`` it, then make it visible."""
         newly = self._newly_retired(after)
         self._commit(event, after, newly)
         self._install(event, after, newly)
@@ -1021,7 +1069,7 @@ class StreamEngine:
         """Rows that ``after`` retires (a row never comes back, so XOR finds them)."""
         return np.flatnonzero(after.retired ^ self.pool.retired)
 
-    def _commit(self, event: InitEvent | RoundEvent | None, after: RecordPool,
+    def _commit(self, event: InitEvent | RoundEvent | GridEvent | None, after: RecordPool,
                 newly: np.ndarray | None = None, snapshot: bool = False) -> None:
         """Make the output and the merges before it durable (before anything is visible)."""
         self._drain()  # announcements first: a listener that raises leaves nothing half-built
@@ -1042,7 +1090,7 @@ class StreamEngine:
             snapshot=snapshot,
         )
         self._pending_events, self._uncommitted_keys = [], []
-        outputs = [] if event is None else [event]
+        outputs = [] if event is None or isinstance(event, GridEvent) else [event]
         if self._deferred is not None:
             self._deferred.append(change)
             self._deferred_outputs += outputs
@@ -1130,12 +1178,15 @@ class StreamEngine:
             self._deferred, self._deferred_outputs = None, []
         self._drain()
 
-    def _install(self, event: InitEvent | RoundEvent, after: RecordPool,
+    def _install(self, event: InitEvent | RoundEvent | GridEvent, after: RecordPool,
                  newly: np.ndarray | None = None) -> None:
         """Make a committed output visible and compact the pool (retired keys leave)."""
         if isinstance(event, InitEvent):
             self.booster.ensemble.init_score = event.score
             self._initialized = True
+        elif isinstance(event, GridEvent):
+            self.booster.install_split_grid(
+                QuantileMap.from_cdf(self.schema, event.cdf, event.mapped))
         else:
             self.booster.ensemble.append(event.features, event.thresholds, event.leaves)
             self.booster.rounds_done += 1
@@ -1172,10 +1223,12 @@ class StreamEngine:
         return PoolState(self.pool_uids, pool.X, pool.target, pool.margin, pool.spent,
                          live=~pool.retired).compacted()
 
-    def _state_meta(self, rounds_done: int, event: InitEvent | RoundEvent | None
+    def _state_meta(self, rounds_done: int, event: Event | None
                     ) -> dict[str, Any]:
-        """The state as it will be once ``event`` is installed."""
+        """The state as it will be once ``event`` is installed (the split grid too: a
+        snapshot drops the event that released it)."""
         init = isinstance(event, InitEvent)
+        grid = self.booster.grower.quantile_map
         return {
             "n_features": self.schema.n_features,
             "depth": self.config.params.depth,
@@ -1188,6 +1241,8 @@ class StreamEngine:
                                      else self.booster.ensemble.init_score).tolist(),
             "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
+            "grid": _grid_meta(event.cdf, event.mapped) if isinstance(event, GridEvent)
+            else None if grid is None else _grid_meta(grid.cdf, grid.mapped),
         }
 
     def _restore(self, snap: Snapshot) -> None:
@@ -1220,12 +1275,19 @@ class StreamEngine:
                                                       margin=self._margins(event.margin)))
             elif isinstance(event, InitEvent):
                 self._install(event, self._init_state(event))
+            elif isinstance(event, GridEvent):
+                self._install(event, self._grid_state(event))
             else:
                 outcome = self.booster.replay_outcome(
                     self.pool, event.features, event.thresholds,
                     event.leaves.reshape(self.booster.ensemble.leaf_shape), event.stage)
                 self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
+        grid = meta.get("grid")
+        if grid is not None and self.booster.grower.quantile_map is None:
+            # released before the snapshot, whose spent budgets hold its charges
+            self.booster.install_split_grid(
+                QuantileMap.from_cdf(self.schema, grid["cdf"], grid["mapped"]))
         self._offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self._offsets)
         self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
@@ -1459,7 +1521,14 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
         trees=released_trees(ens.features, ens.thresholds, ens.leaves, first_round,
                              range(after - 1, version - 1)),
         guarantee=privacy_guarantee_of(config, booster),
+        smoothing_spans=None if booster.smoothing_spans is None
+        else booster.smoothing_spans.tolist(),
     )
+
+
+def _grid_meta(cdf: np.ndarray, mapped: np.ndarray) -> dict[str, Any]:
+    """A split grid as the state's meta holds it (JSON)."""
+    return {"cdf": np.asarray(cdf).tolist(), "mapped": np.asarray(mapped).tolist()}
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

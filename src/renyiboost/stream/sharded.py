@@ -370,6 +370,10 @@ class ShardedEngine:
             raise ValueError("a multiclass model trains on one engine: the sharded initial "
                              "score sums one label a record, not a class histogram "
                              "(not built yet)")
+        if config.params.grid_share > 0:
+            raise ValueError("a sharded stream does not release a split grid yet (the "
+                             "shards' histograms would be summed as their leaf sums are; not "
+                             "built): pass grid_share=0")
         if not isinstance(shards, Sequence):
             self.shards: ShardGroup = shards
         elif len(shards) < 1:

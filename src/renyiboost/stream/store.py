@@ -142,7 +142,19 @@ class RoundEvent:
     stage: int | None = None  # the noise stage the round ran at (None: the only one)
 
 
-Event = MergeEvent | InitEvent | RoundEvent
+@dataclass(frozen=True)
+class GridEvent:
+    """The private split grid was released from the active records that could afford
+    ``charge``, each of them charged it (:class:`~renyiboost.models.grid.QuantileMap`: its
+    ``cdf`` rows and the features it moves). A replay charges the same records: which
+    could afford it is a function of the pool's spent budgets at that point."""
+
+    charge: float
+    cdf: np.ndarray
+    mapped: np.ndarray
+
+
+Event = MergeEvent | InitEvent | RoundEvent | GridEvent
 
 
 @dataclass
@@ -551,6 +563,9 @@ class SQLStateStore(StateStore):
                               _array(seg[2], "<f8"), _array(data, "<f8"))
         if kind == "init":
             return InitEvent(score_value(info["score"]), float(info["charge"]))
+        if kind == "grid":
+            return GridEvent(float(info["charge"]), np.asarray(info["cdf"], dtype=np.float64),
+                             np.asarray(info["mapped"], dtype=bool))
         row = self._execute("SELECT features, thresholds, leaves FROM trees WHERE round = ?",
                                (info["round"],)).fetchone()
         return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
@@ -655,6 +670,9 @@ class SQLStateStore(StateStore):
         elif isinstance(event, InitEvent):
             self._insert_event("init", {"score": np.asarray(event.score).tolist(),
                                         "charge": event.charge}, None)
+        elif isinstance(event, GridEvent):
+            self._insert_event("grid", {"charge": event.charge, "cdf": event.cdf.tolist(),
+                                        "mapped": event.mapped.tolist()}, None)
         else:
             blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
                      _blob(event.leaves, "<f8"))

@@ -48,9 +48,7 @@ ONNX_OPSET = 17
 def _shifts(release: ModelRelease, schema: PublicSchema) -> np.ndarray:
     """The input offsets of a smoothed release (:func:`~renyiboost.models.trees.
     input_shifts`), or one row of zeros."""
-    spans = release.smoothing_spans
-    shifts = input_shifts(schema, release.smoothing,
-                          spans=None if spans is None else np.asarray(spans))
+    shifts = input_shifts(schema, release.smoothing, spans=release.smoothing_spans)
     return np.zeros((1, schema.n_features)) if shifts is None else shifts
 
 

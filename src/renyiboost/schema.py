@@ -191,6 +191,11 @@ class PublicSchema(BaseModel):
     def is_categorical(self) -> np.ndarray:
         return np.array([isinstance(s, list) for s in self.features.values()], dtype=bool)
 
+    @property
+    def n_numeric(self) -> int:
+        """Numeric features (each with public bounds)."""
+        return int(np.count_nonzero(~self.is_categorical))
+
     @cached_property
     def lower(self) -> np.ndarray:
         """Lower public bound per column (0 for a categorical column's codes)."""

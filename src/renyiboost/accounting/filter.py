@@ -155,11 +155,16 @@ class IndividualRenyiFilter:
         """Records whose remaining budget is below the smallest possible charge."""
         return self.budget_rdp - spent < self.min_charge
 
+    def affords(self, spent: np.ndarray, charge: float | np.ndarray) -> np.ndarray:
+        """Records whose spent budget plus ``charge`` stays within B (the filter's rule for
+        any mechanism: a round's leaves, a stream's split grid)."""
+        return spent + charge <= self.budget_rdp
+
     def step(self, spent: np.ndarray, sensitivity2: np.ndarray) -> FilterStep:
         """Decide eligibility, charge the eligible records and flag the retired ones."""
         index = self.table.indices(np.maximum(sensitivity2, self._min_sensitivity2))
         charges = self.table.grid_charges[index]
-        eligible = spent + charges <= self.budget_rdp
+        eligible = self.affords(spent, charges)
         codes = np.where(eligible, index, NOT_ELIGIBLE).astype(np.uint16)
         new_spent = self.charge(spent, codes)
         return FilterStep(eligible, np.where(eligible, charges, 0.0), new_spent,

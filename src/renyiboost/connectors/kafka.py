@@ -740,10 +740,9 @@ class ModelFollower:
             self._spans = release.smoothing_spans
         ens = self.ensemble
         if release.smoothing_spans != self._spans:  # a hinted stream released its grid
-            spans = release.smoothing_spans
             ens.shifts = input_shifts(PublicSchema(**release.public_schema), release.smoothing,
-                                      spans=None if spans is None else np.asarray(spans))
-            self._spans = spans
+                                      spans=release.smoothing_spans)
+            self._spans = release.smoothing_spans
         ens.init_score = score_value(release.init_score)
         for tree in release.trees:
             if tree.round >= self._next_round:

@@ -254,7 +254,7 @@ class SGBDT(MarginModel):
         policy = default_params(self._given.task, self._given.epsilon,
                                 PRIOR_RECORDS if records is None else records,
                                 self.schema.n_classes,
-                                n_numeric=int(np.count_nonzero(~self.schema.is_categorical)))
+                                n_numeric=self.schema.n_numeric)
         return SGBDTParams(**(policy | explicit))
 
     # ------------------------------------------------------------------ training

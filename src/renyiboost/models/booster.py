@@ -372,7 +372,7 @@ class SGBDTBooster:
 
             self.stages = (*map(stage, stage_calibrations(self.calibration, stage_rounds)),
                            stage(self.calibration))
-        if params.grid_share > 0 and schema.is_categorical.all():
+        if params.grid_share > 0 and schema.n_numeric == 0:
             raise ValueError("grid_share buys a split grid for numeric features; this "
                              "schema has none, so leave grid_share at 0")
         #: The smoothing windows' spans a private split grid set (``None``: public ranges).
@@ -452,8 +452,8 @@ class SGBDTBooster:
         cal = self.calibration
         noise_std = 0.0
         if cal is not None:
-            noise_std = SplitGridRelease(cal.grid_charge, cal.order, int(np.count_nonzero(
-                ~self.schema.is_categorical))).count_noise_std
+            noise_std = SplitGridRelease(cal.grid_charge, cal.order,
+                                         self.schema.n_numeric).count_noise_std
         return QuantileMap.release(self.schema, X, noise_std, self.noise)
 
     def install_split_grid(self, grid: QuantileMap) -> None:

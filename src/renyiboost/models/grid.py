@@ -97,11 +97,11 @@ class QuantileMap:
         lower = np.asarray(schema.lower, dtype=np.float64)
         upper = np.asarray(schema.upper, dtype=np.float64)
         k = schema.n_features
-        edges = lower[:, None] + (upper - lower)[:, None] * np.linspace(0.0, 1.0, bins + 1)
         cdf = np.broadcast_to(np.linspace(0.0, 1.0, bins + 1), (k, bins + 1)).copy()
+        mapped = np.zeros(k, dtype=bool)
         columns = np.flatnonzero(numeric)
         if columns.size == 0:
-            return cls(edges, cdf, numeric)
+            return cls.from_cdf(schema, cdf, mapped)
         width = (upper - lower)[columns]
         unit = (X[:, columns] - lower[columns]) / np.where(width > 0, width, 1.0)
         present = ~np.isnan(unit)  # a missing value counts in no bin
@@ -121,17 +121,16 @@ class QuantileMap:
         runs = (totals > 0) & (in_runs >= GRID_RUN_SHARE * totals)
         shares = counts[runs] / totals[runs, None]
         shares = (1.0 - uniform_share) * shares + uniform_share / bins
-        mapped = np.zeros(k, dtype=bool)
         mapped[columns[runs]] = True
         cdf[mapped, 1:] = np.cumsum(shares, axis=1)
         cdf[mapped, -1] = 1.0
-        return cls(edges, cdf, mapped)
+        return cls.from_cdf(schema, cdf, mapped)
 
     @classmethod
     def from_cdf(cls, schema: PublicSchema, cdf: np.ndarray, mapped: np.ndarray
                  ) -> QuantileMap:
-        """The map of a stored release (``cdf`` rows and ``mapped``; the edges are the
-        public range's)."""
+        """The map of ``cdf`` rows over equal bins of the public ranges (a release's, or a
+        stored one's) that moves the ``mapped`` features."""
         lower = np.asarray(schema.lower, dtype=np.float64)
         upper = np.asarray(schema.upper, dtype=np.float64)
         cdf = np.asarray(cdf, dtype=np.float64)
@@ -186,5 +185,5 @@ class QuantileMap:
         return np.where(self.mapped, 0.0, lower), np.where(self.mapped, 1.0, upper)
 
 
-__all__ = ["GRID_BINS", "GRID_COUNT_CUTOFF", "GRID_RUN_SHARE", "GRID_UNIFORM_SHARE", "SMOOTHING_SPAN_QUANTILE",
-           "QuantileMap"]
+__all__ = ["GRID_BINS", "GRID_COUNT_CUTOFF", "GRID_RUN_SHARE", "GRID_UNIFORM_SHARE",
+           "SMOOTHING_SPAN_QUANTILE", "QuantileMap"]

@@ -74,7 +74,7 @@ SMOOTHING_SHIFTS = 8
 
 def input_shifts(schema: PublicSchema, smoothing: float,
                  n_shifts: int = SMOOTHING_SHIFTS,
-                 spans: np.ndarray | None = None) -> np.ndarray | None:
+                 spans: Sequence[float] | np.ndarray | None = None) -> np.ndarray | None:
     """The offsets a smoothed ensemble adds to a row before each of its ``n_shifts`` walks:
     shape ``(n_shifts, n_features)``, ``None`` when ``smoothing`` is 0.
 
@@ -100,9 +100,8 @@ def input_shifts(schema: PublicSchema, smoothing: float,
     k = np.arange(n_shifts)[:, None]
     odd = 2 * np.arange(schema.n_features)[None, :] + 1
     unit = ((k * odd) % n_shifts + 0.5) / n_shifts - 0.5
-    if spans is None:
-        spans = schema.upper - schema.lower
-    width = np.where(schema.is_categorical, 0.0, smoothing * spans)
+    span = schema.upper - schema.lower if spans is None else np.asarray(spans, dtype=float)
+    width = np.where(schema.is_categorical, 0.0, smoothing * span)
     return np.ascontiguousarray(unit * width[None, :], dtype=np.float64)
 
 
@@ -274,8 +273,8 @@ class Ensemble:
         outputs, smoothed over a window ``smoothing`` wide (:func:`input_shifts`; of
         ``spans``, or of the public ranges)."""
         return cls(depth=depth, is_categorical=schema.is_categorical, init_score=init_score,
-                   n_outputs=schema.n_outputs, shifts=input_shifts(
-                       schema, smoothing, spans=None if spans is None else np.asarray(spans)))
+                   n_outputs=schema.n_outputs,
+                   shifts=input_shifts(schema, smoothing, spans=spans))
 
     def __post_init__(self) -> None:
         n_internal = 2**self.depth - 1

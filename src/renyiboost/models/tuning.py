@@ -99,7 +99,7 @@ def private_tune(
     docstring). Candidates must give every policy parameter (no run may buy a size
     estimate: its Laplace count is not Rényi-accounted at α̂)."""
     pool = list(candidates) if candidates is not None else default_candidates(
-        task, epsilon, int(np.count_nonzero(~schema.is_categorical)), schema.n_classes)
+        task, epsilon, schema.n_numeric, schema.n_classes)
     if not pool:
         raise ValueError("need at least one candidate")
     for index, params in enumerate(pool):

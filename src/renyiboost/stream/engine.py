@@ -102,6 +102,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
+    GRID_META,
     Commit,
     Event,
     GridEvent,
@@ -222,7 +223,7 @@ class EngineConfig(BaseModel):
         learner = {k: v for k, v in overrides.items() if k not in trigger_fields}
         policy = default_params(
             task, epsilon, records, public_schema.n_classes,
-            n_numeric=int(np.count_nonzero(~public_schema.is_categorical)),
+            n_numeric=public_schema.n_numeric,
             unhinted_stream=expected_records is None)  # a grid needs a hinted end
         triggers = stream_schedule(records, policy["rounds"]) | triggers
         schedule = TriggerSchedule(triggers["train_every"], triggers["warmup"],
@@ -889,10 +890,11 @@ class StreamEngine:
                  self._positions, int(payers.sum()))
 
     def _grid_payers(self, charge: float) -> np.ndarray:
-        """The active records whose spent budget affords ``charge`` (public rule, own data)."""
-        pool = self.pool
-        budget = self.booster.filter.budget_rdp if self.booster.filter is not None else np.inf
-        return ~pool.retired & (pool.spent + charge <= budget)
+        """The active records whose spent budget affords ``charge`` (the filter's rule)."""
+        pool, budget_filter = self.pool, self.booster.filter
+        if budget_filter is None:
+            return ~pool.retired
+        return ~pool.retired & budget_filter.affords(pool.spent, charge)
 
     def _grid_state(self, event: GridEvent) -> RecordPool:
         pool = self.pool
@@ -1080,7 +1082,8 @@ class StreamEngine:
             n_trees += 1 - event.dropped
         change = Commit(
             events=[*self._pending_events, *([event] if event is not None else [])],
-            meta={"state": self._state_meta(rounds_done, event)},
+            meta={"state": self._state_meta(rounds_done, event),
+                  **({GRID_META: _grid_meta(event)} if isinstance(event, GridEvent) else {})},
             after=PoolState(self.pool_uids, after.X, after.target, after.margin, after.spent,
                             live=~after.retired if self._n_retired_rows or retired.size
                             else None),
@@ -1225,10 +1228,8 @@ class StreamEngine:
 
     def _state_meta(self, rounds_done: int, event: Event | None
                     ) -> dict[str, Any]:
-        """The state as it will be once ``event`` is installed (the split grid too: a
-        snapshot drops the event that released it)."""
+        """The state as it will be once ``event`` is installed."""
         init = isinstance(event, InitEvent)
-        grid = self.booster.grower.quantile_map
         return {
             "n_features": self.schema.n_features,
             "depth": self.config.params.depth,
@@ -1241,8 +1242,6 @@ class StreamEngine:
                                      else self.booster.ensemble.init_score).tolist(),
             "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
-            "grid": _grid_meta(event.cdf, event.mapped) if isinstance(event, GridEvent)
-            else None if grid is None else _grid_meta(grid.cdf, grid.mapped),
         }
 
     def _restore(self, snap: Snapshot) -> None:
@@ -1283,7 +1282,7 @@ class StreamEngine:
                     event.leaves.reshape(self.booster.ensemble.leaf_shape), event.stage)
                 self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
-        grid = meta.get("grid")
+        grid = snap.grid
         if grid is not None and self.booster.grower.quantile_map is None:
             # released before the snapshot, whose spent budgets hold its charges
             self.booster.install_split_grid(
@@ -1526,9 +1525,10 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
     )
 
 
-def _grid_meta(cdf: np.ndarray, mapped: np.ndarray) -> dict[str, Any]:
-    """A split grid as the state's meta holds it (JSON)."""
-    return {"cdf": np.asarray(cdf).tolist(), "mapped": np.asarray(mapped).tolist()}
+def _grid_meta(event: GridEvent) -> dict[str, Any]:
+    """The split grid as the store keeps it beside the state (written once, in the grid's
+    commit), for a restore whose snapshot dropped the event that released it."""
+    return {"cdf": event.cdf.tolist(), "mapped": event.mapped.tolist()}
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

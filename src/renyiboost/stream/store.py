@@ -155,6 +155,9 @@ class GridEvent:
 
 
 Event = MergeEvent | InitEvent | RoundEvent | GridEvent
+#: The meta entry that keeps a stream's split grid (:class:`GridEvent`'s ``cdf`` and
+#: ``mapped``), written once in the grid's commit: a snapshot drops the event itself.
+GRID_META = "grid"
 
 
 @dataclass
@@ -211,6 +214,8 @@ class Snapshot:
     keys: dict[str, int]
     retired_uids: np.ndarray
     retired_spent: np.ndarray
+    #: The split grid a stream released (:data:`GRID_META`), if it did.
+    grid: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -530,6 +535,7 @@ class SQLStateStore(StateStore):
             retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
                                         or [np.zeros(0, np.int64)]),
             retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
+            grid=self._meta(GRID_META),
         )
 
     def _key_batches(self) -> list[tuple[bytes, str, str | None]]:

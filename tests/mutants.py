@@ -353,6 +353,24 @@ MUTATIONS = [
              "src/renyiboost/stream/engine.py",
              "self._install(event, self._grid_state(event))", "self._install(event, self.pool)",
              SPLIT_GRID),
+    Mutation("an unhinted stream's end buys its grid at a tenth of its share of B",
+             "src/renyiboost/accounting/calibration.py",
+             "return share * self.budget_rdp\n", "return share * self.budget_rdp * 0.1\n",
+             SPLIT_GRID),
+    Mutation("a restarted end buys a second grid", "src/renyiboost/stream/engine.py",
+             "if (split_grid is False or booster.grower.quantile_map is not None\n",
+             "if (split_grid is False\n", SPLIT_GRID),
+    Mutation("a shard that missed the grid's commit is not charged when reconciled",
+             "src/renyiboost/stream/sharded.py",
+             'self.shards.one(k, "commit_grid", event)', "pass", ["tests/test_sharded.py"]),
+    Mutation("each shard's histograms get their own noise", "src/renyiboost/stream/sharded.py",
+             'counts = functools.reduce(np.add, self.shards.all("grid_counts", charge))',
+             'counts = functools.reduce(np.add, [c + self.booster.noise.normal(c.size, 10.0)'
+             '.reshape(c.shape) for c in self.shards.all("grid_counts", charge)])',
+             ["tests/test_sharded.py"]),
+    Mutation("a reshard leaves the grid behind", "src/renyiboost/stream/reshard.py",
+             "counters=counters, grid=first.grid)", "counters=counters)",
+             ["tests/test_reshard.py"]),
 ]
 
 

@@ -20,7 +20,7 @@ import pytest
 from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
 from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig, StreamEngine, noise_stage_at
+from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge, noise_stage_at
 from renyiboost.stream.sharded import ShardedEngine, shard_of
 from renyiboost.stream.store import SQLiteStore
 
@@ -213,8 +213,70 @@ def test_finish_over_shards_runs_the_single_engine_burst(task: str) -> None:
     _feed(sharded, records)
     burst = finish_trees(task, config.params.rounds)
     assert single.finish() == sharded.finish() == burst
+    grid = sharded.booster.grower.quantile_map  # bought from the unspent budget, as one
+    assert grid is not None
+    np.testing.assert_array_equal(grid.cdf, single.booster.grower.quantile_map.cdf)
     _assert_same(sharded, single)
     assert sharded.finish() == 0
+
+
+def test_shards_release_the_single_engines_split_grid_at_the_hinted_end() -> None:
+    """The shards' exact histograms are summed and the coordinator adds the noise once: a
+    hinted stream's grid, the trees after it and every ledger are a single engine's. (A
+    large ε, so that 300 keys' counts rise above the noise and the map moves features:
+    noise added per shard would then show.)"""
+    config = EngineConfig.from_defaults(SCHEMA, "classification", 16, expected_records=600,
+                                        sampling_rate=1.0, depth=3, rounds=20, train_every=40,
+                                        warmup=40, trees_per_trigger=2)
+    assert config.params.grid_share > 0
+    records = _records("classification", 700, seed=7)
+    single = StreamEngine(config, seed=5)
+    sharded = ShardedEngine(config, [None, None, None], seed=5)
+    _feed(single, records)
+    _feed(sharded, records)
+    grid = sharded.booster.grower.quantile_map
+    assert grid is not None and grid.mapped.any()
+    np.testing.assert_array_equal(grid.cdf, single.booster.grower.quantile_map.cdf)
+    _assert_same(sharded, single)
+    np.testing.assert_array_equal(sharded.booster.ensemble.shifts, single.ensemble.shifts)
+
+
+def test_a_crash_between_two_shards_grid_commits_is_reconciled_without_under_charging(
+        tmp_path) -> None:
+    """Shard 2's commit of the end's grid fails after shards 0 and 1 committed it (nothing
+    was visible). Reopened, shard 2 commits the same grid with the charges of its own
+    records; every ledger equals a run that never crashed, and finish() buys no second
+    grid."""
+    config = _config("regression")
+    records = _records("regression", 600, seed=8)
+    paths = [tmp_path / f"shard{k}.db" for k in range(3)]
+    stores = [_CrashingStore(path, create=True) for path in paths]
+    sharded = ShardedEngine(config, stores, seed=9)
+    _feed(sharded, records)
+    sharded.shards.all("flush")
+    stores[2].fail_at = stores[2].calls + 1
+    with pytest.raises(Exception, match="power cut"):
+        sharded.finish()
+    for store in stores:
+        store.close()
+    held = []
+    for path in paths:
+        with sqlite3.connect(path) as db:
+            held.append(db.execute("SELECT 1 FROM meta WHERE name = 'grid'").fetchone())
+    assert held == [(1,), (1,), None]  # shards 0 and 1 committed it
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=9)
+    reference = ShardedEngine(config, [None, None, None], seed=9)
+    _feed(reference, records)
+    reference._release_split_grid(end_grid_charge(config, reference.booster, None))
+    cdf = reference.booster.grower.quantile_map.cdf
+    np.testing.assert_array_equal(again.booster.grower.quantile_map.cdf, cdf)
+    a, b = _budgets(again), _budgets(reference)
+    np.testing.assert_allclose([v for v, _ in a.values()], [v for v, _ in b.values()],
+                               rtol=1e-9)
+    assert again.finish() > 0  # the burst, on the committed grid: none bought again
+    assert [grid.cdf.tolist() for grid in again.shards.all("released_grid")] == \
+        [cdf.tolist()] * 3
+    again.close()
 
 
 def test_a_restarted_deployment_resumes_its_finish_and_never_repeats_it(tmp_path) -> None:

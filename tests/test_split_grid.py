@@ -17,12 +17,12 @@ from renyiboost.accounting.calibration import BUDGET_SLACK
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import FINISH_GRID_SHARE
 from renyiboost.models.grid import GRID_BINS, GRID_UNIFORM_SHARE, QuantileMap
 from renyiboost.models.trees import RandomTreeGrower
 from renyiboost.randomness import noise_source
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.sharded import ShardedEngine
+from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge
 from renyiboost.stream.store import GridEvent, SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -182,9 +182,6 @@ def test_options_that_cannot_hold_a_grid_are_refused() -> None:
     with pytest.raises(ValueError, match="without a hint leave grid_share at 0"):
         SGBDTClassifier(dict(SCHEMA.features), epsilon=1.0, grid_share=0.05).learn_one(
             {"a": 1.0, "b": 2.0, "c": "x"}, True)
-    hinted = EngineConfig.from_defaults(SCHEMA, "classification", 1.0, expected_records=500)
-    with pytest.raises(ValueError, match="a sharded stream does not release a split grid"):
-        ShardedEngine(hinted, [None, None])
 
 
 def test_a_missing_value_counts_in_no_bin_and_few_values_keep_the_public_grid() -> None:
@@ -298,3 +295,96 @@ def test_a_follower_takes_up_the_grids_smoothing_when_it_arrives() -> None:
     assert follower._spans is not None
     np.testing.assert_allclose(follower.ensemble.predict_margin(X[:200]),
                                engine.predict_margin(X[:200]), rtol=1e-12)
+
+
+def _unhinted_stream(store=None, seed: int = 0, schema: PublicSchema = SCHEMA) -> StreamEngine:
+    config = EngineConfig.from_defaults(schema, "classification", 1.0)
+    return StreamEngine(config, store=store, seed=seed)
+
+
+def test_an_unhinted_streams_end_buys_a_grid_from_the_budget_its_records_left() -> None:
+    """Nothing is reserved (the calibration has no grid), so a stream that is never
+    finished spends as before; ``finish()`` charges a twentieth of B to exactly the keys
+    that can still afford it, draws the noise that charge pays for, and the end burst's
+    trees split on the grid. Would fail if the charge were smaller than its share of B, if
+    a key that cannot afford it paid, or if the histograms' noise were smaller."""
+    X, y = _skewed(3000, 10)
+    engine = _unhinted_stream()
+    assert engine.booster.calibration.grid_charge == 0.0
+    engine.add(X, y, [str(i) for i in range(3000)])
+    budget = engine.booster.filter.budget_rdp
+    charge = FINISH_GRID_SHARE * budget
+    assert charge == pytest.approx(0.05 * budget)
+    # a quarter of the keys spent nearly all of their budget (as the early keys of a long
+    # stream do): they cannot afford the grid
+    spent_out = np.arange(engine.pool.spent.size) % 4 == 0
+    engine.pool.spent[spent_out] = budget - 0.5 * charge
+    before = engine.active_pool()
+    noise = _RecordingNoise()
+    engine.booster.noise = noise
+    engine._release_split_grid(end_grid_charge(engine.config, engine.booster, None))
+    after = engine.active_pool()
+    affords = before.spent + charge <= budget
+    assert affords.any() and (~affords).any()
+    np.testing.assert_allclose(after.spent, np.where(affords, before.spent + charge,
+                                                     before.spent), rtol=1e-12)
+    expected = SplitGridRelease(charge, engine.booster.calibration.order, 2).count_noise_std
+    assert noise.normal_stds == [(2 * GRID_BINS, pytest.approx(expected))]
+    assert engine.booster.grower.quantile_map is not None
+    rounds = engine.rounds_done
+    engine.finish()  # the grid is out: the burst alone
+    assert noise.normal_stds[1][0] != 2 * GRID_BINS  # no second grid
+    burst = engine.rounds_done - rounds
+    assert burst > 0 and engine.release().smoothing_spans is not None
+    last, features = engine.ensemble.thresholds[-burst:], engine.ensemble.features[-burst:]
+    assert (last[features < 2] < 50).mean() > 0.6
+
+
+def test_an_end_without_a_grid_and_a_schema_without_numeric_features() -> None:
+    """``finish(split_grid=False)`` keeps the public grid; a categorical schema has no
+    histogram to buy (and is not refused); a hinted stream whose grid_share is 0 buys one
+    only when asked."""
+    X, y = _skewed(1500, 11)
+    engine = _unhinted_stream()
+    engine.add(X, y, [str(i) for i in range(1500)])
+    spent = engine.active_pool().spent
+    engine.finish(split_grid=False)
+    assert engine.booster.grower.quantile_map is None
+    assert engine.release().smoothing_spans is None
+    assert engine.active_pool().spent.sum() > spent.sum()  # the burst ran
+    categories = PublicSchema(features={"c": ["x", "y"]})
+    only_codes = _unhinted_stream(schema=categories)
+    only_codes.add(X[:, 2:], y, [str(i) for i in range(1500)])
+    assert only_codes.finish() > 0 and only_codes.booster.grower.quantile_map is None
+    config = EngineConfig.from_defaults(SCHEMA, "classification", 1.0,
+                                        expected_records=5000, grid_share=0.0)
+    for asked in (None, True):
+        hinted = StreamEngine(config, seed=0)
+        hinted.add(X, y, [str(i) for i in range(1500)])
+        hinted.finish(split_grid=asked)
+        assert (hinted.booster.grower.quantile_map is not None) == bool(asked)
+
+
+@pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
+def test_a_restart_after_the_ends_grid_charges_it_once(tmp_path, snapshot_ratio: float) -> None:
+    """A crash between the end's grid and its burst: the restored stream has the grid and
+    its charges, and finishing again runs the burst without buying a second grid, exactly
+    as a stream that never stopped."""
+    X, y = _skewed(2000, 12)
+    keys = [str(i) for i in range(2000)]
+    path = tmp_path / "state.db"
+    first = _unhinted_stream(SQLiteStore(path, create=True, snapshot_ratio=snapshot_ratio))
+    first.add(X, y, keys)
+    first.train(0)  # finish() merges what is pending before its grid
+    first._release_split_grid(end_grid_charge(first.config, first.booster, None))
+    first.store.close()  # a crash before the burst
+    again = _unhinted_stream(SQLiteStore(path, snapshot_ratio=snapshot_ratio))
+    straight = _unhinted_stream()
+    straight.add(X, y, keys)
+    straight.finish()
+    assert again.booster.grower.quantile_map is not None
+    again.finish()
+    np.testing.assert_array_equal(again.booster.grower.quantile_map.cdf,
+                                  straight.booster.grower.quantile_map.cdf)
+    np.testing.assert_array_equal(again.active_pool().spent, straight.active_pool().spent)
+    np.testing.assert_array_equal(again.ensemble.thresholds, straight.ensemble.thresholds)

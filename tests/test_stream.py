@@ -362,14 +362,17 @@ def test_a_restart_resumes_an_interrupted_finish_and_never_runs_a_finished_one_a
     model.engine.close()
     burst = finish_trees("regression", model.engine.config.params.rounds)
     assert burst == 3
-    crashed = _regressor(store=_FailingStore(path, fail_at=2, create=False))
+    crashed = _regressor(store=_FailingStore(path, fail_at=3, create=False))
     before = crashed.engine.booster.rounds_done
     with pytest.raises(OSError, match="injected"):
-        crashed.finish()  # the burst's first round is committed, its second is not
+        crashed.finish()  # the end's split grid and the burst's first round are committed
     crashed.engine.close()
     again = _regressor(store=SQLiteStore(path))
     assert again.engine.booster.rounds_done == before + 1
+    grid = again.engine.released_grid
+    assert grid is not None  # and finishing again buys no second one:
     assert again.finish() == burst - 1
+    assert again.engine.released_grid is grid
     assert again.engine.booster.rounds_done == before + burst
     spent = again.engine.active_pool().spent.copy()
     again.engine.close()

@@ -57,6 +57,14 @@ class Calibration(BaseModel):
     grid_share: float = Field(0.0, ge=0, lt=1)
     grid_charge: float = Field(0.0, description="RDP at α̂ of the private split grid")
 
+    def share_charge(self, share: float) -> float:
+        """The RDP at α̂ of a mechanism that takes ``share`` of the budget B without having
+        been reserved in it (the split grid an unhinted stream buys at its end from what its
+        records left unspent: the filter admits only the keys that can still afford it)."""
+        if not 0 < share < 1:
+            raise ValueError(f"share must be in (0, 1), got {share!r}")
+        return share * self.budget_rdp
+
     @model_serializer(mode="wrap")
     def _without_an_unused_grid(self, handler: Any) -> dict[str, Any]:
         """A calibration without a grid dumps as it did before the grid existed, so the

@@ -44,7 +44,7 @@ from renyiboost.accounting import (
     stage_calibrations,
 )
 from renyiboost.models import kernels
-from renyiboost.models.grid import QuantileMap
+from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from renyiboost.models.trees import (
     Ensemble,
@@ -446,15 +446,20 @@ class SGBDTBooster:
         return spent
 
     def draw_split_grid(self, X: np.ndarray) -> QuantileMap:
-        """The split grid of the rows ``X`` (each of which must pay ``grid_charge``), with
-        the noise its charge pays for (:class:`~renyiboost.accounting.grid.
-        SplitGridRelease`; none without privacy)."""
+        """The split grid of the rows ``X``, each of which pays ``grid_charge``
+        (:meth:`split_grid_of` their histograms)."""
+        return self.split_grid_of(histograms(self.schema, X))
+
+    def split_grid_of(self, counts: np.ndarray, charge: float | None = None) -> QuantileMap:
+        """The split grid of exact histograms (:func:`~renyiboost.models.grid.histograms`,
+        one pool's or the sum of a sharded stream's), with the noise that ``charge`` pays
+        for (:class:`~renyiboost.accounting.grid.SplitGridRelease`; none without privacy)."""
         cal = self.calibration
         noise_std = 0.0
         if cal is not None:
-            noise_std = SplitGridRelease(cal.grid_charge, cal.order,
-                                         self.schema.n_numeric).count_noise_std
-        return QuantileMap.release(self.schema, X, noise_std, self.noise)
+            noise_std = SplitGridRelease(cal.grid_charge if charge is None else charge,
+                                         cal.order, self.schema.n_numeric).count_noise_std
+        return QuantileMap.from_counts(self.schema, counts, noise_std, self.noise)
 
     def install_split_grid(self, grid: QuantileMap) -> None:
         """Grow later trees on ``grid`` and smooth answers over its spans."""

@@ -267,13 +267,13 @@ class _SGBDTEstimator:
         """Signal a batch boundary: merge buffered records and run ``rounds`` rounds now."""
         return self._engine.train(rounds)
 
-    def finish(self) -> int:
-        """The stream has ended: run an end burst here (a share of the nominal rounds:
-        :meth:`renyiboost.stream.engine.StreamEngine.finish`). Call it after the last
-        ``learn_one`` of a finite stream, before you predict; a stream without
-        ``expected_records`` otherwise ends with most of its late records' budget unspent.
-        Returns the trees added."""
-        return self._engine.finish()
+    def finish(self, split_grid: bool | None = None) -> int:
+        """The stream has ended: release a split grid and run an end burst here (a share
+        of the nominal rounds: :meth:`renyiboost.stream.engine.StreamEngine.finish`, which
+        says when ``split_grid`` buys a grid). Call it after the last ``learn_one`` of a
+        finite stream, before you predict; a stream without ``expected_records`` otherwise
+        ends with most of its late records' budget unspent. Returns the trees added."""
+        return self._engine.finish(split_grid)
 
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:

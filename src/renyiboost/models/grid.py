@@ -63,6 +63,23 @@ GRID_RUN_SHARE = 0.5
 SMOOTHING_SPAN_QUANTILE = 0.25
 
 
+def histograms(schema: PublicSchema, X: np.ndarray, bins: int = GRID_BINS) -> np.ndarray:
+    """The exact counts of ``X``'s numeric columns (encoded rows, inside the public bounds)
+    over ``bins`` equal bins of each public range, shape ``(numeric features, bins)``: a row
+    adds one count to one bin of each (a missing value to none), so a row's L2 norm over
+    them is at most √(numeric features) (:class:`~renyiboost.accounting.grid.
+    SplitGridRelease`)."""
+    columns = np.flatnonzero(~np.asarray(schema.is_categorical, dtype=bool))
+    lower = np.asarray(schema.lower, dtype=np.float64)[columns]
+    width = np.asarray(schema.upper, dtype=np.float64)[columns] - lower
+    unit = (X[:, columns] - lower) / np.where(width > 0, width, 1.0)
+    present = ~np.isnan(unit)  # a missing value counts in no bin
+    bin_of = np.clip((np.where(present, unit, 0.0) * bins).astype(np.int64), 0, bins - 1)
+    flat = (bin_of + bins * np.arange(columns.size))[present]
+    counts = np.bincount(flat, minlength=columns.size * bins).astype(np.float64)
+    return counts.reshape(columns.size, bins)
+
+
 @dataclass(frozen=True)
 class QuantileMap:
     """Per feature, the piecewise-linear map F⁻¹ from [0, 1] to its public range.
@@ -93,24 +110,26 @@ class QuantileMap:
         >>> round(float(grid.values(np.array([0]), np.array([0.4]))[0]), 3)  # 10 · 0.4 / F(10)
         4.883
         """
-        numeric = ~np.asarray(schema.is_categorical, dtype=bool)
-        lower = np.asarray(schema.lower, dtype=np.float64)
-        upper = np.asarray(schema.upper, dtype=np.float64)
+        return cls.from_counts(schema, histograms(schema, X, bins), noise_std, noise,
+                               uniform_share)
+
+    @classmethod
+    def from_counts(cls, schema: PublicSchema, counts: np.ndarray, noise_std: float,
+                    noise: NoiseSource, uniform_share: float = GRID_UNIFORM_SHARE
+                    ) -> QuantileMap:
+        """The map from exact :func:`histograms` (of one pool, or summed over a sharded
+        stream's shards), every count with Gaussian noise of std ``noise_std`` added here,
+        once."""
+        counts = np.array(counts, dtype=np.float64)
+        bins = counts.shape[1]
         k = schema.n_features
         cdf = np.broadcast_to(np.linspace(0.0, 1.0, bins + 1), (k, bins + 1)).copy()
         mapped = np.zeros(k, dtype=bool)
-        columns = np.flatnonzero(numeric)
+        columns = np.flatnonzero(~np.asarray(schema.is_categorical, dtype=bool))
         if columns.size == 0:
             return cls.from_cdf(schema, cdf, mapped)
-        width = (upper - lower)[columns]
-        unit = (X[:, columns] - lower[columns]) / np.where(width > 0, width, 1.0)
-        present = ~np.isnan(unit)  # a missing value counts in no bin
-        bin_of = np.clip((np.where(present, unit, 0.0) * bins).astype(np.int64), 0, bins - 1)
-        flat = (bin_of + bins * np.arange(columns.size))[present]
-        counts = np.bincount(flat, minlength=columns.size * bins).astype(np.float64)
         if noise_std > 0:
-            counts += noise.normal(counts.size, noise_std)
-        counts = counts.reshape(columns.size, bins)
+            counts += noise.normal(counts.size, noise_std).reshape(counts.shape)
         counts = np.where(counts > GRID_COUNT_CUTOFF * noise_std, counts, 0.0)
         survived = counts > 0
         beside = np.zeros_like(survived)

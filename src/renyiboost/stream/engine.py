@@ -59,6 +59,7 @@ import copy
 import dataclasses
 import json
 import logging
+import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +86,7 @@ from renyiboost.models.booster import (
     SGBDTParams,
 )
 from renyiboost.models.defaults import (
+    FINISH_GRID_SHARE,
     LEAF_SNR,
     PRIOR_RECORDS,
     default_params,
@@ -96,7 +98,7 @@ from renyiboost.models.defaults import (
     supported_depth,
     trees_per_trigger,
 )
-from renyiboost.models.grid import QuantileMap
+from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
@@ -196,7 +198,8 @@ class EngineConfig(BaseModel):
         if self.params.grid_share > 0 and self.final_at is None:
             raise ValueError("grid_share (a private split grid): a stream releases its "
                              "histograms at the end its expected_records hint names, before "
-                             "the end burst; without a hint leave grid_share at 0")
+                             "the end burst; without a hint leave grid_share at 0 (finish() "
+                             "buys one from the budget the records left unspent)")
         return self
 
     @classmethod
@@ -328,6 +331,41 @@ def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[
     return added
 
 
+def hinted_grid_charge(config: EngineConfig, booster: SGBDTBooster,
+                       positions: int) -> float | None:
+    """The charge of the split grid a stream releases now, or ``None``: the one its
+    ``grid_share`` reserved, at the first trigger from its hinted end on, before the end
+    burst, once (a function of the positions and parameters: public)."""
+    if (config.params.grid_share > 0 and config.final_at is not None
+            and positions >= config.final_at and booster.grower.quantile_map is None):
+        return _charge_of(booster, None)
+    return None
+
+
+def end_grid_charge(config: EngineConfig, booster: SGBDTBooster,
+                    split_grid: bool | None) -> float | None:
+    """The charge of the split grid :meth:`StreamEngine.finish` releases before its burst,
+    or ``None`` (see there): the reserved one, or one bought from the unspent budget at
+    :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE` of B. Public inputs only."""
+    if (split_grid is False or booster.grower.quantile_map is not None
+            or config.public_schema.n_numeric == 0):
+        return None
+    if config.params.grid_share > 0:
+        return _charge_of(booster, None)
+    if split_grid or config.final_at is None:
+        return _charge_of(booster, FINISH_GRID_SHARE)
+    return None
+
+
+def _charge_of(booster: SGBDTBooster, share: float | None) -> float:
+    """The reserved grid charge (``share`` None) or ``share`` of the budget B; 0 without
+    privacy (the histograms are exact)."""
+    cal = booster.calibration
+    if cal is None:
+        return 0.0
+    return cal.grid_charge if share is None else cal.share_charge(share)
+
+
 class OperatorTelemetry(BaseModel):
     """Exact, data-dependent numbers for the people who run the engine. **Not public.**
 
@@ -402,6 +440,7 @@ class EngineExport:
     positions: int
     offsets: dict[str, Any]
     counters: dict[str, int]
+    grid: GridEvent | None = None  # the split grid it released, whose charges its keys hold
 
 
 def check_usable_store(store: StateStore) -> None:
@@ -472,6 +511,8 @@ class StreamEngine:
         self._status = np.zeros(0, dtype=np.int8)  # by uid
         self._slot = np.zeros(0, dtype=np.int64)  # by uid: row in the pool, or -1
         self._ledger_spent = np.zeros(0, dtype=float)  # by uid: final spent of retired keys
+        #: The split grid this stream released (committed), if it did.
+        self.released_grid: GridEvent | None = None
         self._next_uid = 0
         self._initialized = False
         self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
@@ -859,35 +900,31 @@ class StreamEngine:
                 return 0
             self._check_arrived()
             self._release_initial_score()
-        if self._grid_due():
-            self._release_split_grid()
+        charge = hinted_grid_charge(self.config, self.booster, self._positions)
+        if charge is not None:
+            self._release_split_grid(charge)
         return run_rounds(self.config, self.booster, self._round, rounds)
 
-    def _grid_due(self) -> bool:
-        """Whether the split grid is released now: at the first trigger from a hinted
-        stream's expected end on, before its end burst (a function of the positions:
-        public), once."""
-        config = self.config
-        return (config.params.grid_share > 0 and config.final_at is not None
-                and self._positions >= config.final_at
-                and self.booster.grower.quantile_map is None)
+    def _release_split_grid(self, charge: float) -> None:
+        """Release the split grid from the active records that can still afford
+        ``charge`` (:meth:`grid_counts`), commit their charges, then make it the grower's
+        (:meth:`install_grid`): the trees after it split on it."""
+        grid = self.booster.split_grid_of(self.grid_counts(charge), charge)
+        self.install_grid(GridEvent(charge, grid.cdf, grid.mapped))
+        log.info("split grid released at stream position %d", self._positions)
 
-    def _release_split_grid(self) -> None:
-        """Release the split grid from the active records that can still afford its charge,
-        commit their charges, then make it the grower's (the trees after it split on it).
+    def grid_counts(self, charge: float) -> np.ndarray:
+        """This pool's exact histograms (:func:`~renyiboost.models.grid.histograms`) of
+        the active records whose spent budget affords ``charge`` (the filter's rule): every
+        record has arrived by the end; those that spent their budget on the stream's trees
+        are left out, as an ineligible record is left out of a round. Without privacy every
+        active record counts."""
+        return histograms(self.schema, self.pool.X[self._grid_payers(charge)])
 
-        Every record has arrived by the hinted end; those that spent their budget on the
-        stream's trees are left out by the filter's rule (their own spent budget), as an
-        ineligible record is left out of a round. Without privacy every active record counts.
-        """
-        cal = self.booster.calibration
-        charge = 0.0 if cal is None else cal.grid_charge
-        payers = self._grid_payers(charge)
-        grid = self.booster.draw_split_grid(self.pool.X[payers])
-        event = GridEvent(charge, grid.cdf, grid.mapped)
+    def install_grid(self, event: GridEvent) -> None:
+        """Commit the released grid with its charge to the records :meth:`grid_counts`
+        counted, then make it visible (a coordinator's grid for a shard)."""
         self._commit_and_install(event, self._grid_state(event))
-        log.info("split grid released at stream position %d from %d records",
-                 self._positions, int(payers.sum()))
 
     def _grid_payers(self, charge: float) -> np.ndarray:
         """The active records whose spent budget affords ``charge`` (the filter's rule)."""
@@ -902,10 +939,11 @@ class StreamEngine:
                          pool.spent)
         return RecordPool(pool.X, pool.target, pool.margin, spent, pool.retired)
 
-    def finish(self) -> int:
-        """The stream ends here: run an end burst of a share of the nominal rounds (a half
-        for regression, as a size hint's burst; a quarter for classification:
-        :func:`~renyiboost.models.defaults.finish_trees`), and return the trees added.
+    def finish(self, split_grid: bool | None = None) -> int:
+        """The stream ends here: release a split grid if none was (see below), run an end
+        burst of a share of the nominal rounds (a half for regression, as a size hint's
+        burst; a quarter for classification: :func:`~renyiboost.models.defaults.
+        finish_trees`), and return the trees added.
 
         A stream calibrated for more records than it brought (no hint: the 10,000 of
         :data:`~renyiboost.models.defaults.PRIOR_RECORDS`) leaves its late records' budget
@@ -914,6 +952,17 @@ class StreamEngine:
         is charged and committed like any other. None runs where a burst already ran: a
         second call at the same position, or a hinted stream at the position of its own.
         More records after it are learned as before (a later call is a new end).
+
+        The split grid (:meth:`_release_split_grid`), which the burst's trees then split
+        on: ``None`` (default) releases the one a ``grid_share`` reserved, if the hinted end
+        has not released it yet, and on a stream without a hint (whose ``grid_share`` is 0)
+        buys one from the records' unspent budget, at the charge of
+        :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE` of the budget B
+        (:meth:`~renyiboost.accounting.calibration.Calibration.share_charge`): a key that
+        cannot afford it is left out, and nothing was reserved for it, so a stream that is
+        never finished splits and spends as before. ``False``: no grid; ``True``: a grid
+        even on a hinted stream whose ``grid_share`` is 0. Only the first end releases one;
+        a schema without numeric features has none to release.
 
         Before its first round the burst's position and first round are written to the
         store (:func:`finish_rounds`), so a call at the same position after a restart runs
@@ -927,7 +976,10 @@ class StreamEngine:
         self.train(0)  # merges what is pending; the initial score if it is due
         if not self._initialized:
             return 0  # before the warmup nothing can be released yet
-        self.wait_durable()
+        charge = end_grid_charge(self.config, self.booster, split_grid)
+        if charge is not None:
+            self._release_split_grid(charge)
+        self.wait_durable()  # the store's side record is written with no commit in flight
         return self.train(finish_rounds(self.config, self._positions, self.booster.rounds_done,
                                         self._store.get_meta, self._store.set_meta))
 
@@ -1188,8 +1240,7 @@ class StreamEngine:
             self.booster.ensemble.init_score = event.score
             self._initialized = True
         elif isinstance(event, GridEvent):
-            self.booster.install_split_grid(
-                QuantileMap.from_cdf(self.schema, event.cdf, event.mapped))
+            self._take_grid(event)
         else:
             self.booster.ensemble.append(event.features, event.thresholds, event.leaves)
             self.booster.rounds_done += 1
@@ -1205,6 +1256,12 @@ class StreamEngine:
         self._n_retired_rows += retired.size
         if self._n_retired_rows > COMPACT_SHARE * len(after):
             self._compact()
+
+    def _take_grid(self, event: GridEvent) -> None:
+        """Split the later trees on a committed grid (and smooth over its spans)."""
+        self.booster.install_split_grid(QuantileMap.from_cdf(self.schema, event.cdf,
+                                                             event.mapped))
+        self.released_grid = event
 
     def _compact(self) -> None:
         """Drop the retired rows from the pool's arrays (the rows keep their order)."""
@@ -1284,9 +1341,11 @@ class StreamEngine:
                 self._install(event, self._round_state(event, outcome))
         grid = snap.grid
         if grid is not None and self.booster.grower.quantile_map is None:
-            # released before the snapshot, whose spent budgets hold its charges
-            self.booster.install_split_grid(
-                QuantileMap.from_cdf(self.schema, grid["cdf"], grid["mapped"]))
+            # released before the snapshot, whose spent budgets hold its charges (a grid
+            # kept before its charge was, a single engine's, has none to hand a shard)
+            self._take_grid(GridEvent(
+                float(grid.get("charge", math.nan)), np.asarray(grid["cdf"], dtype=np.float64),
+                np.asarray(grid["mapped"], dtype=bool)))
         self._offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self._offsets)
         self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
@@ -1342,7 +1401,7 @@ class StreamEngine:
             spent=np.concatenate([live.spent, self._ledger_spent[retired]]))
         return EngineExport(keys, copy.deepcopy(self.booster.ensemble), self.booster.rounds_done,
                             self._initialized, self._positions, dict(self._offsets),
-                            dict(self.counters))
+                            dict(self.counters), self.released_grid)
 
     def adopt(self, moved: EngineExport) -> None:
         """Take over ``moved`` into this engine's new, empty store in one commit (with a
@@ -1368,6 +1427,8 @@ class StreamEngine:
         if active.size:
             self._arrived = ~np.isnan(live.X).all(axis=0)
         ens = moved.ensemble
+        if moved.grid is not None:  # its charges are in the moved spent budgets
+            self._take_grid(moved.grid)
         self.booster.ensemble = copy.deepcopy(ens)
         self.booster.rounds_done = moved.rounds_done
         self._initialized = moved.initialized
@@ -1381,7 +1442,8 @@ class StreamEngine:
         events += [RoundEvent(first_round + i, ens.features[i], ens.thresholds[i],
                               ens.leaves[i], None, 0, 0) for i in range(ens.n_trees)]
         self._store_commit(Commit(
-            events=events, meta={"state": self._state_meta(moved.rounds_done, None)},
+            events=events, meta={"state": self._state_meta(moved.rounds_done, None), **(
+                {GRID_META: _grid_meta(moved.grid)} if moved.grid is not None else {})},
             after=PoolState(active, live.X, live.target, live.margin, live.spent),
             new_keys=list(zip(uids[named].tolist(), names, keys.origins[named].tolist(),
                               strict=True)),
@@ -1528,7 +1590,8 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
 def _grid_meta(event: GridEvent) -> dict[str, Any]:
     """The split grid as the store keeps it beside the state (written once, in the grid's
     commit), for a restore whose snapshot dropped the event that released it."""
-    return {"cdf": event.cdf.tolist(), "mapped": event.mapped.tolist()}
+    return {"charge": event.charge, "cdf": event.cdf.tolist(),
+            "mapped": event.mapped.tolist()}
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

@@ -272,7 +272,7 @@ def _gathered(j: int, exports: list[EngineExport], owners: list[np.ndarray], n_n
         ensemble=first.ensemble, rounds_done=first.rounds_done,
         initialized=first.initialized, positions=positions,
         offsets=_by_partition([e.offsets for e in exports], j, n_new, new_map),
-        counters=counters)
+        counters=counters, grid=first.grid)  # the shards reconciled to one grid
 
 
 def _by_partition(values: list[dict[str, Any]], j: int, n_new: int,

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -61,13 +62,16 @@ import numpy as np
 
 from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
+from renyiboost.models.grid import QuantileMap
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
     EngineConfig,
     KeyBudget,
     StreamEngine,
+    end_grid_charge,
     finish_rounds,
+    hinted_grid_charge,
     leaf_depth_at,
     model_release,
     noise_stage_at,
@@ -77,6 +81,7 @@ from renyiboost.stream.engine import (
     trigger_schedule,
 )
 from renyiboost.stream.store import (
+    GridEvent,
     StateStore,
     StoreIdentity,
     is_postgres_location,
@@ -245,6 +250,20 @@ class ShardWorker:
         self.engine.flush()
         return self.engine.shard_sums(features, thresholds, levels, stage)
 
+    def grid_counts(self, charge: float) -> np.ndarray:
+        """Step 1 of the split grid: commit the merged records, then this pool's exact
+        histograms of the records that afford ``charge``."""
+        self.engine.flush()
+        return self.engine.grid_counts(charge)
+
+    def commit_grid(self, event: GridEvent) -> None:
+        """Step 2: commit the released grid with its charges, durably."""
+        self.engine.install_grid(event)
+        self.engine.wait_durable()
+
+    def released_grid(self) -> GridEvent | None:
+        return self.engine.released_grid
+
     def commit_round(self, tree: ReleasedTree, stage: int | None) -> None:
         """Commit the released round and return once the commit is durable."""
         self.engine.install_released(tree, stage)
@@ -370,10 +389,6 @@ class ShardedEngine:
             raise ValueError("a multiclass model trains on one engine: the sharded initial "
                              "score sums one label a record, not a class histogram "
                              "(not built yet)")
-        if config.params.grid_share > 0:
-            raise ValueError("a sharded stream does not release a split grid yet (the "
-                             "shards' histograms would be summed as their leaf sums are; not "
-                             "built): pass grid_share=0")
         if not isinstance(shards, Sequence):
             self.shards: ShardGroup = shards
         elif len(shards) < 1:
@@ -420,12 +435,31 @@ class ShardedEngine:
                 last = ens.n_trees - 1
                 self.shards.one(k, "replay_released", ens.features[last], ens.thresholds[last],
                                 ens.leaves[last], stage)
+        self._reconcile_grid()
         self.shards.all("wait_durable")
         self.booster.ensemble = ens
         self.booster.rounds_done = leader.rounds_done
         self._initialized = leader.initialized
         self._positions = positions
         self._next_trigger = self.schedule.next_after(positions)
+
+    def _reconcile_grid(self) -> None:
+        """A split grid that some shards committed (a crash between the shards' commits;
+        no round ran after it) is committed by the others with the charges they compute
+        from their own committed records, then installed in the coordinator's grower."""
+        grids: list[GridEvent | None] = self.shards.all("released_grid")
+        event = next((grid for grid in grids if grid is not None), None)
+        if event is None:
+            return
+        behind = [k for k, held in enumerate(grids) if held is None]
+        if behind and not math.isfinite(event.charge):
+            raise LedgerConflict("a shard's store holds a split grid without its charge (kept "
+                                 "before charges were), so shards without it cannot be "
+                                 "charged for it: these stores were not written together")
+        for k in behind:
+            self.shards.one(k, "commit_grid", event)
+        self.booster.install_split_grid(
+            QuantileMap.from_cdf(self.config.public_schema, event.cdf, event.mapped))
 
     def recover(self, error: ShardUnavailable) -> None:
         """A shard died mid-operation: the round is aborted (nothing released), the shard
@@ -538,19 +572,29 @@ class ShardedEngine:
                     return 0
                 self.shards.all("flush")  # what the score reads is committed before its sum
                 self._release_initial_score()
+            charge = hinted_grid_charge(self.config, self.booster, self._positions)
+            if charge is not None:
+                self._release_split_grid(charge)
             return run_rounds(self.config, self.booster, self._round, rounds)
         except ShardUnavailable as error:
             self.recover(error)
             return 0
 
-    def finish(self) -> int:
-        """The stream ends here: the end burst of :meth:`StreamEngine.finish
-        <renyiboost.stream.engine.StreamEngine.finish>` over all shards, recorded in every
-        shard's store before its first round, so that a restarted deployment resumes it
-        (or runs none after a finished one) instead of starting a second. Returns the trees
-        added."""
+    def finish(self, split_grid: bool | None = None) -> int:
+        """The stream ends here: the split grid and the end burst of
+        :meth:`StreamEngine.finish <renyiboost.stream.engine.StreamEngine.finish>` over all
+        shards, the burst recorded in every shard's store before its first round, so that a
+        restarted deployment resumes it (or runs none after a finished one) instead of
+        starting a second. Returns the trees added."""
         self.train(0)  # the initial score if it is due
         if not self._initialized:
+            return 0
+        try:
+            charge = end_grid_charge(self.config, self.booster, split_grid)
+            if charge is not None:
+                self._release_split_grid(charge)
+        except ShardUnavailable as error:
+            self.recover(error)
             return 0
         return self.train(finish_rounds(
             self.config, self._positions, self.booster.rounds_done,
@@ -569,6 +613,16 @@ class ShardedEngine:
         self.booster.ensemble.init_score = score
         self._initialized = True
         self._released()
+
+    def _release_split_grid(self, charge: float) -> None:
+        """The split grid over all shards: each commits its merged records and sends the
+        exact histograms of its records that afford ``charge``; their sum gets the noise
+        once; every shard commits the grid with its payers' charges, durably; then it is
+        the coordinator's (the trees after it split on it)."""
+        counts = functools.reduce(np.add, self.shards.all("grid_counts", charge))
+        grid = self.booster.split_grid_of(counts, charge)
+        self.shards.all("commit_grid", GridEvent(charge, grid.cdf, grid.mapped))
+        self.booster.install_split_grid(grid)  # announced with the next version's tree
 
     def _round(self) -> None:
         stage = noise_stage_at(self.config, self._positions)

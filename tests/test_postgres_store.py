@@ -75,6 +75,38 @@ def test_a_crash_restart_restores_the_same_ledger_as_sqlite_bit_for_bit(
     assert states[0]["version"] > 10
 
 
+def test_the_ends_split_grid_restores_from_postgres_as_from_sqlite(postgres_server,
+                                                                    tmp_path) -> None:
+    """finish() buys a split grid (a "grid" event and its meta entry): crashed right after
+    it and resumed, each store gives back the same grid, charges and answers, and the two
+    stores agree."""
+    schema = _schema()
+    grids, states = [], []
+    for store, reopen in ((SQLiteStore(tmp_path / "g.db", create=True, snapshot_ratio=1e9),
+                           lambda: SQLiteStore(tmp_path / "g.db", snapshot_ratio=1e9)),
+                          (PostgresStore(postgres_server.url, schema=schema, create=True,
+                                         snapshot_ratio=1e9),
+                           lambda: PostgresStore(f"{postgres_server.url}?schema={schema}",
+                                                 snapshot_ratio=1e9))):
+        model = _model(store)
+        _feed(model, 300)
+        assert model.finish() > 0
+        grid = model.engine.released_grid
+        assert grid is not None and grid.charge > 0
+        before = _state(model)
+        model.engine.store.close()  # a crash: the restart replays the grid's event
+        again = _model(reopen())
+        assert _state(again) == before
+        np.testing.assert_array_equal(again.engine.released_grid.cdf, grid.cdf)
+        assert again.engine.released_grid.charge == grid.charge
+        assert again.finish() == 0  # the same end: no second grid, no second burst
+        assert _state(again) == before
+        grids.append(grid.cdf.tolist())
+        states.append(before)
+        again.engine.close()
+    assert grids[0] == grids[1] and states[0] == states[1]
+
+
 def test_a_missing_schema_is_never_a_new_store_and_creation_never_overwrites(
         postgres_server) -> None:
     with pytest.raises(StoreNotFound, match="never created implicitly"):

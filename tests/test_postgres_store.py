@@ -41,6 +41,16 @@ def _state(model) -> dict:
             "predictions": [model.predict_one(x) for x in PROBES]}
 
 
+def _both_stores(server, path) -> list[tuple]:
+    """A new SQLite store at ``path`` and a new PostgreSQL store, each with the way to reopen
+    it after a crash (no snapshots: a restart replays every event)."""
+    schema = _schema()
+    return [(SQLiteStore(path, create=True, snapshot_ratio=1e9),
+             lambda: SQLiteStore(path, snapshot_ratio=1e9)),
+            (PostgresStore(server.url, schema=schema, create=True, snapshot_ratio=1e9),
+             lambda: PostgresStore(f"{server.url}?schema={schema}", snapshot_ratio=1e9))]
+
+
 def test_the_url_names_the_schema_and_keeps_libpq_parameters() -> None:
     assert split_url("postgresql://u:pw@h:5/db?schema=s1&sslmode=require") == (
         "postgresql://u:pw@h:5/db?sslmode=require", "s1")
@@ -54,14 +64,8 @@ def test_a_crash_restart_restores_the_same_ledger_as_sqlite_bit_for_bit(
         postgres_server, tmp_path) -> None:
     """Same seed, same stream on SQLite and on PostgreSQL, both crashed (store closed with
     rounds left to replay) and resumed: equal trees, spent budgets and predictions."""
-    schema = _schema()
     states = []
-    for store, reopen in ((SQLiteStore(tmp_path / "s.db", create=True, snapshot_ratio=1e9),
-                           lambda: SQLiteStore(tmp_path / "s.db", snapshot_ratio=1e9)),
-                          (PostgresStore(postgres_server.url, schema=schema, create=True,
-                                         snapshot_ratio=1e9),
-                           lambda: PostgresStore(f"{postgres_server.url}?schema={schema}",
-                                                 snapshot_ratio=1e9))):
+    for store, reopen in _both_stores(postgres_server, tmp_path / "s.db"):
         model = _model(store)
         _feed(model, 400)
         before = _state(model)
@@ -80,14 +84,8 @@ def test_the_ends_split_grid_restores_from_postgres_as_from_sqlite(postgres_serv
     """finish() buys a split grid (a "grid" event and its meta entry): crashed right after
     it and resumed, each store gives back the same grid, charges and answers, and the two
     stores agree."""
-    schema = _schema()
     grids, states = [], []
-    for store, reopen in ((SQLiteStore(tmp_path / "g.db", create=True, snapshot_ratio=1e9),
-                           lambda: SQLiteStore(tmp_path / "g.db", snapshot_ratio=1e9)),
-                          (PostgresStore(postgres_server.url, schema=schema, create=True,
-                                         snapshot_ratio=1e9),
-                           lambda: PostgresStore(f"{postgres_server.url}?schema={schema}",
-                                                 snapshot_ratio=1e9))):
+    for store, reopen in _both_stores(postgres_server, tmp_path / "g.db"):
         model = _model(store)
         _feed(model, 300)
         assert model.finish() > 0

@@ -247,6 +247,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no trigger growth": {"trigger_growth": 0.0},
     "pairs after half the rounds": {"mains_cycles": None},
 }
+#: The same stream told that it ended, with the split grid its end buys and without
+#: (``finish(split_grid=...)``, :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE`).
+FINISH_ABLATIONS: dict[str, bool | None] = {"finish()": None, "finish(), public grid": False}
 
 
 #: Batch ablations of the learner options (each with the exact size as a public hint, so the
@@ -271,6 +274,20 @@ BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def _engine_score(engine: Any, suite_set: Any, X: np.ndarray, y: np.ndarray,
+                  train: np.ndarray, test: np.ndarray, finish: bool = False,
+                  split_grid: bool | None = None) -> float:
+    """Feed ``engine`` the training rows (then ``finish(split_grid)`` if asked) and score
+    its answers on the test rows."""
+    engine.add(X[train], y[train], [str(i) for i in range(train.size)])
+    if finish:
+        engine.finish(split_grid)
+    margin = engine.predict_margin(X[test])
+    task = suite_set.task
+    scores = margin if task == "classification" else engine.booster.loss.unscale(margin)
+    return _score(task, y[test], scores)
+
+
 def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """learn_one with each option of :data:`ABLATIONS` switched off, and the batch fit with
     a public size hint instead of the bought count (what the size estimate costs)."""
@@ -288,11 +305,11 @@ def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
             fixed = EngineConfig.from_defaults(schema, task, epsilon, DELTA)
             config = EngineConfig.from_defaults(schema, task, epsilon, DELTA,
                                                 train_every=fixed.max_train_every)
-        engine = StreamEngine(config)
-        engine.add(X[train], y[train], [str(i) for i in range(train.size)])
-        margin = engine.predict_margin(X[test])
-        scores = margin if task == "classification" else engine.booster.loss.unscale(margin)
-        row[label] = _score(task, y[test], scores)
+        row[label] = _engine_score(StreamEngine(config), suite_set, X, y, train, test)
+    for label, split_grid in FINISH_ABLATIONS.items():
+        row[label] = _engine_score(
+            StreamEngine(EngineConfig.from_defaults(schema, task, epsilon, DELTA)),
+            suite_set, X, y, train, test, finish=True, split_grid=split_grid)
     policy = SGBDT(schema, task=task, epsilon=epsilon, delta=DELTA,
                    expected_records=int(train.size)).params  # what the options flip
     for label, overrides in BATCH_ABLATIONS.items():
@@ -497,9 +514,10 @@ def _extras(rows: list[dict[str, Any]]) -> str:
     out = []
     ablations = [r for r in rows if r["protocol"] == "ablation"]
     if ablations:
-        columns = [*ABLATIONS, *BATCH_ABLATIONS]
+        columns = [*ABLATIONS, *FINISH_ABLATIONS, *BATCH_ABLATIONS]
         title = (f"Ablations (ε = 1, AUC / R²; the first {len(ABLATIONS)} columns learn_one "
-                 "without a hint, the others batch fits with the exact size as a hint):")
+                 f"without a hint, the next {len(FINISH_ABLATIONS)} the same then finish(), "
+                 "the others batch fits with the exact size as a hint):")
         out += ["", title, "",
                 "| set | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
         for name in dict.fromkeys(r["set"] for r in ablations):

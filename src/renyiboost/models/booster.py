@@ -80,8 +80,9 @@ class SGBDTParams(BaseModel):
         0.0, ge=0, lt=1,
         description="RDP share of a private split grid: noisy histograms of the numeric "
         "features, at whose quantiles the trees split (models.grid.QuantileMap; a batch "
-        "fit's before its trees, a hinted stream's at its end). 0: the trees split on the "
-        "public bounds alone (the paper's learner)")
+        "fit's before its trees, a hinted stream's at its end; a stream without a hint buys "
+        "one at finish() instead). 0: the trees split on the public bounds alone (the "
+        "paper's learner)")
     grad_clip: float = Field(0.3, gt=0)
     hess_clip: float | None = Field(None, gt=0, le=0.25, description="Newton leaves if set")
     logistic_gradient: Literal["clipped", "proper"] = Field(
@@ -442,13 +443,8 @@ class SGBDTBooster:
         spent = pool.spent.copy()
         if self.calibration is not None:
             spent[active] += self.calibration.grid_charge
-        self.install_split_grid(self.draw_split_grid(pool.X[active]))
+        self.install_split_grid(self.split_grid_of(histograms(self.schema, pool.X[active])))
         return spent
-
-    def draw_split_grid(self, X: np.ndarray) -> QuantileMap:
-        """The split grid of the rows ``X``, each of which pays ``grid_charge``
-        (:meth:`split_grid_of` their histograms)."""
-        return self.split_grid_of(histograms(self.schema, X))
 
     def split_grid_of(self, counts: np.ndarray, charge: float | None = None) -> QuantileMap:
         """The split grid of exact histograms (:func:`~renyiboost.models.grid.histograms`,

@@ -347,7 +347,9 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         With ``expected_records``, the share of the budget that buys a private split grid
         at the hinted end, before the end burst: noisy histograms of the numeric features
         from the records that can still afford it, at whose quantiles the later trees split
-        (the policy: 0.05 with a hint over numeric features, 0 without a hint; 0: none).
+        (the policy: 0.05 with a hint over numeric features; 0: none). Without a hint it
+        must stay 0, and ``finish()`` buys the grid from the budget the records left unspent
+        (``finish(split_grid=False)``: none).
     logistic_gradient
         A classifier's gradients within ``grad_clip``: ``"clipped"`` (S-GBDT; probabilities
         pulled towards the majority class) or ``"proper"`` (weighted by the prediction, so

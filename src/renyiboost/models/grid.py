@@ -205,4 +205,4 @@ class QuantileMap:
 
 
 __all__ = ["GRID_BINS", "GRID_COUNT_CUTOFF", "GRID_RUN_SHARE", "GRID_UNIFORM_SHARE",
-           "SMOOTHING_SPAN_QUANTILE", "QuantileMap"]
+           "SMOOTHING_SPAN_QUANTILE", "QuantileMap", "histograms"]

@@ -59,7 +59,6 @@ import copy
 import dataclasses
 import json
 import logging
-import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -1135,7 +1134,7 @@ class StreamEngine:
         change = Commit(
             events=[*self._pending_events, *([event] if event is not None else [])],
             meta={"state": self._state_meta(rounds_done, event),
-                  **({GRID_META: _grid_meta(event)} if isinstance(event, GridEvent) else {})},
+                  **({GRID_META: event.as_json()} if isinstance(event, GridEvent) else {})},
             after=PoolState(self.pool_uids, after.X, after.target, after.margin, after.spent,
                             live=~after.retired if self._n_retired_rows or retired.size
                             else None),
@@ -1339,13 +1338,8 @@ class StreamEngine:
                     event.leaves.reshape(self.booster.ensemble.leaf_shape), event.stage)
                 self._check_replay(event, outcome)
                 self._install(event, self._round_state(event, outcome))
-        grid = snap.grid
-        if grid is not None and self.booster.grower.quantile_map is None:
-            # released before the snapshot, whose spent budgets hold its charges (a grid
-            # kept before its charge was, a single engine's, has none to hand a shard)
-            self._take_grid(GridEvent(
-                float(grid.get("charge", math.nan)), np.asarray(grid["cdf"], dtype=np.float64),
-                np.asarray(grid["mapped"], dtype=bool)))
+        if snap.grid is not None and self.booster.grower.quantile_map is None:
+            self._take_grid(snap.grid)  # before the snapshot, whose spent holds its charges
         self._offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self._offsets)
         self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
@@ -1443,7 +1437,7 @@ class StreamEngine:
                               ens.leaves[i], None, 0, 0) for i in range(ens.n_trees)]
         self._store_commit(Commit(
             events=events, meta={"state": self._state_meta(moved.rounds_done, None), **(
-                {GRID_META: _grid_meta(moved.grid)} if moved.grid is not None else {})},
+                {GRID_META: moved.grid.as_json()} if moved.grid is not None else {})},
             after=PoolState(active, live.X, live.target, live.margin, live.spent),
             new_keys=list(zip(uids[named].tolist(), names, keys.origins[named].tolist(),
                               strict=True)),
@@ -1585,13 +1579,6 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
         smoothing_spans=None if booster.smoothing_spans is None
         else booster.smoothing_spans.tolist(),
     )
-
-
-def _grid_meta(event: GridEvent) -> dict[str, Any]:
-    """The split grid as the store keeps it beside the state (written once, in the grid's
-    commit), for a restore whose snapshot dropped the event that released it."""
-    return {"charge": event.charge, "cdf": event.cdf.tolist(),
-            "mapped": event.mapped.tolist()}
 
 
 def _gathered(parts: list[Any], dtype: type, chunked: bool) -> np.ndarray:

@@ -68,6 +68,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -153,6 +154,18 @@ class GridEvent:
     cdf: np.ndarray
     mapped: np.ndarray
 
+    def as_json(self) -> dict[str, Any]:
+        """The event as a store keeps it (its event row, and the :data:`GRID_META` entry)."""
+        return {"charge": self.charge, "cdf": self.cdf.tolist(), "mapped": self.mapped.tolist()}
+
+    @classmethod
+    def from_json(cls, info: Mapping[str, Any]) -> GridEvent:
+        """The event :meth:`as_json` kept. A meta entry written before the charge was kept
+        with it (a single engine's) gives NaN, which no shard may be charged."""
+        return cls(float(info.get("charge", math.nan)),
+                   np.asarray(info["cdf"], dtype=np.float64),
+                   np.asarray(info["mapped"], dtype=bool))
+
 
 Event = MergeEvent | InitEvent | RoundEvent | GridEvent
 #: The meta entry that keeps a stream's split grid (:class:`GridEvent`'s ``cdf`` and
@@ -215,7 +228,7 @@ class Snapshot:
     retired_uids: np.ndarray
     retired_spent: np.ndarray
     #: The split grid a stream released (:data:`GRID_META`), if it did.
-    grid: dict[str, Any] | None = None
+    grid: GridEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -535,7 +548,8 @@ class SQLStateStore(StateStore):
             retired_uids=np.concatenate([_array(b[0], "<i8") for b in batches]
                                         or [np.zeros(0, np.int64)]),
             retired_spent=np.concatenate([_array(b[1], "<f8") for b in batches] or [np.zeros(0)]),
-            grid=self._meta(GRID_META),
+            grid=None if (grid := self._meta(GRID_META)) is None
+            else GridEvent.from_json(grid),
         )
 
     def _key_batches(self) -> list[tuple[bytes, str, str | None]]:
@@ -570,8 +584,7 @@ class SQLStateStore(StateStore):
         if kind == "init":
             return InitEvent(score_value(info["score"]), float(info["charge"]))
         if kind == "grid":
-            return GridEvent(float(info["charge"]), np.asarray(info["cdf"], dtype=np.float64),
-                             np.asarray(info["mapped"], dtype=bool))
+            return GridEvent.from_json(info)
         row = self._execute("SELECT features, thresholds, leaves FROM trees WHERE round = ?",
                                (info["round"],)).fetchone()
         return RoundEvent(int(info["round"]), _array(row[0], "<i8").reshape(n_internal),
@@ -677,8 +690,7 @@ class SQLStateStore(StateStore):
             self._insert_event("init", {"score": np.asarray(event.score).tolist(),
                                         "charge": event.charge}, None)
         elif isinstance(event, GridEvent):
-            self._insert_event("grid", {"charge": event.charge, "cdf": event.cdf.tolist(),
-                                        "mapped": event.mapped.tolist()}, None)
+            self._insert_event("grid", event.as_json(), None)
         else:
             blobs = (_blob(event.features, "<i8"), _blob(event.thresholds, "<f8"),
                      _blob(event.leaves, "<f8"))

@@ -353,7 +353,8 @@ def default_params(task: str, epsilon: float | None, records: float,
     for ``task`` at ``epsilon`` with about ``records`` training records (and ``n_classes``,
     the size of a classifier's public label set). A batch fit, or a stream with a size
     hint, over a schema with ``n_numeric`` > 0 numeric features buys a private split grid
-    (:data:`GRID_SHARE`); an ``unhinted_stream`` (no end to release it at) does not.
+    (:data:`GRID_SHARE`); an ``unhinted_stream`` has no end to reserve it for (its
+    ``finish()`` buys one from the unspent budget: :data:`FINISH_GRID_SHARE`).
 
     >>> default_params("classification", 0.5, 30_000)["depth"]
     5

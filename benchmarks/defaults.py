@@ -369,7 +369,9 @@ def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     The tilt has two causes, which the row separates: the gradient clip's link (a batch
     fit without noise, with clipped gradients and with proper ones;
     :class:`~renyiboost.models.losses.LogisticLoss`) and the filter's retention of
-    well-fitted keys (the stream against the batch fit, both with proper gradients)."""
+    well-fitted keys (the stream without its answers' recalibration against the batch fit,
+    both with proper gradients). The policy's stream recalibrates its answers
+    (:mod:`~renyiboost.models.recalibration`); the row shows it with and without."""
     _quiet()
     from sklearn.metrics import roc_auc_score
 
@@ -382,7 +384,7 @@ def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
 
     def stream(**overrides: Any) -> np.ndarray:
         engine = StreamEngine(EngineConfig.from_defaults(
-            train.schema, "classification", epsilon, DELTA, **overrides))
+            train.schema, "classification", epsilon, DELTA, **overrides))  # seed=None: CSPRNG
         for start in range(0, draws.size, 10_000):
             chunk = draws[start:start + 10_000]
             engine.add(train.X[chunk], train.y[chunk],
@@ -394,17 +396,21 @@ def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
                       delta=DELTA, **overrides)
         return model.fit(train.X, train.y).predict_proba(test.X)[:, 1]
 
-    stream_p, batch_p = stream(), batch()
+    stream_p, batch_p, plain_p = stream(), batch(), stream(recalibration=None)
     return {"set": name, "task": "classification", "epsilon": epsilon, "seed": seed,
             "protocol": "tilt", "base_rate": float(test.y.mean()),
             "stream_mean_p": float(stream_p.mean()), "batch_mean_p": float(batch_p.mean()),
             "stream_auc": float(roc_auc_score(test.y, stream_p)),
             "batch_auc": float(roc_auc_score(test.y, batch_p)),
             "stream_error": float(np.mean((stream_p > 0.5) != test.y) * 100),
+            "unrecalibrated_stream_mean_p": float(plain_p.mean()),
+            "unrecalibrated_stream_auc": float(roc_auc_score(test.y, plain_p)),
+            "unrecalibrated_stream_error": float(np.mean((plain_p > 0.5) != test.y) * 100),
             "non_private_batch_mean_p": float(batch(None, logistic_gradient="clipped").mean()),
             "proper_non_private_batch_mean_p": float(
                 batch(None, logistic_gradient="proper").mean()),
-            "proper_stream_mean_p": float(stream(logistic_gradient="proper").mean()),
+            "proper_stream_mean_p": float(stream(logistic_gradient="proper",
+                                                 recalibration=None).mean()),
             "proper_batch_mean_p": float(batch(logistic_gradient="proper").mean())}
 
 
@@ -543,10 +549,15 @@ def _extras(rows: list[dict[str, Any]]) -> str:
                 f"{r['epsilon']:g}): mean predicted probability {r['stream_mean_p']:.3f} "
                 f"(batch fit {r['batch_mean_p']:.3f}) for a base rate of {r['base_rate']:.3f}; "
                 f"AUC {r['stream_auc']:.3f} (batch {r['batch_auc']:.3f}), error "
-                f"{r['stream_error']:.2f} %. The clip's share: the batch fit without noise "
+                f"{r['stream_error']:.2f} %; without the answers' recalibration "
+                f"{r['unrecalibrated_stream_mean_p']:.3f}, AUC "
+                f"{r['unrecalibrated_stream_auc']:.3f}, error "
+                f"{r['unrecalibrated_stream_error']:.2f} %. The clip's share: the batch fit "
+                "without noise "
                 f"{r['non_private_batch_mean_p']:.3f} with clipped gradients, with proper ones "
                 f"{r['proper_non_private_batch_mean_p']:.3f}; the filter's: with proper "
-                f"gradients the stream {r['proper_stream_mean_p']:.3f}, the batch fit "
+                f"gradients the stream without recalibration {r['proper_stream_mean_p']:.3f}, "
+                "the batch fit "
                 f"{r['proper_batch_mean_p']:.3f}.")
         out += ["", line]
     anchors = _anchor_lines(rows)

@@ -36,6 +36,7 @@ DPBOOST = ["tests/test_dpboost.py"]
 MULTICLASS = ["tests/test_multiclass.py"]
 FEDXGB = ["tests/test_fedxgboost.py"]
 SPLIT_GRID = ["tests/test_split_grid.py"]
+RECALIBRATION = ["tests/test_recalibration.py"]
 WRITE_BEHIND = [
     "tests/test_stream.py::test_write_behind_keeps_a_round_invisible_until_its_commit_returns"]
 
@@ -369,8 +370,38 @@ MUTATIONS = [
              '.reshape(c.shape) for c in self.shards.all("grid_counts", charge)])',
              ["tests/test_sharded.py"]),
     Mutation("a reshard leaves the grid behind", "src/renyiboost/stream/reshard.py",
-             "counters=counters, grid=first.grid)", "counters=counters)",
+             "counters=counters, grid=first.grid,", "counters=counters,",
              ["tests/test_reshard.py"]),
+    Mutation("a reshard drops the open window's sums", "src/renyiboost/stream/reshard.py",
+             "sums += export.recalibration.sums", "pass", RECALIBRATION),
+    Mutation("the recalibration's sums get a tenth of their noise",
+             "src/renyiboost/accounting/platt.py",
+             "return self.noise_multiplier * platt_sensitivities(self.margin_clip)",
+             "return self.noise_multiplier * platt_sensitivities(self.margin_clip) * 0.1",
+             RECALIBRATION),
+    Mutation("keys merged in an open window pay nothing", "src/renyiboost/stream/engine.py",
+             "spent=np.concatenate([pool.spent, np.full(n_new, event.charge)]),",
+             "spent=np.concatenate([pool.spent, np.zeros(n_new)]),", RECALIBRATION),
+    Mutation("an upserted key adds to the window's sums again",
+             "src/renyiboost/stream/engine.py",
+             "new = self._slot[uids] < 0\n", "new = np.ones(uids.size, dtype=bool)\n",
+             RECALIBRATION),
+    Mutation("the recalibration's margins are not clipped",
+             "src/renyiboost/models/recalibration.py",
+             "m = np.clip(np.asarray(margin, dtype=np.float64).reshape(-1), -margin_clip, "
+             "margin_clip)", "m = np.asarray(margin, dtype=np.float64).reshape(-1)",
+             RECALIBRATION),
+    Mutation("a replayed merge forgets its keys' recalibration charge",
+             "src/renyiboost/stream/store.py", 'float(info.get("charge", 0.0)))', "0.0)",
+             RECALIBRATION),
+    Mutation("a shard that missed a refit's commit keeps its spent sums",
+             "src/renyiboost/stream/sharded.py",
+             'self.shards.one(k, "commit_recalibration", done)', "pass", RECALIBRATION),
+    Mutation("each shard's recalibration sums get their own noise",
+             "src/renyiboost/stream/sharded.py",
+             'total = functools.reduce(np.add, self.shards.all("recalibration_sums"))',
+             'total = functools.reduce(np.add, [s + self.booster.noise.normal(5, 50.0) for s '
+             'in self.shards.all("recalibration_sums")])', RECALIBRATION),
 ]
 
 

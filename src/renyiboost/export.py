@@ -144,6 +144,10 @@ def to_onnx(release: ModelRelease) -> Any:
     values = attributes.pop("nodes_values")
     attributes["nodes_values_as_tensor"] = _double_tensor("nodes_values", values)
     trees, nodes, outputs, weights = _leaf_targets(release, shifts.shape[0], n_outputs)
+    if release.answer_map is not None:  # a·(base + Σ w) + b, folded into base and weights
+        scale, offset = release.answer_map
+        base = scale * base + offset
+        weights = [scale * w for w in weights]
     X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
     extra: list[Any] = []
     if release.task == "regression":

@@ -91,7 +91,7 @@ class ReleasedTree(BaseModel):
 
 #: :class:`ModelRelease` fields written only when set (a release without them dumps as it
 #: did before they existed).
-OPTIONAL_RELEASE_FIELDS = frozenset({"smoothing_spans"})
+OPTIONAL_RELEASE_FIELDS = frozenset({"smoothing_spans", "answer_map"})
 
 
 class ModelRelease(BaseModel):
@@ -123,14 +123,25 @@ class ModelRelease(BaseModel):
     #: set it (:meth:`renyiboost.models.grid.QuantileMap.smoothing_spans`: post-processing
     #: of the grid's noisy histograms); ``None``: the public ranges.
     smoothing_spans: list[float] | None = None
+    #: ``(a, b)``: answers are ``σ(a·m + b)`` of the trees' margin ``m``, a binary stream's
+    #: recalibration (:mod:`renyiboost.models.recalibration`: post-processing of noisy
+    #: sums the keys paid for); ``None``: the identity.
+    answer_map: tuple[float, float] | None = None
 
     @model_serializer(mode="wrap")
-    def _without_public_spans(self, handler: Any) -> dict[str, Any]:
-        """A release smoothed over the public ranges dumps as it did before spans existed."""
+    def _without_unset_options(self, handler: Any) -> dict[str, Any]:
+        """A release smoothed over the public ranges, or not recalibrated, dumps as it did
+        before spans and maps existed."""
         dumped = handler(self)
-        if self.smoothing_spans is None:
-            dumped.pop("smoothing_spans", None)
+        for name in OPTIONAL_RELEASE_FIELDS:
+            if getattr(self, name) is None:
+                dumped.pop(name, None)
         return dumped
+
+    def apply_answer_map(self, ensemble: Any) -> None:
+        """Give ``ensemble`` (a :class:`~renyiboost.models.trees.Ensemble`) this release's
+        answer map (the identity without one)."""
+        ensemble.answer_scale, ensemble.answer_offset = self.answer_map or (1.0, 0.0)
 
     @property
     def smoothing(self) -> float:

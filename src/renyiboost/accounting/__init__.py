@@ -28,6 +28,7 @@ from renyiboost.accounting.filter import (
 )
 from renyiboost.accounting.grid import SplitGridRelease
 from renyiboost.accounting.leaf import LeafRelease
+from renyiboost.accounting.platt import PlattSumsRelease
 from renyiboost.accounting.rdp import gaussian_rdp, laplace_rdp, subsampled_gaussian_rdp
 from renyiboost.accounting.size import SIZE_ESTIMATE_SHARE, SizeEstimate
 
@@ -44,6 +45,7 @@ __all__ = [
     "IndividualRenyiFilter",
     "LaplaceEvent",
     "LeafRelease",
+    "PlattSumsRelease",
     "PoissonSampledEvent",
     "RdpAccountant",
     "SelfComposedEvent",

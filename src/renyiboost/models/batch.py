@@ -330,6 +330,7 @@ class SGBDT(MarginModel):
             trees=released_trees(ens.features, ens.thresholds, ens.leaves, 0),
             guarantee=self.privacy_guarantee(),
             smoothing_spans=self.smoothing_spans_,
+            answer_map=(ens.answer_scale, ens.answer_offset) if ens.recalibrated else None,
         )
 
     def to_json(self) -> str:
@@ -347,6 +348,7 @@ class SGBDT(MarginModel):
             init_score=np.asarray(release.init_score, dtype=float)
             if schema.n_outputs > 1 else float(release.init_score),
             spans=release.smoothing_spans)
+        release.apply_answer_map(model.ensemble)
         for tree in release.trees:
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),

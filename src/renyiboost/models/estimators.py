@@ -19,6 +19,7 @@ from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.exceptions import BudgetExceeded, InvalidRecord, PrivacyLeakWarning
 from renyiboost.models.defaults import POLICY, Policy
 from renyiboost.models.losses import class_probabilities
+from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
@@ -33,7 +34,7 @@ _POLICY_ARGUMENTS = (
     "grad_clip", "hess_clip", "reg_lambda", "reg_lambda_noise_stds", "leaf_clip",
     "feature_selection", "mains_cycles", "split_candidates", "smoothing", "grid_share",
     "logistic_gradient", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
-    "max_train_every", "final_trees", "noise_stages",
+    "max_train_every", "final_trees", "noise_stages", "recalibration",
 )
 
 
@@ -75,6 +76,7 @@ class _SGBDTEstimator:
         max_train_every: int | None | Policy = POLICY,
         final_trees: int | Policy = POLICY,
         noise_stages: tuple[tuple[int, int], ...] | Policy = POLICY,
+        recalibration: RecalibrationPolicy | dict[str, Any] | None | Policy = POLICY,
         max_trees: int | None = None,
         store: StateStore | str | None = None,
         seed: int | None = None,
@@ -111,6 +113,7 @@ class _SGBDTEstimator:
         self.max_train_every = max_train_every
         self.final_trees = final_trees
         self.noise_stages = noise_stages
+        self.recalibration = recalibration
         self.max_trees = max_trees
         self.store = store
         self.seed = seed
@@ -370,6 +373,14 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the
         default: the stages that end before the expected size); ``()`` switches them off,
         e.g. to resume a store written before stages existed.
+    recalibration
+        A binary classifier's answers are ``σ(a·m + b)`` of the trees' margin ``m``, with
+        Platt's ``(a, b)`` refitted every ``every`` positions on the keys that arrived
+        since, each paying ``share`` of its budget on arrival (the policy, private binary
+        streams: every 20,000, share 0.05; the first window opens after one, so a shorter
+        stream pays nothing; :mod:`~renyiboost.models.recalibration`). It fixes the tilt of
+        an unbounded imbalanced stream's answers towards the majority class; ``None``
+        switches it off, e.g. to resume a store written before it existed.
     store
         ``None`` keeps state in memory. ``SQLiteStore(path, create=True)`` makes it durable
         in a new file; afterwards ``store=path`` (or a ``sqlite:///`` URL) resumes from it

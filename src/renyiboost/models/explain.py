@@ -4,7 +4,8 @@
   single feature (S-GBDT with ``feature_selection="cyclic"``, as S-BDT and DP-EBM train):
   the model is then a sum of per-feature functions, and a row's margin is its initial score
   plus one term a feature (a smoothed ensemble's terms are smoothed the same way, so they
-  still add up to its margin).
+  still add up to its margin; a recalibrated one's are scaled by its ``answer_scale``, and
+  its initial term is ``answer_scale · init_score + answer_offset``).
 * :func:`feature_importances` — for any ensemble, each feature's share of the trees'
   effect: a tree's mean absolute leaf value, split among the features its nodes test in
   proportion to the nodes. A summary, not an exact decomposition.
@@ -42,7 +43,7 @@ def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) ->
                         ensemble.features[mine], ensemble.thresholds[mine],
                         ensemble.leaves[mine], n_outputs=ensemble.n_outputs,
                         shifts=ensemble.shifts)
-        out[:, f] = part.predict_margin(X)
+        out[:, f] = ensemble.answer_scale * part.predict_margin(X)
     return out
 
 

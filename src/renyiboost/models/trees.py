@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -254,6 +254,10 @@ class Ensemble:
     averaged shifted histogram, Scott 1985, in each tree) trades a little resolution for
     less noise. Training never reads it (the booster's margins are the unsmoothed
     :meth:`leaf_sum`); only answers do.
+
+    ``answer_scale`` and ``answer_offset`` (a binary stream's answer recalibration,
+    :mod:`renyiboost.models.recalibration`) map every answer's margin ``m`` to
+    ``answer_scale · m + answer_offset``; training never reads them either.
     """
 
     depth: int
@@ -264,6 +268,8 @@ class Ensemble:
     leaves: np.ndarray = field(default=None)  # type: ignore[assignment]
     n_outputs: int = 1
     shifts: np.ndarray | None = None
+    answer_scale: float = 1.0
+    answer_offset: float = 0.0
 
     @classmethod
     def for_schema(cls, schema: PublicSchema, depth: int, smoothing: float = 0.0,
@@ -424,7 +430,22 @@ class Ensemble:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
             return np.asarray(self.predict_margin_one(X))[None]
+        return self._recalibrated(self.smoothed_margin(X))
+
+    def smoothed_margin(self, X: np.ndarray) -> np.ndarray:
+        """The answers' margins before their recalibration: initial score plus the leaf sum
+        over the shifted copies of each row (what a recalibration window scores)."""
         return self.init_score + self.leaf_sum(X, smoothed=True)
+
+    @property
+    def recalibrated(self) -> bool:
+        """Whether answers are mapped by a recalibration (anything but the identity)."""
+        return self.answer_scale != 1.0 or self.answer_offset != 0.0
+
+    def _recalibrated(self, margin: Any) -> Any:
+        if not self.recalibrated:
+            return margin
+        return self.answer_scale * margin + self.answer_offset
 
     def predict_margin_one(self, x: np.ndarray) -> float | np.ndarray:
         """Initial score plus the sum of every tree's leaf value for one row ``x`` (1-D).
@@ -440,7 +461,7 @@ class Ensemble:
                 f"{x.shape}"
             )
         if self.n_outputs == 1:
-            return self.init_score + self._leaf_sum_one(x, self.leaves)
+            return self._recalibrated(self.init_score + self._leaf_sum_one(x, self.leaves))
         return self.init_score + np.array([
             self._leaf_sum_one(x, np.ascontiguousarray(self.leaves[..., k]))
             for k in range(self.n_outputs)])
@@ -491,6 +512,8 @@ class Ensemble:
             "thresholds": self.thresholds.tolist(),
             "leaves": self.leaves.tolist(),
             "shifts": None if self.shifts is None else self.shifts.tolist(),
+            **({"answer_scale": self.answer_scale, "answer_offset": self.answer_offset}
+               if self.recalibrated else {}),
         }
 
     @classmethod
@@ -509,4 +532,6 @@ class Ensemble:
             leaves=np.asarray(data["leaves"], dtype=float).reshape(-1, *leaf_shape),
             n_outputs=n_outputs,
             shifts=None if data.get("shifts") is None else np.asarray(data["shifts"]),
+            answer_scale=float(data.get("answer_scale", 1.0)),
+            answer_offset=float(data.get("answer_offset", 0.0)),
         )

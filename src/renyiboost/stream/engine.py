@@ -92,12 +92,23 @@ from renyiboost.models.defaults import (
     final_burst,
     finish_trees,
     noise_stages,
+    recalibration_policy,
     stream_rounds,
     stream_schedule,
     supported_depth,
     trees_per_trigger,
 )
 from renyiboost.models.grid import QuantileMap, histograms
+from renyiboost.models.recalibration import (
+    RecalibrationPolicy,
+    RecalibrationState,
+    merge_charge,
+    opens,
+    platt_sums,
+    refit,
+    refit_due,
+    window_of,
+)
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
@@ -177,7 +188,10 @@ class EngineConfig(BaseModel):
         "up to a stage's `until` has the σ of `rounds` nominal rounds (accounting."
         "stage_calibrations); later rounds have params.rounds'. A private stream has those "
         "whose ends lie before its expected size (models.defaults.noise_stages)")
-
+    recalibration: RecalibrationPolicy | None = Field(
+        None, description="a binary stream's answer recalibration: Platt's map refitted on "
+        "each window of new keys (models.recalibration; models.defaults."
+        "recalibration_policy)")
 
     @model_validator(mode="after")
     def _check_stages(self) -> EngineConfig:
@@ -186,6 +200,12 @@ class EngineConfig(BaseModel):
             raise ValueError(f"noise_stages must end at increasing positions, got {ends}")
         if self.noise_stages and not self.params.private:
             raise ValueError("noise_stages need a private model (epsilon is None)")
+        if self.recalibration is not None and not (
+                self.params.private and self.params.task == "classification"
+                and self.public_schema.n_outputs == 1):
+            raise ValueError("recalibration (Platt's map of the answers) is for a private "
+                             "binary classification stream: it fixes the tilt the "
+                             "individual filter gives one; leave it None here")
         return self
 
     @model_validator(mode="after")
@@ -241,6 +261,9 @@ class EngineConfig(BaseModel):
         if params.private and "noise_stages" not in triggers:  # short streams start precise
             triggers["noise_stages"] = noise_stages(schedule, triggers["trees_per_trigger"],
                                                     params.rounds, task)
+        if "recalibration" not in triggers:
+            triggers["recalibration"] = recalibration_policy(
+                task, epsilon, public_schema.n_classes)
         if "noise_stages" in triggers:  # (until, rounds) pairs or specs
             triggers["noise_stages"] = tuple(
                 stage if isinstance(stage, NoiseStageSpec)
@@ -254,11 +277,11 @@ class EngineConfig(BaseModel):
 #: each ran with (:meth:`~renyiboost.stream.store.StateStore.load`): such a store resumes
 #: when the caller passes that value (``noise_stages=()``, ``smoothing=0``,
 #: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``, ``mains_cycles=None``,
-#: ``grid_share=0``).
+#: ``grid_share=0``, ``recalibration=None``).
 ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
     "noise_stages": [], "params": {"smoothing": 0.0, "logistic_gradient": "clipped",
                                    "reg_lambda_noise_stds": 0.0, "mains_cycles": None,
-                                   "grid_share": 0.0}}}
+                                   "grid_share": 0.0}, "recalibration": None}}
 
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
 SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})
@@ -440,6 +463,8 @@ class EngineExport:
     offsets: dict[str, Any]
     counters: dict[str, int]
     grid: GridEvent | None = None  # the split grid it released, whose charges its keys hold
+    #: The answers' recalibration, with the exact sums of its open window.
+    recalibration: RecalibrationState = dataclasses.field(default_factory=RecalibrationState)
 
 
 def check_usable_store(store: StateStore) -> None:
@@ -512,6 +537,8 @@ class StreamEngine:
         self._ledger_spent = np.zeros(0, dtype=float)  # by uid: final spent of retired keys
         #: The split grid this stream released (committed), if it did.
         self.released_grid: GridEvent | None = None
+        #: The answers' recalibration: the map, and the exact sums of the open window.
+        self.recalibration = RecalibrationState()
         self._next_uid = 0
         self._initialized = False
         self.counters: dict[str, int] = {"dropped": 0, "superseded": 0, "upserts": 0}
@@ -849,9 +876,37 @@ class StreamEngine:
             uids, X, y = uids[live], X[live], y[live]
         self.counters["upserts"] += int((self._slot[uids] >= 0).sum())
         if uids.size:
-            event = MergeEvent(uids, X, y, self.booster.ensemble.raw_margin(X))
+            event = MergeEvent(uids, X, y, self.booster.ensemble.raw_margin(X),
+                               self._recalibration_charge(uids, X, y))
             self._apply_merge(event)
             self._pending_events.append(event)
+
+    def _recalibration_charge(self, uids: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+        """What each new key of a merge pays for the answers' recalibration (0 while no
+        window is open), after adding its part to the window's exact sums: its answer
+        margin under the model now, before any round reads it
+        (:mod:`~renyiboost.models.recalibration`). A single engine opens the first window
+        once its positions pass one window; a shard's coordinator opens it
+        (:meth:`open_recalibration`)."""
+        policy = self.config.recalibration
+        if policy is None or not self._initialized:
+            return 0.0
+        if not self.coordinated and opens(policy, self._positions):
+            self.open_recalibration()
+        state = self.recalibration
+        if not state.open:
+            return 0.0
+        new = self._slot[uids] < 0
+        margin = self.booster.ensemble.smoothed_margin(X[new])
+        self.recalibration = state.adding(platt_sums(margin, y[new], state.scale,
+                                                     state.offset, policy.margin_clip))
+        return merge_charge(policy, self.booster.calibration)
+
+    def open_recalibration(self) -> None:
+        """From now on every new key merged pays the recalibration's charge (idempotent;
+        kept in the next commit's state)."""
+        if self.config.recalibration is not None and not self.recalibration.open:
+            self.recalibration = dataclasses.replace(self.recalibration, open=True)
 
     def _apply_merge(self, event: MergeEvent) -> None:
         slots = self._slot[event.uids]
@@ -876,7 +931,7 @@ class StreamEngine:
             uids, X, target, margin = fresh
             self.pool = RecordPool(
                 X=X, target=target, margin=margin,
-                spent=np.concatenate([pool.spent, np.zeros(n_new)]),
+                spent=np.concatenate([pool.spent, np.full(n_new, event.charge)]),
                 retired=np.concatenate([pool.retired, np.zeros(n_new, dtype=bool)]),
             )
             self.pool_uids = uids
@@ -902,7 +957,33 @@ class StreamEngine:
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
             self._release_split_grid(charge)
+        if refit_due(self.config.recalibration, self.recalibration, self._positions):
+            self.install_recalibration(self._refitted(self.recalibration.sums))
         return run_rounds(self.config, self.booster, self._round, rounds)
+
+    def _refitted(self, sums: np.ndarray) -> RecalibrationState:
+        """The map refitted on the window's ``sums`` (this pool's, or a sharded stream's
+        total) with the noise their charge paid for, drawn once."""
+        return refit(self.recalibration, sums, self.config.recalibration,
+                     self.booster.calibration, self.booster.noise,
+                     window_of(self.config.recalibration, self._positions))
+
+    def recalibration_sums(self) -> np.ndarray:
+        """Commit the merged records (whose keys paid for them), then this pool's exact
+        recalibration sums of the open window (a shard's part of a refit)."""
+        self.flush()
+        return self.recalibration.sums.copy()
+
+    def install_recalibration(self, state: RecalibrationState) -> None:
+        """Commit the refitted map (the window's sums spent) with the merges whose keys
+        paid for it, wait until it is durable, then answer with it."""
+        self.recalibration = state
+        self._commit(None, self.pool)
+        self._drain()
+        ens = self.booster.ensemble
+        ens.answer_scale, ens.answer_offset = state.scale, state.offset
+        log.info("answers recalibrated at stream position %d: a = %.3f, b = %.3f",
+                 self._positions, state.scale, state.offset)
 
     def _release_split_grid(self, charge: float) -> None:
         """Release the split grid from the active records that can still afford
@@ -1298,6 +1379,8 @@ class StreamEngine:
                                      else self.booster.ensemble.init_score).tolist(),
             "initialized": self._initialized or init,
             "rng": self.booster.noise.get_state(),
+            **({"recalibration": self.recalibration.as_json()}
+               if self.config.recalibration is not None else {}),
         }
 
     def _restore(self, snap: Snapshot) -> None:
@@ -1323,6 +1406,9 @@ class StreamEngine:
             ens.append(*snap.trees[round_])
         self.booster.rounds_done = first_replayed
         ens.init_score = score_value(meta.get("init_score", 0.0))
+        self.recalibration = RecalibrationState.from_json(meta.get("recalibration"))
+        ens.answer_scale = self.recalibration.scale
+        ens.answer_offset = self.recalibration.offset
         self._initialized = bool(meta.get("initialized", False))
         for event in snap.events:
             if isinstance(event, MergeEvent):
@@ -1395,7 +1481,7 @@ class StreamEngine:
             spent=np.concatenate([live.spent, self._ledger_spent[retired]]))
         return EngineExport(keys, copy.deepcopy(self.booster.ensemble), self.booster.rounds_done,
                             self._initialized, self._positions, dict(self._offsets),
-                            dict(self.counters), self.released_grid)
+                            dict(self.counters), self.released_grid, self.recalibration)
 
     def adopt(self, moved: EngineExport) -> None:
         """Take over ``moved`` into this engine's new, empty store in one commit (with a
@@ -1425,6 +1511,7 @@ class StreamEngine:
             self._take_grid(moved.grid)
         self.booster.ensemble = copy.deepcopy(ens)
         self.booster.rounds_done = moved.rounds_done
+        self.recalibration = moved.recalibration
         self._initialized = moved.initialized
         self.counters.update(moved.counters)
         self._merged_offsets = dict(moved.offsets)
@@ -1578,6 +1665,7 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
         guarantee=privacy_guarantee_of(config, booster),
         smoothing_spans=None if booster.smoothing_spans is None
         else booster.smoothing_spans.tolist(),
+        answer_map=(ens.answer_scale, ens.answer_offset) if ens.recalibrated else None,
     )
 
 

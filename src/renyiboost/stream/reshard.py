@@ -43,6 +43,7 @@ store and a trainable new store hold a key.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -261,9 +262,11 @@ def _gathered(j: int, exports: list[EngineExport], owners: list[np.ndarray], n_n
     first = exports[0]
     counters: dict[str, int] = dict.fromkeys(first.counters, 0)
     positions = 0
+    sums = np.zeros_like(first.recalibration.sums)
     for k, export in enumerate(exports):
         if k % n_new == j:
             positions += export.positions
+            sums += export.recalibration.sums
             for name, value in export.counters.items():
                 counters[name] = counters.get(name, 0) + value
     return EngineExport(
@@ -272,7 +275,8 @@ def _gathered(j: int, exports: list[EngineExport], owners: list[np.ndarray], n_n
         ensemble=first.ensemble, rounds_done=first.rounds_done,
         initialized=first.initialized, positions=positions,
         offsets=_by_partition([e.offsets for e in exports], j, n_new, new_map),
-        counters=counters, grid=first.grid)  # the shards reconciled to one grid
+        counters=counters, grid=first.grid,  # the shards reconciled to one grid and map
+        recalibration=dataclasses.replace(first.recalibration, sums=sums))
 
 
 def _by_partition(values: list[dict[str, Any]], j: int, n_new: int,

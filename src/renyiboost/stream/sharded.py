@@ -50,6 +50,7 @@ before any shard committed the round loses it: it was never visible.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import time
@@ -63,6 +64,7 @@ import numpy as np
 from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.grid import QuantileMap
+from renyiboost.models.recalibration import RecalibrationState, opens, refit, refit_due, window_of
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
@@ -264,6 +266,21 @@ class ShardWorker:
     def released_grid(self) -> GridEvent | None:
         return self.engine.released_grid
 
+    def open_recalibration(self) -> None:
+        self.engine.open_recalibration()
+
+    def recalibration_sums(self) -> np.ndarray:
+        """Step 1 of a refit: commit the merged records (their keys' charges), then this
+        pool's exact sums of the open window."""
+        return self.engine.recalibration_sums()
+
+    def commit_recalibration(self, state: RecalibrationState) -> None:
+        """Step 2: commit the refitted map (this window's sums spent), durably."""
+        self.engine.install_recalibration(state)
+
+    def recalibration_state(self) -> RecalibrationState:
+        return self.engine.recalibration
+
     def commit_round(self, tree: ReleasedTree, stage: int | None) -> None:
         """Commit the released round and return once the commit is durable."""
         self.engine.install_released(tree, stage)
@@ -436,6 +453,7 @@ class ShardedEngine:
                 self.shards.one(k, "replay_released", ens.features[last], ens.thresholds[last],
                                 ens.leaves[last], stage)
         self._reconcile_grid()
+        self._reconcile_recalibration(ens, positions, leader.initialized)
         self.shards.all("wait_durable")
         self.booster.ensemble = ens
         self.booster.rounds_done = leader.rounds_done
@@ -460,6 +478,42 @@ class ShardedEngine:
             self.shards.one(k, "commit_grid", event)
         self.booster.install_split_grid(
             QuantileMap.from_cdf(self.config.public_schema, event.cdf, event.mapped))
+
+    def _reconcile_recalibration(self, ens: Ensemble, positions: int,
+                                 initialized: bool) -> None:
+        """A refit that some shards committed (a crash between the shards' commits; each
+        had committed the records its sums came from before sending them) is committed by
+        the others, whose sums of that window it spent; ``ens`` answers with it. An open
+        window is opened on every shard."""
+        states: list[RecalibrationState] = self.shards.all("recalibration_state")
+        lead = max(states, key=lambda state: state.refitted_at)
+        done = lead.refitted(lead.refitted_at, lead.scale, lead.offset)
+        for k, state in enumerate(states):
+            if state.refitted_at < lead.refitted_at:
+                self.shards.one(k, "commit_recalibration", done)
+        self.recalibration = done
+        ens.answer_scale, ens.answer_offset = done.scale, done.offset
+        self._open_recalibration(positions, initialized)
+
+    def _open_recalibration(self, positions: int, initialized: bool) -> None:
+        """Open the first window on every shard once the positions pass it."""
+        if (not self.recalibration.open and initialized
+                and opens(self.config.recalibration, positions)):
+            self.shards.all("open_recalibration")
+            self.recalibration = dataclasses.replace(self.recalibration, open=True)
+
+    def _refit_answers(self) -> None:
+        """A refit over all shards: each commits its merged records and sends its exact
+        sums; their total gets the noise once; every shard commits the map, durably; then
+        the coordinator answers with it (announced with the next version's tree)."""
+        total = functools.reduce(np.add, self.shards.all("recalibration_sums"))
+        state = refit(self.recalibration, total, self.config.recalibration,
+                      self.booster.calibration, self.booster.noise,
+                      window_of(self.config.recalibration, self._positions))
+        self.shards.all("commit_recalibration", state)
+        self.recalibration = state
+        ens = self.booster.ensemble
+        ens.answer_scale, ens.answer_offset = state.scale, state.offset
 
     def recover(self, error: ShardUnavailable) -> None:
         """A shard died mid-operation: the round is aborted (nothing released), the shard
@@ -575,6 +629,9 @@ class ShardedEngine:
             charge = hinted_grid_charge(self.config, self.booster, self._positions)
             if charge is not None:
                 self._release_split_grid(charge)
+            if refit_due(self.config.recalibration, self.recalibration, self._positions):
+                self._refit_answers()
+            self._open_recalibration(self._positions, self._initialized)
             return run_rounds(self.config, self.booster, self._round, rounds)
         except ShardUnavailable as error:
             self.recover(error)

@@ -118,6 +118,9 @@ class MergeEvent:
     X: np.ndarray
     target: np.ndarray
     margin: np.ndarray  # margin of each record under the model at merge time
+    #: The spent budget each *new* key starts with: the answers' recalibration charge
+    #: (:mod:`renyiboost.models.recalibration`) while a window is open, else 0.
+    charge: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -580,7 +583,8 @@ class SQLStateStore(StateStore):
                                    (info["seg"],)).fetchone()
             self._checked("segments", seg, *seg[:3])
             return MergeEvent(_array(seg[0], "<i8"), _array(seg[1], "<f8").reshape(-1, k),
-                              _array(seg[2], "<f8"), _array(data, "<f8"))
+                              _array(seg[2], "<f8"), _array(data, "<f8"),
+                              float(info.get("charge", 0.0)))
         if kind == "init":
             return InitEvent(score_value(info["score"]), float(info["charge"]))
         if kind == "grid":
@@ -685,7 +689,8 @@ class SQLStateStore(StateStore):
     def _append(self, event: Event) -> None:
         if isinstance(event, MergeEvent):
             seg = self._insert_segment(event.uids, event.X, event.target)
-            self._insert_event("merge", {"seg": seg}, _blob(event.margin, "<f8"))
+            info = {"seg": seg, **({"charge": event.charge} if event.charge else {})}
+            self._insert_event("merge", info, _blob(event.margin, "<f8"))
         elif isinstance(event, InitEvent):
             self._insert_event("init", {"score": np.asarray(event.score).tolist(),
                                         "charge": event.charge}, None)

@@ -1,0 +1,211 @@
+"""A binary stream's answer recalibration: Platt's map, one private Newton step a window.
+
+**Why.** On an unbounded binary stream the individual filter retires the keys the model
+fits badly first (they pay more a round), so where the model is confident the pool keeps
+the majority's easy rows longer than the few rows of the other class, and Newton leaves
+follow the pool: the answers become overconfident towards the majority. On Adult drawn
+i.i.d. (200,000 positions, ε = 1) the mean predicted probability was 0.185 for a base rate
+of 0.246, with Platt's fitted slope at 0.27–0.29 (margins about 3.5 times too large).
+Boosting cannot fix it from inside: an offset put into the pool's margins is undone by the
+next trees, which fit the same filtered pool.
+
+**What.** Answers are mapped by ``p = σ(a·m + b)`` (Platt 1999), ``m`` the model's answer
+margin. ``(a, b)`` is refitted on each window of :attr:`RecalibrationPolicy.every` stream
+positions from the keys that *arrive* in it, which the pool has not filtered yet: each is
+scored when it is merged (before any round reads it) and pays
+:attr:`RecalibrationPolicy.share` of the budget B then, once. At the window's end the five
+sums of one Newton step get Gaussian noise (:class:`~renyiboost.accounting.platt.
+PlattSumsRelease`) and :func:`platt_step` moves ``(a, b)``. The first window opens one
+``every`` into the stream, so a stream shorter than that pays nothing; a key merged before
+it never pays.
+
+**The step** (a correction of plain Newton for noisy sums): the Hessian gets a ridge of
+:data:`RIDGE_NOISE_STDS` standard deviations of its noise on the diagonal; a step is
+taken only if the ridged Hessian is positive definite, is clipped to ±0.5 in ``a`` and
+±1 in ``b``, and ``a`` stays in [0.05, 2], ``b`` in [−5, 5]. Without the ridge, one of two
+emulated streams diverged (a = 139, AUC 0.82) on a noisy Hessian.
+
+Measured by emulation (README, "Imbalanced unbounded stream"), 5 % of B on the keys of
+each 20,000 positions, margins clipped to ±16: four streams of four seeds gave a mean of
+0.247, 0.243, 0.241 and 0.239 for the rate's 0.246, AUC unchanged, error 14.54–14.75 %
+against 14.59–14.82 % without it. On the prequential streams it moved accuracy by less
+than 0.002 (Elec2 +0.001, SEA −0.0004, Agrawal +0.0002).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from renyiboost.accounting.calibration import Calibration
+from renyiboost.accounting.platt import N_PLATT_SUMS, PlattSumsRelease
+from renyiboost.randomness import NoiseSource
+
+#: The Hessian's ridge, in standard deviations of its diagonal entries' noise.
+RIDGE_NOISE_STDS = 3.0
+#: The largest step of ``a`` and ``b`` one window may take.
+MAX_STEP = (0.5, 1.0)
+#: The range ``a`` is kept in (a model's margins are never inverted or blown up).
+SCALE_RANGE = (0.05, 2.0)
+#: The range ``b`` is kept in, in log-odds.
+OFFSET_RANGE = (-5.0, 5.0)
+
+
+class RecalibrationPolicy(BaseModel):
+    """When a binary stream refits its answers' Platt map and what a key pays for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    every: int = Field(ge=100, description="stream positions a window; the first opens "
+                       "after one window, and each later one ends with a refit")
+    share: float = Field(gt=0, lt=1, description="the share of the budget B every key "
+                         "merged in an open window pays (not reserved: it is charged on "
+                         "arrival, so the trees see B minus it)")
+    margin_clip: float = Field(16.0, gt=0, description="answer margins are clipped to "
+                               "±margin_clip in the sums (a public bound: their sensitivity)")
+
+
+@dataclass(frozen=True)
+class RecalibrationState:
+    """A stream's recalibration: whether keys pay on merge (``open``), the window count at
+    the last refit (``refitted_at``: position // every), the exact sums of the keys merged
+    since then, and the map answers use now. Exact sums are the engine's own state (a
+    store keeps them in its meta); only the map is released."""
+
+    open: bool = False
+    refitted_at: int = 1
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(N_PLATT_SUMS))
+    scale: float = 1.0
+    offset: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"open": self.open, "refitted_at": self.refitted_at,
+                "sums": self.sums.tolist(), "scale": self.scale, "offset": self.offset}
+
+    @classmethod
+    def from_json(cls, info: dict[str, Any] | None) -> RecalibrationState:
+        if info is None:
+            return cls()
+        return cls(bool(info["open"]), int(info["refitted_at"]),
+                   np.asarray(info["sums"], dtype=np.float64), float(info["scale"]),
+                   float(info["offset"]))
+
+    def adding(self, sums: np.ndarray) -> RecalibrationState:
+        return replace(self, sums=self.sums + sums)
+
+    def refitted(self, window: int, scale: float, offset: float) -> RecalibrationState:
+        """After a refit at ``window``: the new map, the sums spent."""
+        return RecalibrationState(self.open, window, np.zeros(N_PLATT_SUMS), scale, offset)
+
+
+def window_of(policy: RecalibrationPolicy | None, positions: int) -> int:
+    """The number of whole windows in ``positions`` (0 without a policy)."""
+    return 0 if policy is None else positions // policy.every
+
+
+def opens(policy: RecalibrationPolicy | None, positions: int) -> bool:
+    """Whether keys merged at ``positions`` pay (the first window has passed)."""
+    return window_of(policy, positions) >= 1
+
+
+def refit_due(policy: RecalibrationPolicy | None, state: RecalibrationState,
+              positions: int) -> bool:
+    """Whether the map is refitted at ``positions``: a later window has ended since the
+    last refit, and at least one window of keys paid (public: positions only)."""
+    return state.open and window_of(policy, positions) > state.refitted_at
+
+
+def merge_charge(policy: RecalibrationPolicy, calibration: Calibration | None) -> float:
+    """What a key merged in an open window pays: ``share`` of the budget B (0 without
+    privacy)."""
+    return 0.0 if calibration is None else calibration.share_charge(policy.share)
+
+
+def sums_release(policy: RecalibrationPolicy, calibration: Calibration | None
+                 ) -> PlattSumsRelease | None:
+    """The noise a window's sums get for what its keys paid (``None`` without privacy)."""
+    if calibration is None:
+        return None
+    return PlattSumsRelease(merge_charge(policy, calibration), calibration.order,
+                            policy.margin_clip)
+
+
+def refit(state: RecalibrationState, sums: np.ndarray, policy: RecalibrationPolicy | None,
+          calibration: Calibration | None, noise: NoiseSource,
+          window: int) -> RecalibrationState:
+    """The state after the refit at ``window``: one noisy draw on the window's exact
+    ``sums`` (a pool's, or the total of a sharded stream's pools), one
+    :func:`platt_step`."""
+    if policy is None:
+        raise ValueError("a refit needs a recalibration policy")
+    noisy, stds = noisy_platt_sums(sums, sums_release(policy, calibration), noise)
+    return state.refitted(window, *platt_step(noisy, stds, state.scale, state.offset))
+
+
+def platt_sums(margin: np.ndarray, y: np.ndarray, scale: float, offset: float,
+               margin_clip: float) -> np.ndarray:
+    """The five exact sums of a Newton step of Platt's ``(a, b)`` at ``(scale, offset)``
+    (:mod:`renyiboost.accounting.platt`), over answer margins clipped to ±``margin_clip``
+    and labels ``y`` in {0, 1}."""
+    m = np.clip(np.asarray(margin, dtype=np.float64).reshape(-1), -margin_clip, margin_clip)
+    p = 1.0 / (1.0 + np.exp(-(scale * m + offset)))
+    r, w = y - p, p * (1.0 - p)
+    return np.array([np.dot(r, m), r.sum(), np.dot(w, m * m), np.dot(w, m), w.sum()])
+
+
+def noisy_platt_sums(sums: np.ndarray, release: PlattSumsRelease | None,
+                     noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+    """The sums with the release's noise (exact without privacy) and the noise's stds."""
+    if release is None:
+        return sums, np.zeros(N_PLATT_SUMS)
+    stds = release.noise_stds
+    return sums + noise.normal(N_PLATT_SUMS, stds), stds
+
+
+def platt_step(sums: np.ndarray, noise_stds: np.ndarray, scale: float,
+               offset: float) -> tuple[float, float]:
+    """One damped Newton step of ``(a, b)`` from (noisy) sums (module docstring): the
+    gradient ``(Σ r·m, Σ r)``, the Hessian ``[[Σ w·m², Σ w·m], [Σ w·m, Σ w]]`` with a ridge
+    of :data:`RIDGE_NOISE_STDS` noise stds, no step unless it is positive definite, the
+    step and the result clipped (:data:`MAX_STEP`, :data:`SCALE_RANGE`,
+    :data:`OFFSET_RANGE`).
+
+    >>> platt_step(np.array([10.0, 5.0, 40.0, 0.0, 20.0]), np.zeros(5), 1.0, 0.0)
+    (1.25, 0.25)
+    >>> platt_step(np.array([0.0, 0.0, -1.0, 0.0, 1.0]), np.zeros(5), 0.7, 0.1)
+    (0.7, 0.1)
+    """
+    gradient = sums[:2]
+    hessian = np.array([[sums[2], sums[3]], [sums[3], sums[4]]])
+    hessian += np.diag(RIDGE_NOISE_STDS * noise_stds[[2, 4]])
+    if not np.all(np.isfinite(hessian)) or np.linalg.eigvalsh(hessian).min() <= 0:
+        return scale, offset
+    step = np.clip(np.linalg.solve(hessian, gradient), [-MAX_STEP[0], -MAX_STEP[1]], MAX_STEP)
+    new_scale = float(np.clip(scale + step[0], *SCALE_RANGE))
+    new_offset = float(np.clip(offset + step[1], *OFFSET_RANGE))
+    if not (math.isfinite(new_scale) and math.isfinite(new_offset)):
+        return scale, offset
+    return new_scale, new_offset
+
+
+__all__ = [
+    "MAX_STEP",
+    "OFFSET_RANGE",
+    "RIDGE_NOISE_STDS",
+    "SCALE_RANGE",
+    "RecalibrationPolicy",
+    "RecalibrationState",
+    "merge_charge",
+    "noisy_platt_sums",
+    "opens",
+    "platt_step",
+    "platt_sums",
+    "refit",
+    "refit_due",
+    "sums_release",
+    "window_of",
+]

@@ -130,7 +130,8 @@ def test_a_step_is_bounded_and_skipped_on_a_hessian_that_is_not_positive() -> No
 def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its_noise(
 ) -> None:
     """Keys merged before one window pay nothing; new keys merged after it start with
-    exactly share · B spent and add their answer margins' sums; an upsert pays nothing
+    exactly share · B spent and add their sums (at the margins the merge computes for the
+    pool); an upsert pays nothing
     more. At the second window the map is refitted from those sums with one draw of the
     noise they paid for (recomputed here from the same seeded state), and the window's
     sums are spent. Would fail if a key were under-charged, a sum left out, or the noise
@@ -141,7 +142,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     engine.train(0)  # the initial score at position 300; no window yet
     assert not engine.recalibration.open
     engine.add(X[300:600], y[300:600], _keys(300, 600))
-    margin = engine.ensemble.smoothed_margin(X[300:600])
+    margin = engine.ensemble.raw_margin(X[300:600])
     engine.train(0)  # merged at 600: the first window is open
     charge = RECALIBRATION_SHARE * engine.booster.calibration.budget_rdp
     spent = engine.active_pool().spent
@@ -151,7 +152,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     np.testing.assert_allclose(engine.recalibration.sums, expected, rtol=1e-12)
     engine.add(X[:50], y[:50], _keys(0, 50))  # upserts: no charge, no sums
     engine.add(X[650:950], y[650:950], _keys(650, 950))  # position 950
-    expected += platt_sums(engine.ensemble.smoothed_margin(X[650:950]), y[650:950], 1.0, 0.0,
+    expected += platt_sums(engine.ensemble.raw_margin(X[650:950]), y[650:950], 1.0, 0.0,
                            POLICY.margin_clip)
     engine.train(0)
     assert engine.operator_budget_of("10").spent_rdp == 0.0
@@ -160,7 +161,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     assert engine.recalibration.refitted_at == 1 and not engine.ensemble.recalibrated
     engine.add(X[950:1000], y[950:1000], _keys(950, 1000))  # position 1,000: the refit
     state = engine.booster.noise.get_state()
-    margin = engine.ensemble.smoothed_margin(X[950:1000])
+    margin = engine.ensemble.raw_margin(X[950:1000])
     sums = sums + platt_sums(margin, y[950:1000], 1.0, 0.0, POLICY.margin_clip)
     engine.train(0)
     release = sums_release(POLICY, engine.booster.calibration)
@@ -172,7 +173,8 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
         (scale, offset), rel=1e-12)
     assert engine.recalibration.refitted_at == 2
     np.testing.assert_array_equal(engine.recalibration.sums, 0.0)
-    plain = engine.ensemble.smoothed_margin(X[:5])
+    ens = engine.ensemble
+    plain = ens.init_score + ens.leaf_sum(X[:5], smoothed=True)
     np.testing.assert_allclose(engine.predict_margin(X[:5]), scale * plain + offset)
 
 
@@ -201,6 +203,18 @@ def test_a_short_stream_pays_nothing_and_answers_as_without_it() -> None:
         engine.finish()
     np.testing.assert_array_equal(with_it.ensemble.leaves, without.ensemble.leaves)
     np.testing.assert_array_equal(with_it.predict_margin(X), without.predict_margin(X))
+
+
+def test_a_hinted_stream_that_ends_before_the_first_refit_pays_nothing() -> None:
+    """A size hint before two windows: no key pays, whatever the positions (the refit it
+    would pay for comes after its expected end); a hint at two windows opens the first."""
+    X, y = _rows(1200, 10)
+    short = _engine(expected_records=2 * EVERY - 1)
+    short.add(X, y, _keys(0, 1200))
+    assert not short.recalibration.open and not short.ensemble.recalibrated
+    reaching = _engine(expected_records=2 * EVERY)
+    reaching.add(X, y, _keys(0, 1200))
+    assert reaching.recalibration.open and reaching.ensemble.recalibrated
 
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
@@ -344,3 +358,50 @@ def test_a_reshard_moves_the_map_and_the_open_windows_sums(tmp_path) -> None:
     ens = after.booster.ensemble
     assert (ens.answer_scale, ens.answer_offset) == answer
     after.close()
+
+
+def test_a_store_written_before_the_recalibration_resumes_without_it(tmp_path) -> None:
+    """A store whose pinned configuration predates the field opens with
+    ``recalibration=None`` (what it ran with), and the default is refused naming the
+    field: the keys' budgets were never meant to pay for a refit."""
+    import json
+    import sqlite3
+
+    from renyiboost import SGBDTClassifier
+    from renyiboost.exceptions import LedgerConflict
+
+    path = tmp_path / "old.db"
+    X, y = _rows(300, 9)
+    engine = _engine(SQLiteStore(path, create=True), recalibration=None)
+    engine.add(X, y, _keys(0, 300))
+    engine.close()
+    with sqlite3.connect(path) as db:  # the fingerprint as a version before it wrote it
+        (text,) = db.execute("SELECT value FROM meta WHERE name = 'config'").fetchone()
+        config = json.loads(text)
+        del config["recalibration"]
+        db.execute("UPDATE meta SET value = ? WHERE name = 'config'", (json.dumps(config),))
+    again = _engine(SQLiteStore(path), recalibration=None)
+    assert again.positions == 300
+    again.close()
+    refused = SQLiteStore(path)
+    with pytest.raises(LedgerConflict, match="recalibration"):
+        _engine(refused)
+    # the refusing engine released the store (and its lock): the right arguments open it
+    model = SGBDTClassifier(dict(SCHEMA.features), store=str(path), recalibration=None,
+                            seed=0)
+    assert model.engine.config.recalibration is None
+    model.engine.close()
+    with pytest.raises(LedgerConflict, match="recalibration"):
+        SGBDTClassifier(dict(SCHEMA.features), store=str(path), seed=0)
+
+
+def test_a_model_table_sets_or_switches_off_the_recalibration() -> None:
+    """``renyiboost train``'s ``[model]`` table: left out, the policy's; a table of its
+    own, that; ``false`` (TOML has no null), none."""
+    from renyiboost.connectors.service import ModelConfig, engine_config
+
+    table = {"task": "classification", "features": {"a": [0.0, 1.0]}}
+    assert engine_config(ModelConfig(**table)).recalibration.every == RECALIBRATION_EVERY
+    mine = engine_config(ModelConfig(**table, recalibration={"every": 5000, "share": 0.1}))
+    assert (mine.recalibration.every, mine.recalibration.share) == (5000, 0.1)
+    assert engine_config(ModelConfig(**table, recalibration=False)).recalibration is None

@@ -7,7 +7,7 @@ overconfident: on Adult drawn i.i.d., the answers' mean probability was 0.185 fo
 rate of 0.246. A stream corrects its answers with Platt's map ``p = σ(a·m + b)`` (Platt,
 "Probabilistic outputs for support vector machines", 1999), fitted on keys that the pool
 has not yet filtered: the keys that arrive in a window of stream positions, each scored
-by the model's answer margin ``m`` when it is merged, before any round has read it.
+by the model's margin ``m`` when it is merged, before any round has read it.
 
 One Newton step on the logistic log-likelihood of ``(a, b)`` needs five sums over the
 window, with ``p = σ(a·m + b)``, ``r = y − p`` and ``w = p(1 − p)``::

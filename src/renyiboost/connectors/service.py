@@ -34,7 +34,7 @@ import signal
 import time
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from renyiboost.connectors.events import EventFormat
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
@@ -61,6 +62,9 @@ _TRIGGER_FIELDS: dict[str, Any] = {
     for name, field in EngineConfig.model_fields.items()
     if name not in {"public_schema", "params"}
 }
+#: ``recalibration = false`` switches the answers' recalibration off (TOML has no null, and
+#: a field left out takes the policy's).
+_TRIGGER_FIELDS["recalibration"] = (RecalibrationPolicy | Literal[False] | None, None)
 
 
 class _ModelTable(BaseModel):
@@ -85,6 +89,8 @@ def engine_config(model: Any) -> EngineConfig:
     schema = PublicSchema(features=model.features, target_bounds=model.target_bounds)
     explicit = {name: value for name, value in model.model_dump(
         include=set(_LEARNER_FIELDS) | set(_TRIGGER_FIELDS)).items() if value is not None}
+    if explicit.get("recalibration") is False:
+        explicit["recalibration"] = None
     return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
                                       model.expected_records, **explicit)
 

@@ -430,12 +430,7 @@ class Ensemble:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
             return np.asarray(self.predict_margin_one(X))[None]
-        return self._recalibrated(self.smoothed_margin(X))
-
-    def smoothed_margin(self, X: np.ndarray) -> np.ndarray:
-        """The answers' margins before their recalibration: initial score plus the leaf sum
-        over the shifted copies of each row (what a recalibration window scores)."""
-        return self.init_score + self.leaf_sum(X, smoothed=True)
+        return self._recalibrated(self.init_score + self.leaf_sum(X, smoothed=True))
 
     @property
     def recalibrated(self) -> bool:

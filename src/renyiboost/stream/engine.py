@@ -572,15 +572,15 @@ class StreamEngine:
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
         self._store = open_store(store)
-        try:
+        self.write_behind = self._store.durable if write_behind is None else write_behind
+        try:  # a store this engine refuses is released (its lock too), not left held
             check_usable_store(self._store)
+            snapshot = self._store.load(self._fingerprint(), ABSENT_FROM_OLDER_STORES)
+            if snapshot is not None:
+                self._restore(snapshot)
         except BaseException:
             self._store.close()
             raise
-        self.write_behind = self._store.durable if write_behind is None else write_behind
-        snapshot = self._store.load(self._fingerprint(), ABSENT_FROM_OLDER_STORES)
-        if snapshot is not None:
-            self._restore(snapshot)
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, ``copy.deepcopy``, River's ``clone``) is of the durable state:
@@ -876,29 +876,29 @@ class StreamEngine:
             uids, X, y = uids[live], X[live], y[live]
         self.counters["upserts"] += int((self._slot[uids] >= 0).sum())
         if uids.size:
-            event = MergeEvent(uids, X, y, self.booster.ensemble.raw_margin(X),
-                               self._recalibration_charge(uids, X, y))
+            margin = self.booster.ensemble.raw_margin(X)
+            event = MergeEvent(uids, X, y, margin, self._recalibration_charge(uids, margin, y))
             self._apply_merge(event)
             self._pending_events.append(event)
 
-    def _recalibration_charge(self, uids: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    def _recalibration_charge(self, uids: np.ndarray, margin: np.ndarray,
+                              y: np.ndarray) -> float:
         """What each new key of a merge pays for the answers' recalibration (0 while no
-        window is open), after adding its part to the window's exact sums: its answer
-        margin under the model now, before any round reads it
+        window is open), after adding its part to the window's exact sums at its ``margin``
+        under the model now, before any round reads it
         (:mod:`~renyiboost.models.recalibration`). A single engine opens the first window
         once its positions pass one window; a shard's coordinator opens it
         (:meth:`open_recalibration`)."""
         policy = self.config.recalibration
         if policy is None or not self._initialized:
             return 0.0
-        if not self.coordinated and opens(policy, self._positions):
+        if not self.coordinated and opens(policy, self._positions, self.config.final_at):
             self.open_recalibration()
         state = self.recalibration
         if not state.open:
             return 0.0
         new = self._slot[uids] < 0
-        margin = self.booster.ensemble.smoothed_margin(X[new])
-        self.recalibration = state.adding(platt_sums(margin, y[new], state.scale,
+        self.recalibration = state.adding(platt_sums(margin[new], y[new], state.scale,
                                                      state.offset, policy.margin_clip))
         return merge_charge(policy, self.booster.calibration)
 

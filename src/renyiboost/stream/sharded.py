@@ -498,7 +498,7 @@ class ShardedEngine:
     def _open_recalibration(self, positions: int, initialized: bool) -> None:
         """Open the first window on every shard once the positions pass it."""
         if (not self.recalibration.open and initialized
-                and opens(self.config.recalibration, positions)):
+                and opens(self.config.recalibration, positions, self.config.final_at)):
             self.shards.all("open_recalibration")
             self.recalibration = dataclasses.replace(self.recalibration, open=True)
 

@@ -3,11 +3,13 @@ its price, its noise, its step, and every path that answers or keeps it."""
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
 import numpy as np
 import pytest
+from conftest import read_topic
 
 from renyiboost.accounting import gaussian_rdp
 from renyiboost.accounting.platt import platt_sensitivities
@@ -206,15 +208,19 @@ def test_a_short_stream_pays_nothing_and_answers_as_without_it() -> None:
 
 
 def test_a_hinted_stream_that_ends_before_the_first_refit_pays_nothing() -> None:
-    """A size hint before two windows: no key pays, whatever the positions (the refit it
-    would pay for comes after its expected end); a hint at two windows opens the first."""
-    X, y = _rows(1200, 10)
-    short = _engine(expected_records=2 * EVERY - 1)
-    short.add(X, y, _keys(0, 1200))
-    assert not short.recalibration.open and not short.ensemble.recalibrated
+    """A size hint before two windows: no key pays up to the hint (the refit it would pay
+    for comes after its expected end); a stream that outruns it opens its window then. A
+    hint at two windows opens the first window after one."""
+    X, y = _rows(2000, 10)
+    short = _engine(expected_records=900)
+    short.add(X[:900], y[:900], _keys(0, 900))
+    short.flush()
+    assert not short.recalibration.open and not short.recalibration.sums.any()
+    short.add(X[900:], y[900:], _keys(900, 2000))
+    assert short.recalibration.open and short.ensemble.recalibrated  # refit at 1,000 or later
     reaching = _engine(expected_records=2 * EVERY)
-    reaching.add(X, y, _keys(0, 1200))
-    assert reaching.recalibration.open and reaching.ensemble.recalibrated
+    reaching.add(X[:600], y[:600], _keys(0, 600))
+    assert reaching.recalibration.open
 
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
@@ -364,7 +370,6 @@ def test_a_store_written_before_the_recalibration_resumes_without_it(tmp_path) -
     """A store whose pinned configuration predates the field opens with
     ``recalibration=None`` (what it ran with), and the default is refused naming the
     field: the keys' budgets were never meant to pay for a refit."""
-    import json
     import sqlite3
 
     from renyiboost import SGBDTClassifier
@@ -405,3 +410,35 @@ def test_a_model_table_sets_or_switches_off_the_recalibration() -> None:
     mine = engine_config(ModelConfig(**table, recalibration={"every": 5000, "share": 0.1}))
     assert (mine.recalibration.every, mine.recalibration.share) == (5000, 0.1)
     assert engine_config(ModelConfig(**table, recalibration=False)).recalibration is None
+
+
+def test_the_model_topic_carries_the_map_and_a_follower_answers_with_it(
+        kafka_bootstrap, tmp_path) -> None:
+    """End to end on a real broker: the versions released after the first refit carry
+    ``answer_map`` (the ones before it none), and a follower of the model topic answers
+    each probe with the engine's recalibrated probability."""
+    from test_kafka import _produce, _settings, _topic
+
+    from renyiboost.connectors.kafka import KafkaTrainer, ModelFollower, event_json
+
+    X, y = _rows(1300, 11)
+    topic = _topic("recalibrated")
+    _produce(kafka_bootstrap, topic, [
+        (f"k{i}".encode(), event_json(f"k{i}", {"a": float(a), "b": float(b)}, float(label)))
+        for i, ((a, b), label) in enumerate(zip(X, y, strict=True))], partition=0)
+    engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=3.0)
+    assert trainer.consumed == 1300 and engine.ensemble.recalibrated
+    follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
+    follower.wait_for(engine.release_version)
+    probes = [{"a": float(a), "b": float(b)} for a, b in X[:100]]
+    expected = 1 / (1 + np.exp(-engine.predict_margin(X[:100])))
+    got = [follower.predict_proba_one(x)[1] for x in probes]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    follower.close()
+    maps = [json.loads(m.value()).get("answer_map") for m in
+            read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)]
+    first = next(i for i, value in enumerate(maps) if value is not None)
+    assert 0 < first and all(value is not None for value in maps[first:])
+    assert tuple(maps[-1]) == (engine.ensemble.answer_scale, engine.ensemble.answer_offset)

@@ -17,7 +17,8 @@ budget B then, once. At the window's end the five sums of one Newton step get Ga
 noise (:class:`~renyiboost.accounting.platt.PlattSumsRelease`) and :func:`platt_step`
 moves ``(a, b)``. The first window opens one ``every`` into the stream, so a stream shorter
 than that pays nothing (nor does one whose size hint lies before the first refit, at two
-windows); a key merged before it never pays, nor does an upsert.
+windows, until it outruns the hint); a key merged before it never pays, nor does an
+upsert.
 
 **Which margin** (a choice of cost): a key is scored by the trees' unsmoothed margin, the
 one the merge computes for the pool anyway, while answers are smoothed
@@ -121,10 +122,12 @@ def opens(policy: RecalibrationPolicy | None, positions: int,
           expected_end: int | None = None) -> bool:
     """Whether keys merged at ``positions`` pay: the first window has passed, and a
     stream with a public size hint (``expected_end``) expects to reach the first refit
-    (two windows); a shorter one would pay for a refit it never sees."""
-    if policy is None or (expected_end is not None and expected_end < 2 * policy.every):
+    (two windows) or has outrun its hint; one expected to end sooner would pay for a refit
+    it never sees."""
+    if policy is None or window_of(policy, positions) < 1:
         return False
-    return window_of(policy, positions) >= 1
+    short = expected_end is not None and expected_end < 2 * policy.every
+    return not short or positions > expected_end
 
 
 def refit_due(policy: RecalibrationPolicy | None, state: RecalibrationState,

@@ -175,6 +175,8 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
         (scale, offset), rel=1e-12)
     assert engine.recalibration.refitted_at == 2
     np.testing.assert_array_equal(engine.recalibration.sums, 0.0)
+    assert engine.operator_telemetry().recalibration == {
+        "open": True, "refits": 1, "answer_map": [scale, offset]}
     ens = engine.ensemble
     plain = ens.init_score + ens.leaf_sum(X[:5], smoothed=True)
     np.testing.assert_allclose(engine.predict_margin(X[:5]), scale * plain + offset)
@@ -204,6 +206,9 @@ def test_a_short_stream_pays_nothing_and_answers_as_without_it() -> None:
         engine.add(X, y, _keys(0, 450))
         engine.finish()
     np.testing.assert_array_equal(with_it.ensemble.leaves, without.ensemble.leaves)
+    assert with_it.operator_telemetry().recalibration == {
+        "open": False, "refits": 0, "answer_map": [1.0, 0.0]}
+    assert without.operator_telemetry().recalibration is None
     np.testing.assert_array_equal(with_it.predict_margin(X), without.predict_margin(X))
 
 

@@ -414,6 +414,9 @@ class OperatorTelemetry(BaseModel):
     offsets: dict[str, int]
     outside_domain: dict[str, int]  # values clipped or sent to "other", since this process
     features_not_arrived: list[str]  # schema features without any value so far
+    #: The answers' recalibration: whether keys pay on arrival now, the refits so far and
+    #: the map answers use (``None``: the stream has none).
+    recalibration: dict[str, Any] | None = None
 
 
 class KeyBudget(BaseModel):
@@ -1618,6 +1621,10 @@ class StreamEngine:
             features_not_arrived=[name for name, seen in
                                   zip(self.schema.names, self._arrived, strict=True)
                                   if not seen],
+            recalibration=None if self.config.recalibration is None else {
+                "open": self.recalibration.open,
+                "refits": self.recalibration.refitted_at - 1,
+                "answer_map": [self.recalibration.scale, self.recalibration.offset]},
         )
 
     def close(self) -> None:

@@ -160,7 +160,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     assert engine.operator_budget_of("10").spent_rdp == 0.0
     sums = engine.recalibration.sums
     np.testing.assert_allclose(sums, expected, rtol=1e-12)
-    assert engine.recalibration.refitted_at == 1 and not engine.ensemble.recalibrated
+    assert engine.recalibration.refitted_at == 1 and engine.ensemble.answer_map is None
     engine.add(X[950:1000], y[950:1000], _keys(950, 1000))  # position 1,000: the refit
     state = engine.booster.noise.get_state()
     margin = engine.ensemble.raw_margin(X[950:1000])
@@ -171,8 +171,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     twin.set_state(state)
     noisy = sums + twin.normal(5, release.noise_stds)
     scale, offset = platt_step(noisy, release.noise_stds, 1.0, 0.0)
-    assert (engine.ensemble.answer_scale, engine.ensemble.answer_offset) == pytest.approx(
-        (scale, offset), rel=1e-12)
+    assert engine.ensemble.answer_map == pytest.approx((scale, offset), rel=1e-12)
     assert engine.recalibration.refitted_at == 2
     np.testing.assert_array_equal(engine.recalibration.sums, 0.0)
     assert engine.operator_telemetry().recalibration == {
@@ -222,7 +221,7 @@ def test_a_hinted_stream_that_ends_before_the_first_refit_pays_nothing() -> None
     short.flush()
     assert not short.recalibration.open and not short.recalibration.sums.any()
     short.add(X[900:], y[900:], _keys(900, 2000))
-    assert short.recalibration.open and short.ensemble.recalibrated  # refit at 1,000 or later
+    assert short.recalibration.open and short.ensemble.answer_map is not None  # refit at 1,000 or later
     reaching = _engine(expected_records=2 * EVERY)
     reaching.add(X[:600], y[:600], _keys(0, 600))
     assert reaching.recalibration.open
@@ -241,7 +240,7 @@ def test_a_restart_keeps_the_map_the_open_windows_sums_and_the_charges(
     for engine in (first, straight):
         engine.add(X[:1300], y[:1300], _keys(0, 1300))
     first.flush()
-    assert first.ensemble.recalibrated and first.recalibration.sums.any()
+    assert first.ensemble.answer_map is not None and first.recalibration.sums.any()
     first.store.close()  # a crash
     again = _engine(SQLiteStore(path, snapshot_ratio=snapshot_ratio))
     straight.flush()
@@ -265,7 +264,7 @@ def test_every_release_path_answers_with_the_map() -> None:
     engine.add(X, y, _keys(0, 1200))
     release = engine.release()
     ens = engine.ensemble
-    assert release.answer_map == (ens.answer_scale, ens.answer_offset) != (1.0, 0.0)
+    assert release.answer_map == ens.answer_map is not None
     dumped = release.model_dump()
     assert "sums" not in str(dumped) and "recalibration" not in dumped
     follower = object.__new__(ModelFollower)  # no broker: the release is applied directly
@@ -307,10 +306,9 @@ def test_a_sharded_stream_refits_as_one_engine_does() -> None:
     sharded.add(X, y, keys)
     single.flush()
     sharded.shards.all("flush")
-    assert single.ensemble.recalibrated
-    assert (sharded.booster.ensemble.answer_scale, sharded.booster.ensemble.answer_offset) \
-        == pytest.approx((single.ensemble.answer_scale, single.ensemble.answer_offset),
-                         rel=1e-9)
+    assert single.ensemble.answer_map is not None
+    assert sharded.booster.ensemble.answer_map == pytest.approx(single.ensemble.answer_map,
+                                                                rel=1e-9)
     for key in ("5", "700", "1299"):
         assert sharded.operator_budget_of(key).spent_rdp == pytest.approx(
             single.operator_budget_of(key).spent_rdp, rel=1e-9)
@@ -337,7 +335,7 @@ def test_a_shard_that_missed_a_refits_commit_takes_it_when_reopened(tmp_path) ->
     for state in again.shards.all("recalibration_state"):
         assert state.as_json() == done.as_json()
     ens = again.booster.ensemble
-    assert (ens.answer_scale, ens.answer_offset) == (0.6, -0.3)
+    assert ens.answer_map == (0.6, -0.3)
     again.close()
 
 
@@ -355,9 +353,9 @@ def test_a_reshard_moves_the_map_and_the_open_windows_sums(tmp_path) -> None:
     engine.add(X, y, _keys(0, 1300))
     engine.shards.all("flush")
     ens = engine.booster.ensemble
-    answer = (ens.answer_scale, ens.answer_offset)
+    answer = ens.answer_map
     sums = sum(state.sums for state in engine.shards.all("recalibration_state"))
-    assert ens.recalibrated and sums.any()
+    assert answer is not None and sums.any()
     engine.close()
     new = shard_locations(str(tmp_path), 3, alone=False)
     reshard(config, old, new)
@@ -367,7 +365,7 @@ def test_a_reshard_moves_the_map_and_the_open_windows_sums(tmp_path) -> None:
     assert {(state.scale, state.offset, state.refitted_at) for state in states} == {
         (*answer, 2)}
     ens = after.booster.ensemble
-    assert (ens.answer_scale, ens.answer_offset) == answer
+    assert ens.answer_map == answer
     after.close()
 
 
@@ -434,7 +432,7 @@ def test_the_model_topic_carries_the_map_and_a_follower_answers_with_it(
     engine = _engine(SQLiteStore(tmp_path / "s.db", create=True))
     trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
     trainer.run(max_idle=3.0)
-    assert trainer.consumed == 1300 and engine.ensemble.recalibrated
+    assert trainer.consumed == 1300 and engine.ensemble.answer_map is not None
     follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
     follower.wait_for(engine.release_version)
     probes = [{"a": float(a), "b": float(b)} for a, b in X[:100]]
@@ -446,4 +444,4 @@ def test_the_model_topic_carries_the_map_and_a_follower_answers_with_it(
             read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)]
     first = next(i for i, value in enumerate(maps) if value is not None)
     assert 0 < first and all(value is not None for value in maps[first:])
-    assert tuple(maps[-1]) == (engine.ensemble.answer_scale, engine.ensemble.answer_offset)
+    assert tuple(maps[-1]) == engine.ensemble.answer_map

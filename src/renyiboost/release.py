@@ -138,11 +138,6 @@ class ModelRelease(BaseModel):
                 dumped.pop(name, None)
         return dumped
 
-    def apply_answer_map(self, ensemble: Any) -> None:
-        """Give ``ensemble`` (a :class:`~renyiboost.models.trees.Ensemble`) this release's
-        answer map (the identity without one)."""
-        ensemble.answer_scale, ensemble.answer_offset = self.answer_map or (1.0, 0.0)
-
     @property
     def smoothing(self) -> float:
         """The window over which answers average the trees (``params["smoothing"]``; 0 for

@@ -744,7 +744,7 @@ class ModelFollower:
                                       spans=release.smoothing_spans)
             self._spans = release.smoothing_spans
         ens.init_score = score_value(release.init_score)
-        release.apply_answer_map(ens)
+        ens.answer_map = release.answer_map
         for tree in release.trees:
             if tree.round >= self._next_round:
                 ens.append(np.asarray(tree.features, dtype=np.int64),

@@ -330,7 +330,7 @@ class SGBDT(MarginModel):
             trees=released_trees(ens.features, ens.thresholds, ens.leaves, 0),
             guarantee=self.privacy_guarantee(),
             smoothing_spans=self.smoothing_spans_,
-            answer_map=(ens.answer_scale, ens.answer_offset) if ens.recalibrated else None,
+            answer_map=ens.answer_map,
         )
 
     def to_json(self) -> str:
@@ -348,7 +348,7 @@ class SGBDT(MarginModel):
             init_score=np.asarray(release.init_score, dtype=float)
             if schema.n_outputs > 1 else float(release.init_score),
             spans=release.smoothing_spans)
-        release.apply_answer_map(model.ensemble)
+        model.ensemble.answer_map = release.answer_map
         for tree in release.trees:
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),

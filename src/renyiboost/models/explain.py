@@ -4,8 +4,8 @@
   single feature (S-GBDT with ``feature_selection="cyclic"``, as S-BDT and DP-EBM train):
   the model is then a sum of per-feature functions, and a row's margin is its initial score
   plus one term a feature (a smoothed ensemble's terms are smoothed the same way, so they
-  still add up to its margin; a recalibrated one's are scaled by its ``answer_scale``, and
-  its initial term is ``answer_scale · init_score + answer_offset``).
+  still add up to its margin; a recalibrated one's, whose ``answer_map`` is ``(a, b)``, are
+  scaled by ``a``, and its initial term is ``a · init_score + b``).
 * :func:`feature_importances` — for any ensemble, each feature's share of the trees'
   effect: a tree's mean absolute leaf value, split among the features its nodes test in
   proportion to the nodes. A summary, not an exact decomposition.
@@ -37,13 +37,14 @@ def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) ->
             "feature_selection='cyclic'); use feature_importances for the others")
     owner = np.array([features[0] for features in tested], dtype=np.int64)
     out = np.zeros((X.shape[0], n_features, *ensemble.leaf_shape[1:]))
+    scale = 1.0 if ensemble.answer_map is None else ensemble.answer_map[0]
     for f in np.unique(owner):
         mine = owner == f
         part = Ensemble(ensemble.depth, ensemble.is_categorical, 0.0,
                         ensemble.features[mine], ensemble.thresholds[mine],
                         ensemble.leaves[mine], n_outputs=ensemble.n_outputs,
                         shifts=ensemble.shifts)
-        out[:, f] = ensemble.answer_scale * part.predict_margin(X)
+        out[:, f] = scale * part.predict_margin(X)
     return out
 
 

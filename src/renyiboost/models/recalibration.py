@@ -105,6 +105,13 @@ class RecalibrationState:
                    np.asarray(info["sums"], dtype=np.float64), float(info["scale"]),
                    float(info["offset"]))
 
+    @property
+    def answer_map(self) -> tuple[float, float] | None:
+        """``(a, b)`` as an ensemble answers with it (``None`` while it is the identity)."""
+        if (self.scale, self.offset) == (1.0, 0.0):
+            return None
+        return self.scale, self.offset
+
     def adding(self, sums: np.ndarray) -> RecalibrationState:
         return replace(self, sums=self.sums + sums)
 
@@ -154,14 +161,15 @@ def sums_release(policy: RecalibrationPolicy, calibration: Calibration | None
 
 def refit(state: RecalibrationState, sums: np.ndarray, policy: RecalibrationPolicy | None,
           calibration: Calibration | None, noise: NoiseSource,
-          window: int) -> RecalibrationState:
-    """The state after the refit at ``window``: one noisy draw on the window's exact
+          positions: int) -> RecalibrationState:
+    """The state after the refit at ``positions``: one noisy draw on the window's exact
     ``sums`` (a pool's, or the total of a sharded stream's pools), one
     :func:`platt_step`."""
     if policy is None:
         raise ValueError("a refit needs a recalibration policy")
     noisy, stds = noisy_platt_sums(sums, sums_release(policy, calibration), noise)
-    return state.refitted(window, *platt_step(noisy, stds, state.scale, state.offset))
+    return state.refitted(window_of(policy, positions),
+                          *platt_step(noisy, stds, state.scale, state.offset))
 
 
 def platt_sums(margin: np.ndarray, y: np.ndarray, scale: float, offset: float,

@@ -255,9 +255,9 @@ class Ensemble:
     less noise. Training never reads it (the booster's margins are the unsmoothed
     :meth:`leaf_sum`); only answers do.
 
-    ``answer_scale`` and ``answer_offset`` (a binary stream's answer recalibration,
-    :mod:`renyiboost.models.recalibration`) map every answer's margin ``m`` to
-    ``answer_scale · m + answer_offset``; training never reads them either.
+    ``answer_map`` ``(a, b)`` (a binary stream's answer recalibration,
+    :mod:`renyiboost.models.recalibration`; ``None``: the identity) maps every answer's
+    margin ``m`` to ``a · m + b``; training never reads it either.
     """
 
     depth: int
@@ -268,8 +268,7 @@ class Ensemble:
     leaves: np.ndarray = field(default=None)  # type: ignore[assignment]
     n_outputs: int = 1
     shifts: np.ndarray | None = None
-    answer_scale: float = 1.0
-    answer_offset: float = 0.0
+    answer_map: tuple[float, float] | None = None
 
     @classmethod
     def for_schema(cls, schema: PublicSchema, depth: int, smoothing: float = 0.0,
@@ -432,15 +431,11 @@ class Ensemble:
             return np.asarray(self.predict_margin_one(X))[None]
         return self._recalibrated(self.init_score + self.leaf_sum(X, smoothed=True))
 
-    @property
-    def recalibrated(self) -> bool:
-        """Whether answers are mapped by a recalibration (anything but the identity)."""
-        return self.answer_scale != 1.0 or self.answer_offset != 0.0
-
     def _recalibrated(self, margin: Any) -> Any:
-        if not self.recalibrated:
+        if self.answer_map is None:
             return margin
-        return self.answer_scale * margin + self.answer_offset
+        scale, offset = self.answer_map
+        return scale * margin + offset
 
     def predict_margin_one(self, x: np.ndarray) -> float | np.ndarray:
         """Initial score plus the sum of every tree's leaf value for one row ``x`` (1-D).
@@ -507,8 +502,7 @@ class Ensemble:
             "thresholds": self.thresholds.tolist(),
             "leaves": self.leaves.tolist(),
             "shifts": None if self.shifts is None else self.shifts.tolist(),
-            **({"answer_scale": self.answer_scale, "answer_offset": self.answer_offset}
-               if self.recalibrated else {}),
+            **({"answer_map": list(self.answer_map)} if self.answer_map is not None else {}),
         }
 
     @classmethod
@@ -527,6 +521,6 @@ class Ensemble:
             leaves=np.asarray(data["leaves"], dtype=float).reshape(-1, *leaf_shape),
             n_outputs=n_outputs,
             shifts=None if data.get("shifts") is None else np.asarray(data["shifts"]),
-            answer_scale=float(data.get("answer_scale", 1.0)),
-            answer_offset=float(data.get("answer_offset", 0.0)),
+            answer_map=None if data.get("answer_map") is None
+            else (float(data["answer_map"][0]), float(data["answer_map"][1])),
         )

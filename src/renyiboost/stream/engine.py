@@ -107,7 +107,6 @@ from renyiboost.models.recalibration import (
     platt_sums,
     refit,
     refit_due,
-    window_of,
 )
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -961,15 +960,10 @@ class StreamEngine:
         if charge is not None:
             self._release_split_grid(charge)
         if refit_due(self.config.recalibration, self.recalibration, self._positions):
-            self.install_recalibration(self._refitted(self.recalibration.sums))
+            self.install_recalibration(refit(
+                self.recalibration, self.recalibration.sums, self.config.recalibration,
+                self.booster.calibration, self.booster.noise, self._positions))
         return run_rounds(self.config, self.booster, self._round, rounds)
-
-    def _refitted(self, sums: np.ndarray) -> RecalibrationState:
-        """The map refitted on the window's ``sums`` (this pool's, or a sharded stream's
-        total) with the noise their charge paid for, drawn once."""
-        return refit(self.recalibration, sums, self.config.recalibration,
-                     self.booster.calibration, self.booster.noise,
-                     window_of(self.config.recalibration, self._positions))
 
     def recalibration_sums(self) -> np.ndarray:
         """Commit the merged records (whose keys paid for them), then this pool's exact
@@ -983,8 +977,7 @@ class StreamEngine:
         self.recalibration = state
         self._commit(None, self.pool)
         self._drain()
-        ens = self.booster.ensemble
-        ens.answer_scale, ens.answer_offset = state.scale, state.offset
+        self.booster.ensemble.answer_map = state.answer_map
         log.info("answers recalibrated at stream position %d: a = %.3f, b = %.3f",
                  self._positions, state.scale, state.offset)
 
@@ -1410,8 +1403,7 @@ class StreamEngine:
         self.booster.rounds_done = first_replayed
         ens.init_score = score_value(meta.get("init_score", 0.0))
         self.recalibration = RecalibrationState.from_json(meta.get("recalibration"))
-        ens.answer_scale = self.recalibration.scale
-        ens.answer_offset = self.recalibration.offset
+        ens.answer_map = self.recalibration.answer_map
         self._initialized = bool(meta.get("initialized", False))
         for event in snap.events:
             if isinstance(event, MergeEvent):
@@ -1672,7 +1664,7 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
         guarantee=privacy_guarantee_of(config, booster),
         smoothing_spans=None if booster.smoothing_spans is None
         else booster.smoothing_spans.tolist(),
-        answer_map=(ens.answer_scale, ens.answer_offset) if ens.recalibrated else None,
+        answer_map=ens.answer_map,
     )
 
 

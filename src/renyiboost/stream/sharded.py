@@ -64,7 +64,7 @@ import numpy as np
 from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.grid import QuantileMap
-from renyiboost.models.recalibration import RecalibrationState, opens, refit, refit_due, window_of
+from renyiboost.models.recalibration import RecalibrationState, opens, refit, refit_due
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
@@ -492,7 +492,7 @@ class ShardedEngine:
             if state.refitted_at < lead.refitted_at:
                 self.shards.one(k, "commit_recalibration", done)
         self.recalibration = done
-        ens.answer_scale, ens.answer_offset = done.scale, done.offset
+        ens.answer_map = done.answer_map
         self._open_recalibration(positions, initialized)
 
     def _open_recalibration(self, positions: int, initialized: bool) -> None:
@@ -508,12 +508,10 @@ class ShardedEngine:
         the coordinator answers with it (announced with the next version's tree)."""
         total = functools.reduce(np.add, self.shards.all("recalibration_sums"))
         state = refit(self.recalibration, total, self.config.recalibration,
-                      self.booster.calibration, self.booster.noise,
-                      window_of(self.config.recalibration, self._positions))
+                      self.booster.calibration, self.booster.noise, self._positions)
         self.shards.all("commit_recalibration", state)
         self.recalibration = state
-        ens = self.booster.ensemble
-        ens.answer_scale, ens.answer_offset = state.scale, state.offset
+        self.booster.ensemble.answer_map = state.answer_map
 
     def recover(self, error: ShardUnavailable) -> None:
         """A shard died mid-operation: the round is aborted (nothing released), the shard

@@ -394,6 +394,8 @@ def test_json_round_trip_predicts_identically() -> None:
         again = SGBDT.from_json(model.to_json())
     np.testing.assert_array_equal(model.predict(X), again.predict(X))
     assert again.imported_guarantee == model.privacy_guarantee()
+    assert again.privacy_guarantee() == model.privacy_guarantee()
+    assert again.to_json() == model.to_json()  # a re-export is the same release
     exported = json.loads(model.to_json())
     # the public release, nothing else (the policy's split grid adds its smoothing spans;
     # a batch fit has no answer map)

@@ -233,6 +233,9 @@ class SGBDT(MarginModel):
         self.ensemble: Ensemble | None = None
         #: The smoothing spans of a private split grid (public; ``None``: public ranges).
         self.smoothing_spans_: list[float] | None = None
+        #: The guarantee a model read by :meth:`from_json` was released with (it has no
+        #: booster to derive one from); ``None`` for a model fitted here.
+        self.imported_guarantee: PrivacyGuarantee | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
@@ -312,6 +315,8 @@ class SGBDT(MarginModel):
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, α̂, σ and B per row (public: functions of the parameters only)."""
         booster = self.booster
+        if booster is None and self.imported_guarantee is not None:
+            return self.imported_guarantee  # read from a release: it is what was promised
         cal = booster.calibration if booster is not None else None
         if cal is None and self.params.private:
             raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")

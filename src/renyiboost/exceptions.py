@@ -50,6 +50,12 @@ class InvalidRecord(ValueError, RenyiboostError):
         self.reason = reason
         self.detail = detail
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Exception pickles its ``args`` (the message alone), which this ``__init__`` cannot
+        # take back: a record refused in a worker process (a pool, a Ray shard) would reach
+        # the caller as a broken pool instead of this error with its reason.
+        return type(self), (self.reason, self.detail)
+
 
 class StateStoreError(RenyiboostError):
     """A state store cannot be used as asked (missing, locked, corrupt, full, mismatched)."""
@@ -83,6 +89,10 @@ class ShardUnavailable(RenyiboostError):
     def __init__(self, shard: int, detail: str) -> None:
         super().__init__(f"shard {shard} is unavailable: {detail}")
         self.shard = shard
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type, tuple[int, str]]:
+        return type(self), (self.shard, self.detail)  # pickled as built (see InvalidRecord)
 
 
 class BudgetExceeded(ValueError, RenyiboostError):

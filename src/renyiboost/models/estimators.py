@@ -317,7 +317,11 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         Public schema: name → ``(lo, hi)`` or a list of category values. Never read it from
         the data.
     target_bounds
-        Public ``(lo, hi)`` of the target; labels outside raise ``ValueError``.
+        Public ``(lo, hi)`` of the target; labels outside raise ``ValueError``. Take them
+        as narrow as public knowledge allows: gradients are clipped at 0.3 of the
+        half-range, so the leaves' noise grows with the range while the labels' signal
+        does not (Friedman at ε = 0.5 with the size hint: R² 0.80 inside [−1, 31], 0.75
+        inside [−5, 35], 0.57 inside [−15, 45]; README, "What the defaults miss").
     epsilon, delta
         The (ε, δ) guarantee per key; ``epsilon=None`` trains without privacy.
     expected_records

@@ -4,6 +4,7 @@ process pool, a Ray shard) reaches the caller as the same error, with its reason
 from __future__ import annotations
 
 import inspect
+import multiprocessing
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 
@@ -43,8 +44,9 @@ def _refuse_label() -> None:
 
 
 def test_a_record_refused_in_a_worker_process_reaches_the_caller_with_its_reason() -> None:
-    with ProcessPoolExecutor(1) as pool, pytest.raises(InvalidRecord,
-                                                       match="target_bounds") as caught:
+    spawn = multiprocessing.get_context("spawn")  # no fork of the suite's threads
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool, pytest.raises(
+            InvalidRecord, match="target_bounds") as caught:
         pool.submit(_refuse_label).result(timeout=120)
     assert caught.value.reason == "label"
 

@@ -227,6 +227,25 @@ def test_a_hinted_stream_that_ends_before_the_first_refit_pays_nothing() -> None
     assert reaching.recalibration.open
 
 
+def test_a_late_opening_waits_a_whole_window_for_its_first_refit() -> None:
+    """A hinted stream that outruns its hint just before a window ends opens there but
+    refits only when the next window ends: its first refit reads at least half a window
+    of keys, never the handful merged since the opening. The telemetry counts refits."""
+    X, y = _rows(1600, 10)
+    late = _engine(expected_records=995)
+    added = 0
+    for stop in (995, 1010, 1500, 1600):
+        late.add(X[added:stop], y[added:stop], _keys(added, stop))
+        late.flush()
+        added = stop
+        state = late.recalibration
+        if stop == 1010:  # opened at 996 or later, in window 1
+            assert state.open and state.refits == 0 and late.ensemble.answer_map is None
+            assert state.refitted_at == 2
+    assert late.recalibration.refits == 1 and late.recalibration.refitted_at == 3
+    assert late.operator_telemetry().recalibration["refits"] == 1
+
+
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
 def test_a_restart_keeps_the_map_the_open_windows_sums_and_the_charges(
         tmp_path, snapshot_ratio: float) -> None:

@@ -83,19 +83,22 @@ class RecalibrationPolicy(BaseModel):
 @dataclass(frozen=True)
 class RecalibrationState:
     """A stream's recalibration: whether keys pay on merge (``open``), the window count at
-    the last refit (``refitted_at``: position // every), the exact sums of the keys merged
-    since then, and the map answers use now. Exact sums are the engine's own state (a
-    store keeps them in its meta); only the map is released."""
+    the last refit or, before the first, at the opening (``refitted_at``: position //
+    every), the exact sums of the keys merged since then, the map answers use now and the
+    number of refits so far. Exact sums are the engine's own state (a store keeps them in
+    its meta); only the map is released."""
 
     open: bool = False
     refitted_at: int = 1
     sums: np.ndarray = field(default_factory=lambda: np.zeros(N_PLATT_SUMS))
     scale: float = 1.0
     offset: float = 0.0
+    refits: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {"open": self.open, "refitted_at": self.refitted_at,
-                "sums": self.sums.tolist(), "scale": self.scale, "offset": self.offset}
+                "sums": self.sums.tolist(), "scale": self.scale, "offset": self.offset,
+                "refits": self.refits}
 
     @classmethod
     def from_json(cls, info: dict[str, Any] | None) -> RecalibrationState:
@@ -103,7 +106,7 @@ class RecalibrationState:
             return cls()
         return cls(bool(info["open"]), int(info["refitted_at"]),
                    np.asarray(info["sums"], dtype=np.float64), float(info["scale"]),
-                   float(info["offset"]))
+                   float(info["offset"]), int(info.get("refits", 0)))
 
     @property
     def answer_map(self) -> tuple[float, float] | None:
@@ -115,14 +118,40 @@ class RecalibrationState:
     def adding(self, sums: np.ndarray) -> RecalibrationState:
         return replace(self, sums=self.sums + sums)
 
+    def opened(self, window: int) -> RecalibrationState:
+        """Keys pay from now on; the first refit comes when a window after ``window`` ends
+        (:func:`opening_window`)."""
+        return replace(self, open=True, refitted_at=window)
+
     def refitted(self, window: int, scale: float, offset: float) -> RecalibrationState:
         """After a refit at ``window``: the new map, the sums spent."""
-        return RecalibrationState(self.open, window, np.zeros(N_PLATT_SUMS), scale, offset)
+        return RecalibrationState(self.open, window, np.zeros(N_PLATT_SUMS), scale, offset,
+                                  self.refits + 1)
+
+    def spent(self) -> RecalibrationState:
+        """The same map and window with the sums spent (a refit committed elsewhere)."""
+        return replace(self, sums=np.zeros(N_PLATT_SUMS))
 
 
 def window_of(policy: RecalibrationPolicy | None, positions: int) -> int:
     """The number of whole windows in ``positions`` (0 without a policy)."""
     return 0 if policy is None else positions // policy.every
+
+
+def opening_window(policy: RecalibrationPolicy, positions: int) -> int:
+    """The window a recalibration opened at ``positions`` counts as its last refit's: the
+    first refit then reads the keys of at least half a window. A stream without a hint
+    opens just after one window and refits after two, as if it had refitted at one; a
+    hinted stream that outruns its hint just before a window ends (its merges come at
+    triggers, public positions) would otherwise refit on a handful of keys, whose sums
+    are mostly noise (a hint of 995 with windows of 500: the map's offset took its full
+    step of −1 on the keys of positions 996–1,000).
+
+    >>> policy = RecalibrationPolicy(every=500, share=0.05)
+    >>> opening_window(policy, 503), opening_window(policy, 700), opening_window(policy, 995)
+    (1, 1, 2)
+    """
+    return (positions + policy.every // 2) // policy.every
 
 
 def opens(policy: RecalibrationPolicy | None, positions: int,
@@ -139,8 +168,9 @@ def opens(policy: RecalibrationPolicy | None, positions: int,
 
 def refit_due(policy: RecalibrationPolicy | None, state: RecalibrationState,
               positions: int) -> bool:
-    """Whether the map is refitted at ``positions``: a later window has ended since the
-    last refit, and at least one window of keys paid (public: positions only)."""
+    """Whether the map is refitted at ``positions``: a window has ended since the last
+    refit (or the opening), so at least one whole window of keys paid (public: positions
+    only)."""
     return state.open and window_of(policy, positions) > state.refitted_at
 
 
@@ -227,6 +257,7 @@ __all__ = [
     "RecalibrationState",
     "merge_charge",
     "noisy_platt_sums",
+    "opening_window",
     "opens",
     "platt_step",
     "platt_sums",

@@ -103,6 +103,7 @@ from renyiboost.models.recalibration import (
     RecalibrationPolicy,
     RecalibrationState,
     merge_charge,
+    opening_window,
     opens,
     platt_sums,
     refit,
@@ -895,7 +896,7 @@ class StreamEngine:
         if policy is None or not self._initialized:
             return 0.0
         if not self.coordinated and opens(policy, self._positions, self.config.final_at):
-            self.open_recalibration()
+            self.open_recalibration(opening_window(policy, self._positions))
         state = self.recalibration
         if not state.open:
             return 0.0
@@ -904,11 +905,11 @@ class StreamEngine:
                                                      state.offset, policy.margin_clip))
         return merge_charge(policy, self.booster.calibration)
 
-    def open_recalibration(self) -> None:
-        """From now on every new key merged pays the recalibration's charge (idempotent;
-        kept in the next commit's state)."""
+    def open_recalibration(self, window: int) -> None:
+        """From now on (stream window ``window``) every new key merged pays the
+        recalibration's charge (idempotent; kept in the next commit's state)."""
         if self.config.recalibration is not None and not self.recalibration.open:
-            self.recalibration = dataclasses.replace(self.recalibration, open=True)
+            self.recalibration = self.recalibration.opened(window)
 
     def _apply_merge(self, event: MergeEvent) -> None:
         slots = self._slot[event.uids]
@@ -1615,7 +1616,7 @@ class StreamEngine:
                                   if not seen],
             recalibration=None if self.config.recalibration is None else {
                 "open": self.recalibration.open,
-                "refits": self.recalibration.refitted_at - 1,
+                "refits": self.recalibration.refits,
                 "answer_map": [self.recalibration.scale, self.recalibration.offset]},
         )
 

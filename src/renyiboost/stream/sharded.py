@@ -50,7 +50,6 @@ before any shard committed the round loses it: it was never visible.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import math
 import time
@@ -64,7 +63,13 @@ import numpy as np
 from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.grid import QuantileMap
-from renyiboost.models.recalibration import RecalibrationState, opens, refit, refit_due
+from renyiboost.models.recalibration import (
+    RecalibrationState,
+    opening_window,
+    opens,
+    refit,
+    refit_due,
+)
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
@@ -266,8 +271,8 @@ class ShardWorker:
     def released_grid(self) -> GridEvent | None:
         return self.engine.released_grid
 
-    def open_recalibration(self) -> None:
-        self.engine.open_recalibration()
+    def open_recalibration(self, window: int) -> None:
+        self.engine.open_recalibration(window)
 
     def recalibration_sums(self) -> np.ndarray:
         """Step 1 of a refit: commit the merged records (their keys' charges), then this
@@ -487,7 +492,7 @@ class ShardedEngine:
         window is opened on every shard."""
         states: list[RecalibrationState] = self.shards.all("recalibration_state")
         lead = max(states, key=lambda state: state.refitted_at)
-        done = lead.refitted(lead.refitted_at, lead.scale, lead.offset)
+        done = lead.spent()
         for k, state in enumerate(states):
             if state.refitted_at < lead.refitted_at:
                 self.shards.one(k, "commit_recalibration", done)
@@ -497,10 +502,12 @@ class ShardedEngine:
 
     def _open_recalibration(self, positions: int, initialized: bool) -> None:
         """Open the first window on every shard once the positions pass it."""
+        policy = self.config.recalibration
         if (not self.recalibration.open and initialized
-                and opens(self.config.recalibration, positions, self.config.final_at)):
-            self.shards.all("open_recalibration")
-            self.recalibration = dataclasses.replace(self.recalibration, open=True)
+                and opens(policy, positions, self.config.final_at)):
+            window = opening_window(policy, positions)
+            self.shards.all("open_recalibration", window)
+            self.recalibration = self.recalibration.opened(window)
 
     def _refit_answers(self) -> None:
         """A refit over all shards: each commits its merged records and sends its exact

@@ -267,6 +267,26 @@ def test_classification_labels_strict_schemas_and_payload_keys() -> None:
         "missing_key", "missing_key", "schema"]
 
 
+
+@pytest.mark.parametrize("labels", [[["pos"]], [[]], [["neg", "pos"]] * 2,
+                                    [["pos"], "pos", {"y": 1}]])
+def test_labels_that_are_lists_are_refused_one_by_one_in_a_batch(labels) -> None:
+    """A label-set label that is itself a list is a wrong label, message by message. When
+    every label of a batch was a list of one length, numpy made the batch's labels a 2-D
+    array: ``["pos"]`` trained as "pos" without a word, and ``[]`` or two-element lists
+    raised inside the trainer's loop, which stopped the stream on every restart."""
+    def parser() -> EventParser:
+        schema = PublicSchema(features={"age": (0.0, 100.0)}, labels=["neg", "pos"])
+        return EventParser(RecordValidator(schema, "classification"))
+
+    values = [json.dumps({"x": {"age": 3}, "y": y}).encode() for y in labels]
+    keys = [f"k{i}".encode() for i in range(len(values))]
+    fast, slow = parser().parse_batch(values, keys), parser().parse_each(values, keys)
+    _identical(fast, slow)
+    expected = [i for i, y in enumerate(labels) if not isinstance(y, str)]
+    assert [i for i, why in fast.rejected if why.reason == "label"] == expected
+    assert fast.index == [i for i in range(len(labels)) if i not in expected]
+
 def test_formats_without_a_typed_shape_take_the_reference_path() -> None:
     for fmt in (EventFormat(features_field="d", label_field="d"),
                 EventFormat(key_field="x"), EventFormat(key_field="")):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +36,19 @@ from renyiboost.exceptions import PrivacyLeakWarning
 
 Category = str | int | bool
 FeatureSpec = tuple[float, float] | list[Category]
+
+
+def _object_vector(values: Any) -> np.ndarray:
+    """``values`` as a 1-D object array, one element per label. An array is flattened as
+    it is; any other sequence is read element by element, so that labels which are
+    themselves sequences (``["pos"]``) stay single, wrong labels instead of becoming a
+    second axis that changes the number of labels."""
+    if isinstance(values, np.ndarray):
+        return values.astype(object, copy=False).reshape(-1)
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        return np.array([values], dtype=object)
+    items = list(values)
+    return np.fromiter(items, dtype=object, count=len(items))
 
 
 class PublicSchema(BaseModel):
@@ -160,7 +173,7 @@ class PublicSchema(BaseModel):
         """Each label's index in the public label set, −1 for a label outside it (or an
         unhashable value): ``dict.get`` mapped over the labels in C, as
         :meth:`encode_columns` encodes a categorical column."""
-        values = np.asarray(y, dtype=object).reshape(-1)
+        values = _object_vector(y)
         index = self.label_index
         try:
             return np.fromiter(map(index.get, values, itertools.repeat(-1)), dtype=np.int64,

@@ -246,6 +246,32 @@ def test_a_late_opening_waits_a_whole_window_for_its_first_refit() -> None:
     assert late.operator_telemetry().recalibration["refits"] == 1
 
 
+
+def test_the_opening_reads_positions_not_who_is_in_the_merge() -> None:
+    """Neighbouring streams: one key's only record, in a stretch of positions that carry
+    nothing usable, against an empty event at its position. The window opens, and the map
+    is refitted, at the same positions in both (invariant 3): the opening once waited for
+    a merge that carried records, so the stream without the key showed no map at a version
+    where its neighbour showed one."""
+    X, y = _rows(300, 10)
+    policy = RecalibrationPolicy(every=100, share=RECALIBRATION_SHARE)
+    seen = []
+    for with_key in (True, False):
+        engine = _engine(train_every=50, warmup=50, recalibration=policy)
+        states = []
+        for position in range(300):
+            if 50 <= position < 100 and not (with_key and position == 75):
+                engine.empty_event()
+            else:
+                engine.add(X[position:position + 1], y[position:position + 1], [str(position)])
+            if (position + 1) % 50 == 0:
+                state = engine.recalibration
+                states.append((engine.positions, engine.release_version, state.open,
+                               state.refits, engine.ensemble.answer_map is None))
+        seen.append(states)
+    assert seen[0] == seen[1]
+    assert seen[0][-1][3] >= 1  # both refitted within the stream
+
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
 def test_a_restart_keeps_the_map_the_open_windows_sums_and_the_charges(
         tmp_path, snapshot_ratio: float) -> None:

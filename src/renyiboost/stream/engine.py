@@ -854,6 +854,7 @@ class StreamEngine:
         self._merged_offsets.update(self._pending_offsets)
         self._pending_offsets = {}
         self._merged_positions = self._positions
+        self._open_recalibration_when_due()
         if not self._n_pending:
             return
         uids = _gathered(self._pending_uids, np.int64, self._pending_chunked)
@@ -889,21 +890,25 @@ class StreamEngine:
         """What each new key of a merge pays for the answers' recalibration (0 while no
         window is open), after adding its part to the window's exact sums at its ``margin``
         under the model now, before any round reads it
-        (:mod:`~renyiboost.models.recalibration`). A single engine opens the first window
-        once its positions pass one window; a shard's coordinator opens it
-        (:meth:`open_recalibration`)."""
-        policy = self.config.recalibration
-        if policy is None or not self._initialized:
-            return 0.0
-        if not self.coordinated and opens(policy, self._positions, self.config.final_at):
-            self.open_recalibration(opening_window(policy, self._positions))
-        state = self.recalibration
-        if not state.open:
+        (:mod:`~renyiboost.models.recalibration`)."""
+        policy, state = self.config.recalibration, self.recalibration
+        if policy is None or not state.open:
             return 0.0
         new = self._slot[uids] < 0
         self.recalibration = state.adding(platt_sums(margin[new], y[new], state.scale,
                                                      state.offset, policy.margin_clip))
         return merge_charge(policy, self.booster.calibration)
+
+    def _open_recalibration_when_due(self) -> None:
+        """A single engine opens the first window once its positions pass one window (a
+        shard's coordinator opens it, :meth:`open_recalibration`), at every merge whether or
+        not it carries records. The opening fixes when the public answer map is first
+        refitted, so it reads positions alone: a stretch of invalid records, dead letters or
+        retired keys opens it exactly as valid records would (invariant 3)."""
+        policy = self.config.recalibration
+        if (policy is not None and self._initialized and not self.coordinated
+                and opens(policy, self._positions, self.config.final_at)):
+            self.open_recalibration(opening_window(policy, self._positions))
 
     def open_recalibration(self, window: int) -> None:
         """From now on (stream window ``window``) every new key merged pays the

@@ -185,6 +185,32 @@ def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
                       + [SQLiteStore(tmp_path / "new.db", create=True)])
 
 
+
+def test_a_shards_store_and_a_single_engines_store_keep_to_their_kind(tmp_path) -> None:
+    """A shard's store opened by a single engine would give the keys whose ledgers live on
+    the other shards a second budget, and so would a single engine's store joining shards
+    beside a new store: both are refused, the latter also for a store written before a
+    single engine recorded its place (its ledger with no place at all)."""
+    config = _config("regression")
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
+    _feed(sharded, _records("regression", 100))
+    sharded.close()
+    with pytest.raises(LedgerConflict, match="holds shard 0 of 2 of a sharded deployment"):
+        StreamEngine(config, store=SQLiteStore(paths[0]))
+    single = StreamEngine(config, store=SQLiteStore(tmp_path / "one.db", create=True))
+    _feed(single, _records("regression", 100))
+    single.close()
+    with pytest.raises(LedgerConflict, match="holds shard 0 of 1, not shard 0 of 2"):
+        ShardedEngine(config, [SQLiteStore(tmp_path / "one.db"),
+                               SQLiteStore(tmp_path / "new.db", create=True)])
+    with sqlite3.connect(tmp_path / "one.db") as db:  # as an older single engine left it
+        db.execute("DELETE FROM meta WHERE name = 'side:shard_map'")
+    with pytest.raises(LedgerConflict, match="holds a ledger .* but no place in a shard map"):
+        ShardedEngine(config, [SQLiteStore(tmp_path / "one.db"),
+                               SQLiteStore(tmp_path / "new2.db", create=True)])
+    StreamEngine(config, store=SQLiteStore(tmp_path / "one.db")).close()  # still its own
+
 def test_a_bad_batch_is_refused_before_any_shard_takes_a_row() -> None:
     """A label outside the public bounds (it would widen the initial score's sensitivity)
     or a row of the wrong width is refused by the coordinator: no shard counts a position."""

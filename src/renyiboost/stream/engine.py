@@ -127,6 +127,7 @@ from renyiboost.stream.store import (
     StoreIdentity,
     grid_digest,
     open_store,
+    pin_meta,
     score_value,
 )
 from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
@@ -488,6 +489,21 @@ def check_usable_store(store: StateStore) -> None:
             "`renyiboost reshard` again to finish it (the old stores stay valid until then).")
 
 
+#: The place a single engine's store records in the shard map: one shard of one.
+SINGLE_PLACE = {"shard": 0, "of": 1}
+
+
+def claim_single_place(store: StateStore) -> None:
+    """A single engine's store records that it is the only shard; a shard's store (its
+    keys' ledgers split with other shards) is refused (invariant 5: a key whose ledger
+    lives on another shard would start a second one here)."""
+    pin_meta(store, "shard_map", SINGLE_PLACE, lambda stored: (
+        f"the store {store!r} holds shard {stored['shard']} of {stored['of']} of a sharded "
+        "deployment: the ledgers of its other keys are in the other shards' stores. Open it "
+        f"with its deployment (`--shards {stored['of']}`, ShardedEngine); merging the shards "
+        "into one store needs `renyiboost reshard --to 1`."))
+
+
 class StreamEngine:
     """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
 
@@ -578,6 +594,8 @@ class StreamEngine:
         self.write_behind = self._store.durable if write_behind is None else write_behind
         try:  # a store this engine refuses is released (its lock too), not left held
             check_usable_store(self._store)
+            if not coordinated:
+                claim_single_place(self._store)
             snapshot = self._store.load(self._fingerprint(), ABSENT_FROM_OLDER_STORES)
             if snapshot is not None:
                 self._restore(snapshot)

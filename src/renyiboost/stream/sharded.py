@@ -148,7 +148,7 @@ def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[
     configuration and calibration in each: ``renyiboost state init --shards N``."""
     identities = []
     for location in locations:
-        engine = StreamEngine(config, store=store_at(location, create=True))
+        engine = StreamEngine(config, store=store_at(location, create=True), coordinated=True)
         identities.append(engine.store.identity)
         engine.close()
     return identities
@@ -197,8 +197,17 @@ class ShardWorker:
 
     def _claim_place(self, k: int, n: int) -> None:
         """The store records its place in the shard map at the first open; a store in
-        another place (reordered, or from another deployment) is refused."""
-        store = self.engine.store
+        another place (reordered, or from another deployment) is refused, and so is a store
+        that already holds a ledger but no place (written by a single engine before it
+        recorded one): its keys' ledgers are not split as this deployment's are."""
+        store, engine = self.engine.store, self.engine
+        if n > 1 and store.get_meta("shard_map") is None and (
+                engine.positions or engine.release_version):
+            raise LedgerConflict(
+                f"the store {store!r} holds a ledger ({engine.positions} positions) but no "
+                f"place in a shard map, so it cannot join {n} shards as shard {k}: its keys' "
+                "ledgers are not split as this deployment's. Changing the number of shards "
+                "needs `renyiboost reshard`, which moves the affected ledgers.")
         pin_meta(store, "shard_map", {"shard": k, "of": n}, lambda stored: (
             f"the store {store!r} holds shard {stored['shard']} of {stored['of']}, not "
             f"shard {k} of {n}: its keys' ledgers belong there. Open the stores in their "

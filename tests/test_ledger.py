@@ -3,8 +3,10 @@ their calibration, checksummed, and that fail loudly (and whole) when the disk i
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import pickle
 import shutil
 import sqlite3
 import subprocess
@@ -19,9 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from renyiboost import SGBDTRegressor
+from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.cli import main as cli
 from renyiboost.connectors.events import EventFormat, EventParser
 from renyiboost.exceptions import (
+    BudgetExceeded,
     InvalidRecord,
     LedgerConflict,
     StateStoreError,
@@ -29,6 +33,10 @@ from renyiboost.exceptions import (
     StoreNotFound,
     TestingOnlyWarning,
 )
+from renyiboost.models.batch import SGBDT
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import StreamEngine
+from renyiboost.stream.reshard import reshard
 from renyiboost.stream.store import SQLiteStore
 from renyiboost.validation import MAX_KEY_CHARS, normalise_key
 
@@ -310,3 +318,77 @@ def test_close_is_idempotent_and_releases_the_lock_when_its_snapshot_fails(
     again = _model(str(path))  # the lock is free, the last commit intact
     assert again.engine.release_version == committed
     again.engine.close()
+
+
+# --------------------------------------------------------------------- copies
+def test_a_copy_of_a_model_that_learned_answers_but_never_learns(tmp_path) -> None:
+    """``copy.deepcopy`` and pickle copy an in-memory ledger: two copies that both learned
+    would give every key two budgets under one guarantee each. The copy answers as the
+    original does and refuses to learn; the original goes on; a copy of a model that has
+    seen nothing is a new model. A model on a durable store is never copied at all."""
+    model = _model(None)
+    blank = copy.deepcopy(model)
+    _feed(model, 100)
+    x = {"a": 0.3, "b": 1.0, "c": "y"}
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert twin.predict_one(x) == model.predict_one(x)
+        with pytest.raises(LedgerConflict, match="copy .* of one that had already learned"):
+            twin.learn_one(x, 1.0, key="k1")
+        with pytest.raises(LedgerConflict):
+            twin.finish()
+        assert twin.engine.positions == 100
+    _feed(model, 30, start=100)
+    assert model.engine.positions == 130
+    _feed(blank, 30)
+    assert blank.engine.positions == 30
+    _, durable = _fed(tmp_path, 30)
+    with pytest.raises(LedgerConflict, match="cannot be copied"):
+        copy.deepcopy(durable)
+    with pytest.raises(LedgerConflict, match="cannot be copied"):
+        pickle.dumps(durable)
+    durable.engine.close()
+
+
+def test_copies_of_a_model_draw_from_the_one_budget() -> None:
+    """A copy of a model keeps the very accountant it draws from: the copies' fits are
+    charged to one total, and the accountant itself cannot leave the process."""
+    budget = PrivacyAccountant(epsilon=2.0, delta=1e-5)
+    schema = PublicSchema(features={"a": (0.0, 1.0)})
+    model = SGBDT(schema, seed=0, task="classification", epsilon=1.0, rounds=2, depth=1,
+                  expected_records=200).draw_from(budget, "m")
+    X = np.random.default_rng(0).uniform(size=(200, 1))
+    y = (X[:, 0] > 0.5).astype(float)
+    copies = [copy.deepcopy(model), copy.deepcopy(model), copy.copy(model)]
+    assert all(twin.accountant is budget for twin in copies)
+    copies[0].fit(X, y)
+    copies[1].fit(X, y)
+    with pytest.raises(BudgetExceeded):
+        copies[2].fit(X, y)
+    assert budget.spent_epsilon == pytest.approx(2.0)
+    with pytest.raises(LedgerConflict, match="cannot be pickled"):
+        pickle.dumps(budget)
+
+
+def test_keys_whose_records_were_never_merged_have_no_ledger_to_move(tmp_path) -> None:
+    """Records after the last trigger are not merged when the engine closes (a source
+    re-reads them); their keys are in the store by name only, never charged. A reshard
+    leaves them out instead of refusing the store for good, and every charged key moves."""
+    path, model = _fed(tmp_path, 60)  # a trigger every 25 positions: 50 merged
+    model.engine.close()
+    reopened = _model(str(path))
+    assert reopened.operator_budget_of("k55").status == "pending"
+    charged = {f"k{i}": reopened.operator_budget_of(f"k{i}").spent_rdp for i in range(50)}
+    config = reopened.engine.config
+    reopened.engine.close()
+    targets = [str(tmp_path / f"shard-{k}-of-2.db") for k in range(2)]
+    reshard(config, [str(path)], targets)
+    shards = [StreamEngine(config, store=SQLiteStore(t), coordinated=True) for t in targets]
+    moved = {}
+    for shard in shards:
+        for key in charged:
+            budget = shard.operator_budget_of(key)
+            if budget.status != "unknown":
+                moved[key] = budget.spent_rdp
+        assert shard.operator_budget_of("k55").status == "unknown"
+        shard.close()
+    assert moved == charged

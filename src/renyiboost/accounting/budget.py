@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from renyiboost.exceptions import BudgetExceeded
+from renyiboost.exceptions import BudgetExceeded, LedgerConflict
 
 #: Relative slack for floating-point sums: a model planned at exactly what is left fits.
 SLACK = 1e-9
@@ -107,6 +108,22 @@ class PrivacyAccountant:
                 f"{max(self.remaining_delta, 0.0):.3g} left (of {self.delta:.3g}; charged so "
                 f"far: {so_far})")
         self.charges.append(Charge(name, float(epsilon), delta))
+
+    def __copy__(self) -> PrivacyAccountant:
+        """A copy of a model that draws from this budget draws from the same budget: the
+        accountant is shared, never duplicated, since a duplicate would be a second budget
+        for the same data (``copy.deepcopy`` and scikit-learn's ``clone`` of a model's
+        parameters keep this very accountant)."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PrivacyAccountant:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise LedgerConflict(
+            f"{self!r} cannot be pickled: unpickled in another process it would be a second "
+            "budget for the same data. Keep one accountant, in the process that trains the "
+            "models drawing from it.")
 
     def __repr__(self) -> str:
         return (f"PrivacyAccountant(epsilon={self.epsilon:g}, delta={self.delta:g}, "

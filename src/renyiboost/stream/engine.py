@@ -71,6 +71,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import (
+    LedgerConflict,
     PrivacyLeakWarning,
     SchemaMismatchWarning,
     StateStoreError,
@@ -583,6 +584,7 @@ class StreamEngine:
         self._deferred: list[Commit] | None = None
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
         self._broken: BaseException | None = None
+        self._copied_ledger = False  # a copy of a ledger may not learn (__setstate__)
         self._closed = False
         self._warned_keyless = False
         self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
@@ -604,16 +606,39 @@ class StreamEngine:
             raise
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy (pickle, ``copy.deepcopy``, River's ``clone``) is of the durable state:
-        the commit in flight is waited for; the copy gets its own lock and committer."""
+        """A copy (pickle, ``copy.deepcopy``) is of the durable state: the commit in flight
+        is waited for; the copy gets its own lock and committer. An engine on a durable
+        store is never copied: the store is its one ledger (invariant 5)."""
+        if self._store.durable:
+            raise LedgerConflict(
+                f"an engine on the durable store {self._store!r} cannot be copied (pickle, "
+                "copy.deepcopy): the store holds its keys' one ledger, and a copy that learned "
+                "would be a second. Reopen the store by its location in another process (its "
+                "lock admits one engine), or publish the model with release() to answer "
+                "elsewhere.")
         self._drain()
         state = self.__dict__.copy()
         state["_committer"], state["_drain_lock"] = None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy of an engine that has counted a position holds a copy of its ledger: it
+        answers, but it may not learn, since two copies that both learned would give every
+        key two budgets (invariant 5). A copy of an engine that has seen nothing is a new
+        model, as River's ``clone`` gives."""
         self.__dict__.update(state)
         self._drain_lock = threading.RLock()
+        self._copied_ledger = bool(self._positions or self._next_uid)
+
+    def _may_learn(self) -> None:
+        """Refuse to learn in a broken engine or in a copy of a ledger (see above)."""
+        self._usable()
+        if self._copied_ledger:
+            raise LedgerConflict(
+                "this engine is a copy (pickle, copy.deepcopy) of one that had already learned; "
+                "it answers, but learning here would give its keys a second budget beside the "
+                "original's. Keep learning in the original; to resume after a restart, give "
+                "the model a durable store (store=SQLiteStore(path, create=True)).")
 
     def _fingerprint(self) -> dict[str, Any]:
         """What fixes the meaning of a spent budget: the store pins it (see there)."""
@@ -779,7 +804,7 @@ class StreamEngine:
         are committed with it. ``targets`` are raw labels, checked here unless
         ``labels_checked``. Rows are copied; ``learn_many`` equals a ``learn_one`` loop.
         """
-        self._usable()
+        self._may_learn()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
         labels = (np.asarray(targets, dtype=float).reshape(-1) if labels_checked
                   else self.validator.labels(targets))
@@ -836,7 +861,7 @@ class StreamEngine:
         position: tuple[str, int] | None = None,
     ) -> None:
         """One encoded row with its validated label at the next position (``learn_one``)."""
-        self._usable()
+        self._may_learn()
         if len(row) != self.schema.n_features:
             raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
         uid = self._uid_for(key, None if position is None else position[0])
@@ -854,7 +879,7 @@ class StreamEngine:
     def empty_event(self, position: tuple[str, int] | None = None) -> None:
         """A stream position that carried no usable record (an invalid record, a
         dead-lettered message): it counts like any other position (module docstring)."""
-        self._usable()
+        self._may_learn()
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         self._count_positions(1)
@@ -973,7 +998,7 @@ class StreamEngine:
         expected end has passed (:meth:`_release_split_grid`). Every round releases a tree,
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
-        self._usable()
+        self._may_learn()
         self._merge_pending()
         if not self._initialized:
             if self._positions < self.config.warmup:
@@ -1069,7 +1094,7 @@ class StreamEngine:
         only the rounds the burst had not committed (none after a finished burst) instead
         of spending the budget of a second burst.
         """
-        self._usable()
+        self._may_learn()
         if self.coordinated:
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
                                "stream with ShardedEngine.finish()")
@@ -1476,11 +1501,16 @@ class StreamEngine:
     def export_ledgers(self) -> EngineExport:
         """Every key with its ledger, the committed model and the stream position, for
         ``renyiboost reshard`` (:mod:`renyiboost.stream.reshard`). Commits what is pending
-        first, so the export is exactly the durable state."""
+        first, so the export is exactly the durable state.
+
+        A key the store knows only by name (its records came after the last merge before a
+        close or a crash, and were never merged) has no ledger: it was never charged, so it
+        is left out and starts afresh wherever its records arrive again."""
         self.flush()
-        if np.any(self._status[: self._next_uid] == SEEN):
-            raise StateStoreError("keys without a merged record after a flush: the engine is "
-                                  "inconsistent; restart it from its store")
+        seen = np.flatnonzero(self._status[: self._next_uid] == SEEN)
+        if np.any(self._ledger_spent[seen] != 0):
+            raise StateStoreError("keys without a merged record have spent budget: the engine "
+                                  "is inconsistent; restart it from its store")
         live = self._live_state()
         retired = np.flatnonzero(self._status[: self._next_uid] == RETIRED)
         uids = np.concatenate([live.uids, retired])

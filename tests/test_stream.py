@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import copy
 import dataclasses
@@ -711,3 +712,36 @@ def test_a_batch_of_keys_gets_the_uids_of_one_key_at_a_time(keys: list) -> None:
     assert batch._uids(keys, len(keys)).tolist() == expected
     assert batch._keys == single._keys
     assert batch._uncommitted_keys == single._uncommitted_keys
+
+
+@pytest.mark.parametrize("hint", [1000.5, True, float("inf"), "1000", 0, -3])
+def test_a_size_hint_is_a_whole_number_of_records(hint) -> None:
+    """A float hint was truncated without a word, ``True`` read as one record and ``inf``
+    raised an OverflowError inside the policy."""
+    with pytest.raises(ValueError, match="expected_records must be a whole number >= 1"):
+        SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0,
+                       expected_records=hint)
+    assert SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0,
+                          expected_records=np.int64(1000)).engine.config.final_at == 1000
+
+
+def test_learn_one_as_a_threads_entry_point_counts_its_position() -> None:
+    """The check for River's model selectors walks the caller's frames; called as a raw
+    thread's entry point there is no caller, and it raised, losing the record."""
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0)
+    done = threading.Event()
+
+    def learn(x: dict, y: bool) -> None:
+        try:
+            model.learn_one(x, y)
+        finally:
+            done.set()
+
+    _thread.start_new_thread(model.learn_one, ({"a": 0.5}, True))
+    _thread.start_new_thread(learn, ({"a": 0.4}, False))
+    assert done.wait(10)
+    for _ in range(600):  # the raw thread may still be compiling the first call
+        if model.engine.positions == 2:
+            break
+        threading.Event().wait(0.05)
+    assert model.engine.positions == 2

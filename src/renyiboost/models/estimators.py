@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -189,7 +190,10 @@ class _SGBDTEstimator:
             return
         from river.model_selection.base import ModelSelector
 
-        frame = sys._getframe(2)
+        try:
+            frame: FrameType | None = sys._getframe(2)
+        except ValueError:  # called with no caller to look at (a thread's entry point)
+            return
         for _ in range(8):  # the wrapper calls learn_one from its own learn_one
             if frame is None:
                 return

@@ -68,6 +68,27 @@ class CommaList(click.ParamType):
         return out
 
 
+def _epsilon(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """An ``--epsilon``: a finite number > 0 (click's ``FloatRange`` lets inf and nan
+    through), checked by the policy's own rule before anything runs."""
+    from renyiboost.models.defaults import check_epsilon
+
+    try:
+        return None if value is None else check_epsilon(value, allow_none=False)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+def _delta(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A ``--delta``: a finite number in (0, 0.01], far below 1/n (the policy's rule)."""
+    from renyiboost.models.defaults import check_delta
+
+    try:
+        return None if value is None else check_delta(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
 def _stream_datasets() -> Sequence[str]:
     from renyiboost.stream.sources import STREAM_DATASETS
 
@@ -119,14 +140,18 @@ def cli(log_level: str, debug: bool) -> None:
               help="bundled data set or river generator to replay")
 @click.option("--scenario", type=LazyChoice(_scenarios), default="late",
               help="drift scenario (late: a sub-population arrives last)")
-@click.option("--epsilon", type=float, default=1.0, help="target ε per key")
-@click.option("--delta", type=float, default=1e-6, help="target δ per key")
-@click.option("--batch-size", type=int, default=250, help="records per replayed batch")
-@click.option("--expected-records", type=int, default=None,
+@click.option("--epsilon", type=float, default=1.0, callback=_epsilon,
+              help="target ε per key (a finite number > 0)")
+@click.option("--delta", type=float, default=1e-6, callback=_delta,
+              help="target δ per key (far below 1/n, at most 0.01)")
+@click.option("--batch-size", type=click.IntRange(min=1), default=250,
+              help="records per replayed batch")
+@click.option("--expected-records", type=click.IntRange(min=1), default=None,
               help="public size hint for the default policy (none: its prior)")
-@click.option("--train-every", type=int, default=None,
+@click.option("--train-every", type=click.IntRange(min=1), default=None,
               help="fixed trigger interval instead of the default growing schedule")
-@click.option("--trees-per-trigger", type=int, default=None, help="rounds run by a trigger")
+@click.option("--trees-per-trigger", type=click.IntRange(min=1), default=None,
+              help="rounds run by a trigger")
 @click.option("--state", default="out/demo/state.db",
               help="SQLite state file (deleted first unless --resume)")
 @click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
@@ -277,7 +302,8 @@ def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
 @click.option("--to", "target", required=True, help="kafka://host:port/topic")
 @click.option("--rate", type=float, default=0.0, help="events per second (0: as fast as "
               "possible)")
-@click.option("--limit", type=int, default=None, help="events to produce (none: all)")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="events to produce (none: all)")
 @click.option("--seed", type=int, default=0, help="shuffle seed of the scenario")
 @click.option("--connect-timeout", type=float, default=30.0,
               help="seconds to wait for the cluster before giving up")
@@ -356,7 +382,8 @@ PRESET_OPTIONS: dict[str, tuple[str, ...]] = {
               help="rounds run by a trigger")
 @click.option("--refits", type=click.IntRange(min=1), default=None,
               help="fits of a batch peer along the stream")
-@click.option("--delta", type=float, default=None, help="δ of every private method")
+@click.option("--delta", type=float, default=None, callback=_delta,
+              help="δ of every private method")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="processes")
 @click.option("--out", default=None, help="output directory")
 def experiment(config: str | None, preset: str | None, **options: Any) -> int:
@@ -383,7 +410,7 @@ def experiment(config: str | None, preset: str | None, **options: Any) -> int:
 @cli.command(context_settings=CONTEXT)
 @click.option("--dataset", type=click.Choice(["abalone", "adult"]), required=True,
               help="the paper's data set")
-@click.option("--epsilon", type=float, required=True, help="target ε")
+@click.option("--epsilon", type=float, required=True, callback=_epsilon, help="target ε")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="noise seeds")
 @click.option("--workers", type=click.IntRange(min=1), default=2, help="processes")
 @click.option("--secure", is_flag=True, help="CSPRNG noise (not reproducible)")
@@ -401,9 +428,9 @@ def reproduce(**options: Any) -> int:
                    "(ε, δ) (else: a non-private random search on training rows)")
 @click.option("--dataset", required=True, help="paper data set (abalone, adult) or, with "
               "--private, a development-suite set")
-@click.option("--epsilon", type=float, required=True,
+@click.option("--epsilon", type=float, required=True, callback=_epsilon,
               help="target ε (with --private: the total, selection included)")
-@click.option("--delta", type=float, default=1e-6, help="δ (--private)")
+@click.option("--delta", type=float, default=1e-6, callback=_delta, help="δ (--private)")
 @click.option("--mean-runs", type=float, default=None,
               help="expected runs of the private selection (none: the number of candidates)")
 @click.option("--validation-share", type=float, default=0.2,

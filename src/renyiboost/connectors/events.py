@@ -38,14 +38,19 @@ from typing import Any
 import msgspec
 import numpy as np
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import InvalidRecord
 from renyiboost.validation import RecordValidator, already_canonical, normalise_key
 
 
 class EventFormat(BaseModel):
-    """Where an event keeps its parts, and how large it may be."""
+    """Where an event keeps its parts, and how large it may be.
+
+    The field names must be non-empty and distinct: an event cannot keep two parts under
+    one name (e.g. ``key_field="x"`` with the features under ``x``), and an empty name is
+    a typo, so either would reject every event at run time; both are configuration errors.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -55,6 +60,24 @@ class EventFormat(BaseModel):
     features_field: str = "x"
     label_field: str = "y"
     max_bytes: int = Field(65_536, gt=0)
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> EventFormat:
+        names = {"features_field": self.features_field, "label_field": self.label_field}
+        if self.key_field is not None:
+            names["key_field"] = self.key_field
+        for name, value in names.items():
+            if not value:
+                raise ValueError(f"{name} must be a non-empty field name, got {value!r}"
+                                 + (" (None: the Kafka message key is the identity)"
+                                    if name == "key_field" else ""))
+        seen: dict[str, str] = {}
+        for name, value in names.items():
+            if value in seen:
+                raise ValueError(f"{seen[value]} and {name} must name different fields of "
+                                 f"an event, got {value!r} for both")
+            seen[value] = name
+        return self
 
 
 @dataclass(slots=True)
@@ -132,8 +155,8 @@ def _event_decoder(validator: RecordValidator, event_format: EventFormat
 
     Features get attribute names ``f0``, ``f1``, … and their schema names on the wire, so any
     name works. ``None`` (the reference path only) for a format whose field names collide or
-    whose key field is the empty name: :meth:`EventParser.parse` gives those a meaning of its
-    own that no typed shape states.
+    whose key field is the empty name, which no typed shape states; :class:`EventFormat`
+    refuses those, so only an unvalidated one (``model_construct``) gets here with them.
     """
     fmt = event_format
     names = [fmt.features_field, fmt.label_field, *([fmt.key_field] if fmt.key_field is not None

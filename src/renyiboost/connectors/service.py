@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from renyiboost.connectors.events import EventFormat
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.defaults import check_delta, check_epsilon
 from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -71,12 +72,22 @@ class _ModelTable(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = "regression"
-    epsilon: float | None = 1.0
-    delta: float = 1e-6
+    epsilon: float | None = Field(1.0, description="target ε: a finite number > 0")
+    delta: float = Field(1e-6, description="target δ: far below 1/n, at most 0.01")
     expected_records: int | None = Field(None, ge=1, description="public size hint")
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
     seed: int | None = None
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _check_epsilon(cls, epsilon: Any) -> float | None:
+        return check_epsilon(epsilon)  # a string ("nan", "1") is refused, not converted
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _check_delta(cls, delta: Any) -> float:
+        return check_delta(delta)
 
 
 ModelConfig = create_model(  # the [model] table: schema, learner and triggers, all optional
@@ -148,8 +159,9 @@ def init_state(config: ServiceConfig, shards: int | None = None
     (:func:`~renyiboost.stream.sharded.shard_locations`)."""
     if shards is not None:
         return _init_shard_states(config, shards)
+    engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
     store = store_at(config.state, create=True)
-    engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
+    engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
     identity = engine.store.identity
     engine.close()
     return identity, store.location
@@ -158,9 +170,10 @@ def init_state(config: ServiceConfig, shards: int | None = None
 def _init_shard_states(config: ServiceConfig, shards: int) -> list[tuple[StoreIdentity, str]]:
     from renyiboost.stream.sharded import create_shard_stores, shard_locations
 
+    engine_cfg = engine_config(config.model)  # before anything is created
     locations = shard_locations(config.state, shards)
     _make_directory(config.state)
-    identities = create_shard_stores(engine_config(config.model), locations)
+    identities = create_shard_stores(engine_cfg, locations)
     return [(identity, without_password(location))
             for identity, location in zip(identities, locations, strict=True)]
 
@@ -190,9 +203,9 @@ def run_reshard(config: ServiceConfig, shards: int | None, to: int,
                               "postgresql:// URL for the new shards' stores")
     if shards == to and target == config.state:
         raise RenyiboostError(f"the deployment already has {to} shards there")
+    engine_cfg = engine_config(config.model)  # before anything is created
     _make_directory(target)
-    report = reshard(engine_config(config.model), sources,
-                     shard_locations(target, to, alone=False))
+    report = reshard(engine_cfg, sources, shard_locations(target, to, alone=False))
     what = "finished an interrupted reshard into" if report.finished_only else "resharded into"
     print(f"{what} {to} shards (operator telemetry, not for release):")
     for j, location in enumerate(report.into):
@@ -236,8 +249,9 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
         return _run_sharded(config, shards, ray_address, max_idle, as_json, new_state)
     from renyiboost.connectors.kafka import KafkaTrainer
 
+    engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
     store = store_at(config.state, create=new_state)
-    engine = StreamEngine(engine_config(config.model), store=store, seed=config.model.seed)
+    engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
     log.info("training from %s into %s (store %s, epoch %s) from release version %d",
              config.source, without_password(str(config.state)),
              engine.store.identity.store_id, engine.store.identity.epoch,
@@ -279,9 +293,9 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
 
     if shards < 1:
         raise ValueError("--shards must be at least 1")
+    engine_cfg, seed = engine_config(config.model), config.model.seed  # before any store
     if new_state:
         _init_shard_states(config, shards)
-    engine_cfg, seed = engine_config(config.model), config.model.seed
     locations = shard_locations(config.state, shards)
     source = None
     memory = config.source.startswith("memory:")

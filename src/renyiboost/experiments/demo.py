@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from renyiboost.experiments.evaluation import replay, rounded
+from renyiboost.models.defaults import check_delta, check_epsilon
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (
@@ -68,6 +69,7 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
              plot_path: str = "out/demo/demo.png", json_path: str | None = None,
              seed: int | None = None) -> int:
     """``renyiboost demo`` (the options are the command's, see :mod:`renyiboost.cli`)."""
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)  # before any data or file
     source = InMemorySource(dataset, scenario=scenario, batch_size=batch_size)
     task = source.data.task
     triggers: dict[str, Any] = {}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from renyiboost.accounting import (
     NOT_ELIGIBLE,
@@ -44,6 +44,7 @@ from renyiboost.accounting import (
     stage_calibrations,
 )
 from renyiboost.models import kernels
+from renyiboost.models.defaults import MAX_DELTA, check_delta, check_epsilon
 from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from renyiboost.models.trees import (
@@ -60,13 +61,20 @@ Task = Literal["regression", "classification"]
 
 
 class SGBDTParams(BaseModel):
-    """Hyper-parameters of the S-GBDT learner (validated once, at the boundary)."""
+    """Hyper-parameters of the S-GBDT learner (validated once, at the boundary).
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Every number must be finite (``allow_inf_nan=False``): an infinite learning rate,
+    clip or λ has no meaning. ε is a finite number > 0 or ``None``, δ a finite number in
+    (0, :data:`~renyiboost.models.defaults.MAX_DELTA`] (:func:`~renyiboost.models.defaults.
+    check_epsilon`, :func:`~renyiboost.models.defaults.check_delta`); neither may be a bool
+    or a string.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     task: Task = "regression"
     epsilon: float | None = Field(1.0, description="target ε; None trains without privacy")
-    delta: float = Field(1e-6, gt=0, lt=1)
+    delta: float = Field(1e-6, gt=0, le=MAX_DELTA, description="target δ: far below 1/n")
     rounds: int = Field(100, ge=1, description="nominal rounds T of a full-sensitivity record")
     max_rounds: int | None = Field(
         None, ge=1, description="total rounds incl. the filter's extra rounds (None: = rounds)"
@@ -146,10 +154,18 @@ class SGBDTParams(BaseModel):
         None, ge=2, description="calibrate at this Rényi order instead of searching one (a "
         "candidate of a private selection: all runs share one order)")
 
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _check_epsilon(cls, epsilon: Any) -> float | None:
+        return check_epsilon(epsilon)
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _check_delta(cls, delta: Any) -> float:
+        return check_delta(delta)
+
     @model_validator(mode="after")
     def _check(self) -> SGBDTParams:
-        if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError(f"epsilon must be a finite number > 0 or None, got {self.epsilon}")
         if self.hess_clip is not None and self.task != "classification":
             raise ValueError("hess_clip (Newton leaves) applies to task='classification' only")
         if self.logistic_gradient != "clipped" and self.task != "classification":

@@ -58,8 +58,11 @@ leaf-depth rules. No data set's official test split was read.
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from typing import Any
 
+from renyiboost.exceptions import PrivacyLeakWarning
 from renyiboost.stream.schedule import TriggerSchedule
 
 
@@ -343,9 +346,101 @@ _REGRESSION: dict[str, Any] = {
 }
 
 
+#: The largest δ a learner accepts. δ is the probability with which the guarantee may fail
+#: outright (a mechanism that publishes one random key's records verbatim satisfies
+#: (ε, δ)-DP with δ = 1/n), so it must be far below 1/n: README uses 10⁻⁶. A δ above 1 %
+#: is not even below 1/n for a hundred records, and no DP use is served by it, so it is
+#: refused; a smaller one that is not below 1/n of the expected size is warned about
+#: (:func:`check_privacy_inputs`).
+MAX_DELTA = 0.01
+
+
+def _as_real(value: Any) -> float:
+    """``value`` as a float if it is a real number (not a bool, a string or a complex);
+    NaN otherwise, so that every range check fails on it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        return math.inf if value > 0 else -math.inf
+
+
+def check_epsilon(epsilon: Any, *, allow_none: bool = True) -> float | None:
+    """ε as a float, checked at the boundary (scikit-learn style): a real number, not a
+    bool or a string, finite and > 0, or ``None`` (no privacy) where ``allow_none``.
+
+    >>> check_epsilon(1)
+    1.0
+    >>> check_epsilon(float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: epsilon must be a finite number > 0 (or None: no privacy), got nan
+    """
+    if epsilon is None and allow_none:
+        return None
+    value = _as_real(epsilon)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"epsilon must be a finite number > 0"
+                         f"{' (or None: no privacy)' if allow_none else ''}, got {epsilon!r}")
+    return value
+
+
+def check_delta(delta: Any) -> float:
+    """δ as a float, checked at the boundary: a real number, not a bool or a string, with
+    0 < δ < 1, and at most :data:`MAX_DELTA`.
+
+    >>> check_delta(1e-6)
+    1e-06
+    >>> check_delta(float("inf"))
+    Traceback (most recent call last):
+    ...
+    ValueError: delta must be a finite number with 0 < delta < 1, got inf
+    """
+    value = _as_real(delta)
+    if not (math.isfinite(value) and 0 < value < 1):
+        raise ValueError(f"delta must be a finite number with 0 < delta < 1, got {delta!r}")
+    if value > MAX_DELTA:
+        raise ValueError(f"delta must be at most {MAX_DELTA:g}, got {delta!r}: δ is the "
+                         "probability that the guarantee fails and should be far below 1/n "
+                         "for n records (e.g. 1e-6); no DP use is served by a larger one")
+    return value
+
+
+def expected_records_hint(value: Any) -> int:
+    """A size hint as the policy reads it: a whole number of records, at least one (a float
+    was once truncated, ``True`` read as 1 and ``inf`` raised deep in the policy)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError("expected_records must be a whole number >= 1 (a public count of "
+                         f"the records), or None, got {value!r}")
+    return int(value)
+
+
+def check_privacy_inputs(epsilon: Any, delta: Any, records: float | None) -> None:
+    """Check ε (:func:`check_epsilon`) and δ (:func:`check_delta`) before the policy reads
+    them, and raise a :class:`~renyiboost.exceptions.PrivacyLeakWarning` when a private
+    model's δ is not below 1/n for the size it expects: ``records``, a public hint or a
+    batch's rows, or ``None`` for a stream without a hint (its prior,
+    :data:`PRIOR_RECORDS`). δ · n ≥ 1 admits a mechanism that publishes a key's records
+    verbatim; δ should be far below 1/n.
+    """
+    private = check_epsilon(epsilon) is not None
+    delta = check_delta(delta)
+    n = PRIOR_RECORDS if records is None else records
+    if private and delta * n >= 1:
+        where = (f"the {PRIOR_RECORDS:,} records a stream without an expected_records hint "
+                 "assumes" if records is None else f"n = {n:,.0f} records")
+        warnings.warn(
+            f"delta={delta:g} is not far below 1/n for {where} (delta · n = {delta * n:.3g} "
+            ">= 1): at such a delta a release that publishes some key's records verbatim "
+            "is within the guarantee; δ should be far below 1/n (e.g. 1e-6)",
+            PrivacyLeakWarning, stacklevel=3)
+
+
 def effective_size(epsilon: float | None, records: float) -> float:
     """m = records · ε, the scale on which signal per leaf meets noise (no privacy: the
-    largest rule values)."""
+    largest rule values). ε is checked first (:func:`check_epsilon`)."""
+    epsilon = check_epsilon(epsilon)
     if epsilon is None:
         return NON_PRIVATE_EFFECTIVE_SIZE
     return max(float(records), 1.0) * epsilon
@@ -375,7 +470,11 @@ def default_params(task: str, epsilon: float | None, records: float,
     5
     >>> default_params("regression", 0.5, 3_000)["rounds"]
     77
+
+    An ``epsilon`` that is not a finite number > 0 (or ``None``) is a ``ValueError``
+    (:func:`check_epsilon`), before any rule reads it.
     """
+    epsilon = check_epsilon(epsilon)
     m = effective_size(epsilon, records)
     params = {**_SHARED, "depth": default_depth(m), "smoothing": INPUT_SMOOTHING,
               "grid_share": GRID_SHARE if n_numeric > 0 and not unhinted_stream else 0.0}
@@ -437,14 +536,24 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     move by a position or two: one without a hint from a longest interval of 50 to 49
     (ε ≥ 1).
 
+    A stream expected to end before :data:`STREAM_WARMUP` positions (a hint below 100)
+    has its warmup at its expected end instead, so that its end releases the initial score
+    and the hint's burst (:func:`final_burst`) rather than nothing at all; the hint is
+    public, so the schedule stays a function of public inputs. Hints of 100 or more, and
+    the prior, keep the schedule above.
+
     >>> stream_schedule(10_000, 200)
     {'warmup': 100, 'train_every': 10, 'trigger_growth': 0.05, 'max_train_every': 49}
     >>> stream_schedule(405, 40)
     {'warmup': 100, 'train_every': 7, 'trigger_growth': 0.05, 'max_train_every': 7}
+    >>> stream_schedule(60, 40)
+    {'warmup': 60, 'train_every': 1, 'trigger_growth': 0.05, 'max_train_every': 1}
     """
-    longest = max(1, (max(int(records), 1) - STREAM_WARMUP) // max(batch_rounds, 1))
+    records = max(int(records), 1)
+    warmup = min(STREAM_WARMUP, records)
+    longest = max(1, (records - warmup) // max(batch_rounds, 1))
     return {
-        "warmup": STREAM_WARMUP,
+        "warmup": warmup,
         "train_every": min(STREAM_MIN_INTERVAL, longest),
         "trigger_growth": STREAM_TRIGGER_GROWTH,
         "max_train_every": longest,
@@ -493,10 +602,16 @@ def final_burst(records: int, rounds: int) -> dict[str, int]:
     better with half at every ε, California and breast cancer within 0.015 worse). Without a
     hint (the prior is a guess) there is none.
 
+    A hint below :data:`STREAM_WARMUP` puts the warmup at the hint too
+    (:func:`stream_schedule`), so the burst runs at the hinted end, right after the initial
+    score.
+
     >>> final_burst(5_000, 120)
     {'final_at': 5000, 'final_trees': 60}
+    >>> final_burst(60, 40)
+    {'final_at': 60, 'final_trees': 20}
     """
-    return {"final_at": max(int(records), STREAM_WARMUP),
+    return {"final_at": max(int(records), 1),
             "final_trees": int(int(rounds) * HINT_BURST_SHARE)}
 
 
@@ -561,6 +676,8 @@ def stream_rounds(records: float, schedule: TriggerSchedule, trees_per_trigger: 
     >>> stream_rounds(10_000, TriggerSchedule(10, 100, 0.05, 50), 1)
     223
     """
+    if not math.isfinite(schedule.growth):  # an infinite growth has no next trigger
+        raise ValueError(f"trigger_growth must be a finite number >= 0, got {schedule.growth}")
     return max(1, schedule.releases_until(max(int(records), 1)) * trees_per_trigger)
 
 
@@ -573,6 +690,7 @@ __all__ = [
     "LAMBDA_NOISE_STDS",
     "LEAF_SNR",
     "MAINS_CYCLES",
+    "MAX_DELTA",
     "NOISE_STAGE_ENDS",
     "NON_PRIVATE_EFFECTIVE_SIZE",
     "PAIR_TREES_SIZE",
@@ -586,6 +704,10 @@ __all__ = [
     "STREAM_TRIGGER_GROWTH",
     "STREAM_WARMUP",
     "Policy",
+    "check_delta",
+    "check_epsilon",
+    "check_privacy_inputs",
+    "expected_records_hint",
     "default_depth",
     "default_params",
     "default_rounds",

@@ -59,7 +59,6 @@ import copy
 import dataclasses
 import json
 import logging
-import numbers
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -90,7 +89,9 @@ from renyiboost.models.defaults import (
     FINISH_GRID_SHARE,
     LEAF_SNR,
     PRIOR_RECORDS,
+    check_privacy_inputs,
     default_params,
+    expected_records_hint,
     final_burst,
     finish_trees,
     noise_stages,
@@ -239,6 +240,7 @@ class EngineConfig(BaseModel):
         """
         records = PRIOR_RECORDS if expected_records is None else expected_records_hint(
             expected_records)
+        check_privacy_inputs(epsilon, delta, None if expected_records is None else records)
         trigger_fields = set(cls.model_fields) - {"public_schema", "params"}
         triggers = {k: v for k, v in overrides.items() if k in trigger_fields}
         own_schedule = bool(triggers.keys() & SCHEDULE_FIELDS)
@@ -488,15 +490,6 @@ def check_usable_store(store: StateStore) -> None:
             f"the state store {store!r} is being filled by a `renyiboost reshard` from the "
             f"stores {', '.join(pending['from_locations'])} that did not finish; run the same "
             "`renyiboost reshard` again to finish it (the old stores stay valid until then).")
-
-
-def expected_records_hint(value: Any) -> int:
-    """A size hint as the policy reads it: a whole number of records, at least one (a float
-    was once truncated, ``True`` read as 1 and ``inf`` raised deep in the policy)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError("expected_records must be a whole number >= 1 (a public count of "
-                         f"the records), or None, got {value!r}")
-    return int(value)
 
 
 #: The place a single engine's store records in the shard map: one shard of one.

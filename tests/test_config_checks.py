@@ -1,0 +1,321 @@
+"""Configuration is checked at the boundary, scikit-learn style: a bad ε, δ, learning rate,
+clip, trigger growth, size hint, event format or command-line option is a ``ValueError`` (or a
+usage error) that names the parameter, before anything is computed or created, never a
+traceback from inside the policy or a store left behind."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.cli import main
+from renyiboost.connectors.events import EventFormat
+from renyiboost.connectors.service import load_config
+from renyiboost.exceptions import PrivacyLeakWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.defaults import (
+    MAX_DELTA,
+    PRIOR_RECORDS,
+    STREAM_MIN_INTERVAL,
+    STREAM_TRIGGER_GROWTH,
+    STREAM_WARMUP,
+    check_delta,
+    check_epsilon,
+    check_privacy_inputs,
+    default_params,
+    final_burst,
+    stream_schedule,
+)
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig
+
+SCHEMA = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+BAD_EPSILONS = [-1, 0, 0.0, -0.5, math.inf, -math.inf, math.nan, "1", "nan", True, False,
+                10 ** 400, 1j]
+BAD_DELTAS = [0, -1e-6, 1, 1.5, math.inf, math.nan, "1e-6", True, None]
+
+
+def _regressor(**kwargs):
+    return SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0, 1), **kwargs)
+
+
+def _classifier(**kwargs):
+    return SGBDTClassifier({"a": (0.0, 1.0)}, **kwargs)
+
+
+# ------------------------------------------------------------------ ε and δ (bugs 3 and 2)
+@pytest.mark.parametrize("epsilon", BAD_EPSILONS, ids=repr)
+def test_a_bad_epsilon_is_a_value_error_that_names_it(epsilon) -> None:
+    """Not a traceback from the policy's arithmetic ("math domain error", OverflowError,
+    "cannot convert float NaN to integer", TypeError)."""
+    match = "epsilon must be a finite number > 0"
+    for make in (_regressor, _classifier, lambda **kw: SGBDT(SCHEMA, **kw)):
+        with pytest.raises(ValueError, match=match):
+            make(epsilon=epsilon)
+    with pytest.raises(ValueError, match=match):
+        EngineConfig.from_defaults(SCHEMA, "regression", epsilon, 1e-6, 500)
+    with pytest.raises(ValueError, match=match):
+        default_params("regression", epsilon, 1_000)
+    with pytest.raises(ValueError, match=match):
+        SGBDTParams(epsilon=epsilon)
+    with pytest.raises(ValueError, match=match):
+        check_epsilon(epsilon)
+
+
+def test_good_epsilons_pass_and_none_keeps_its_meaning() -> None:
+    assert check_epsilon(np.float64(0.5)) == 0.5 and check_epsilon(2) == 2.0
+    assert check_epsilon(None) is None
+    with pytest.raises(ValueError, match="epsilon"):
+        check_epsilon(None, allow_none=False)
+    assert _regressor(epsilon=None).engine.config.params.epsilon is None
+    assert _regressor(epsilon=np.float64(2.0)).engine.config.params.epsilon == 2.0
+
+
+@pytest.mark.parametrize("delta", BAD_DELTAS, ids=repr)
+def test_a_bad_delta_is_a_value_error_that_names_it(delta) -> None:
+    match = "delta must be a finite number with 0 < delta < 1"
+    for make in (_regressor, lambda **kw: SGBDT(SCHEMA, **kw)):
+        with pytest.raises(ValueError, match=match):
+            make(delta=delta)
+    with pytest.raises(ValueError, match=match):
+        SGBDTParams(delta=delta)
+    with pytest.raises(ValueError, match=match):
+        check_delta(delta)
+
+
+@pytest.mark.parametrize("delta", [0.0101, 0.05, 0.5, 0.999])
+def test_a_delta_above_one_percent_is_refused(delta) -> None:
+    """No DP use is served by such a δ: it must be far below 1/n."""
+    match = r"delta must be at most 0\.01.*far below 1/n"
+    with pytest.raises(ValueError, match=match):
+        _regressor(delta=delta, expected_records=50)
+    with pytest.raises(ValueError, match=match):
+        SGBDT(SCHEMA, delta=delta)
+    with pytest.raises(ValueError, match=match):
+        SGBDTParams(delta=delta)
+    assert SGBDTParams(delta=MAX_DELTA).delta == MAX_DELTA
+
+
+def test_the_policy_warns_when_delta_is_not_far_below_one_over_n() -> None:
+    """δ · n ≥ 1 for the expected size n (a hint, or the prior of a stream without one)
+    admits a release of some key's records verbatim."""
+    for epsilon, delta, records in [(1.0, 1e-3, 1_000), (0.5, 1e-3, 5_000),
+                                    (1.0, 1 / PRIOR_RECORDS, None), (1.0, 0.01, 100)]:
+        with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+            check_privacy_inputs(epsilon, delta, records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_privacy_inputs(1.0, 1e-6, 100_000)
+        check_privacy_inputs(1.0, 1e-5, None)  # 10,000 records assumed: δ · n = 0.1
+        check_privacy_inputs(None, 1e-3, 10_000)  # no privacy: δ means nothing
+    with pytest.raises(ValueError, match="epsilon"):
+        check_privacy_inputs(-1.0, 1e-6, 100)
+    with pytest.raises(ValueError, match="delta"):
+        check_privacy_inputs(1.0, 0.5, 100)
+
+
+def test_a_stream_warns_when_delta_is_not_far_below_one_over_its_size() -> None:
+    """Through the estimators: the hint, or the prior without one (needs the one-line call
+    of ``check_privacy_inputs`` in ``EngineConfig.from_defaults``)."""
+    with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+        _regressor(delta=1e-3, expected_records=5_000)
+    with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+        _classifier(delta=1e-3)  # the prior: 10,000 records
+    with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+        EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-3, 2_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        _regressor(delta=1e-6, expected_records=5_000)
+        _regressor(delta=1e-3, epsilon=None)
+
+
+def test_a_batch_fit_warns_when_delta_is_not_far_below_one_over_its_rows() -> None:
+    """Needs the one-line call of ``check_privacy_inputs`` in ``SGBDT.fit``."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (2_000, 1))
+    y = X[:, 0]
+    with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+        SGBDT(SCHEMA, epsilon=1.0, delta=1e-3, rounds=3, depth=1).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        SGBDT(SCHEMA, epsilon=1.0, delta=1e-6, rounds=3, depth=1).fit(X, y)
+
+
+def test_no_benchmark_or_experiment_uses_a_delta_above_one_percent() -> None:
+    """The refusal breaks nothing that runs today: every δ literal of the benchmarks and
+    the experiments is at most 1 %."""
+    root = Path(__file__).resolve().parents[1]
+    from renyiboost.experiments.field import FieldConfig
+    from renyiboost.experiments.grid import GridConfig
+
+    assert GridConfig().delta <= MAX_DELTA and FieldConfig().delta <= MAX_DELTA
+    literal = re.compile(r"\bdelta\b[\"']?\s*[:=]\s*([0-9][0-9._e-]*)", re.IGNORECASE)
+    found = [float(value) for folder in ("benchmarks", "src/renyiboost/experiments")
+             for path in (root / folder).glob("*.py")
+             for value in literal.findall(path.read_text())]
+    assert found and max(found) <= MAX_DELTA
+
+
+# ------------------------------------------------------------------ finite numbers (bug 11)
+@pytest.mark.parametrize("name", ["learning_rate", "grad_clip", "reg_lambda",
+                                  "reg_lambda_noise_stds", "leaf_clip", "count_share",
+                                  "sampling_rate", "min_sensitivity2", "smoothing"])
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_every_float_parameter_must_be_finite(name, value) -> None:
+    with pytest.raises(ValidationError, match=name):
+        SGBDTParams(**{name: value})
+    with pytest.raises(ValueError, match=name):
+        EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-6, 500, **{name: value})
+    if name != "min_sensitivity2":  # (not an estimator keyword)
+        with pytest.raises(ValueError, match=name):
+            _regressor(**{name: value})
+
+
+def test_an_infinite_trigger_growth_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="trigger_growth must be a finite number"):
+        _regressor(trigger_growth=math.inf)
+    with pytest.raises(ValueError, match="trigger_growth"):
+        EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-6, None,
+                                   train_every=5, trigger_growth=math.inf)
+
+
+# ------------------------------------------------------------------ short hints (bug 5)
+@pytest.mark.parametrize("hint", [1, 2, 30, 60, 99])
+def test_a_hint_below_the_warmup_still_trains_at_its_end(hint) -> None:
+    """The warmup is min(STREAM_WARMUP, hint), so the hinted end releases the initial score
+    and the end burst (before: a model that never trained, predicting 0.5)."""
+    rng = np.random.default_rng(hint)
+    for make, label in ((_regressor, float), (_classifier, lambda a: a > 0.5)):
+        model = make(expected_records=hint, seed=1)
+        config = model.engine.config
+        assert config.warmup == hint and config.final_at == hint
+        assert config.final_trees >= 1
+        for i in range(hint):
+            a = float(rng.uniform())
+            model.learn_one({"a": a}, label(a), key=i)
+        assert model.engine.initialized
+        assert model.engine.booster.rounds_done >= config.final_trees
+        assert model.finish() == 0  # the hinted end ran its own burst
+
+
+def _schedule_before(records: float, batch_rounds: int) -> dict:
+    """:func:`stream_schedule` and :func:`final_burst` before the fix (a warmup of 100
+    always)."""
+    longest = max(1, (max(int(records), 1) - STREAM_WARMUP) // max(batch_rounds, 1))
+    return {"warmup": STREAM_WARMUP, "train_every": min(STREAM_MIN_INTERVAL, longest),
+            "trigger_growth": STREAM_TRIGGER_GROWTH, "max_train_every": longest}
+
+
+@pytest.mark.parametrize("records", [100, 101, 130, 199, 405, 1_000, 4_177, PRIOR_RECORDS,
+                                     250_000])
+@pytest.mark.parametrize("rounds", [1, 20, 40, 77, 200, 1_000])
+def test_schedules_of_hints_from_the_warmup_on_are_unchanged(records, rounds) -> None:
+    assert stream_schedule(records, rounds) == _schedule_before(records, rounds)
+    assert final_burst(records, rounds) == {"final_at": max(records, STREAM_WARMUP),
+                                            "final_trees": int(rounds * 0.5)}
+
+
+def test_the_hinted_policy_is_unchanged_from_the_warmup_on() -> None:
+    for hint in (100, 130, 1_000):
+        for epsilon in (0.5, 4.0, 100.0):
+            config = EngineConfig.from_defaults(SCHEMA, "regression", epsilon, 1e-6, hint)
+            assert config.warmup == STREAM_WARMUP and config.final_at == hint
+
+
+# ------------------------------------------------------------------ the service and the CLI
+def _toml(tmp_path: Path, model: str, events: str = "") -> Path:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'source = "memory:abalone"\n[model]\ntarget_bounds = [0, 30]\n{model}\n'
+                    f"[model.features]\na = [0, 1]\n{events}")
+    return path
+
+
+@pytest.mark.parametrize("line", ["epsilon = -1", "epsilon = inf", 'epsilon = "nan"',
+                                  "epsilon = 0", 'epsilon = "1"', "delta = 0.5",
+                                  "delta = nan"])
+def test_state_init_refuses_a_bad_epsilon_and_leaves_no_store(tmp_path, capsys, line) -> None:
+    config = _toml(tmp_path, line)
+    with pytest.raises(ValueError, match=r"model\.(epsilon|delta): .*(epsilon|delta) must be"):
+        load_config(config)
+    for command in (["state", "init"], ["train", "--new-state"]):
+        state = tmp_path / "x.db"
+        assert main([*command, "--config", str(config), "--state", str(state)]) == 2
+        assert "must be" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+
+
+@pytest.mark.parametrize("line", ["learning_rate = inf", "grad_clip = nan",
+                                  "trigger_growth = inf"])
+def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> None:
+    """The engine's configuration is built and validated before a store is created."""
+    config = _toml(tmp_path, line)
+    name = line.split(" ")[0]
+    for command in (["state", "init"], ["train", "--new-state"],
+                    ["state", "init", "--shards", "2"], ["train", "--new-state", "--shards", "2"]):
+        state = tmp_path / "x.db"
+        assert main([*command, "--config", str(config), "--state", str(state)]) == 1
+        assert name in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])
+def test_demo_refuses_a_bad_epsilon_before_touching_its_state(tmp_path, capsys, value) -> None:
+    state = tmp_path / "demo.db"
+    assert main(["demo", "--epsilon", value, "--state", str(state),
+                 "--plot", str(tmp_path / "demo.png")]) == 2
+    assert "Invalid value for '--epsilon': epsilon must be a finite number > 0" in (
+        capsys.readouterr().err)
+    assert main(["demo", "--delta", value, "--state", str(state)]) == 2
+    assert "Invalid value for '--delta'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_refuses_a_large_delta_and_nonpositive_counts(tmp_path, capsys) -> None:
+    base = ["demo", "--state", str(tmp_path / "demo.db")]
+    assert main([*base, "--delta", "0.1"]) == 2
+    assert "delta must be at most 0.01" in capsys.readouterr().err
+    for option in ("--batch-size", "--expected-records", "--train-every",
+                   "--trees-per-trigger"):
+        assert main([*base, option, "0"]) == 2
+        assert f"Invalid value for '{option}'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit", ["-5", "0"])
+def test_replay_refuses_a_limit_below_one(capsys, limit) -> None:
+    """(--limit -5 produced every event but the last five.)"""
+    assert main(["replay", "abalone", "--to", "kafka://127.0.0.1:1/events", "--limit", limit,
+                 "--connect-timeout", "0.5"]) == 2
+    assert "Invalid value for '--limit'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ event formats
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"key_field": ""}, "key_field must be a non-empty field name"),
+    ({"features_field": ""}, "features_field must be a non-empty field name"),
+    ({"label_field": ""}, "label_field must be a non-empty field name"),
+    ({"features_field": "d", "label_field": "d"}, "features_field and label_field"),
+    ({"key_field": "x"}, "features_field and key_field"),
+    ({"key_field": "y"}, "label_field and key_field"),
+    ({"key_field": "v", "features_field": "v", "label_field": "w"},
+     "features_field and key_field"),
+])
+def test_an_event_format_with_colliding_or_empty_names_is_a_config_error(fields,
+                                                                        message) -> None:
+    with pytest.raises(ValidationError, match=message):
+        EventFormat(**fields)
+
+
+def test_a_config_with_a_bad_event_format_is_refused_when_read(tmp_path) -> None:
+    config = _toml(tmp_path, "", '[events]\nkey_field = "x"\n')
+    with pytest.raises(ValueError, match="events: .*features_field and key_field"):
+        load_config(config)
+    assert EventFormat(key_field="user", features_field="f", label_field="l").key_field == "user"

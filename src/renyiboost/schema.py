@@ -35,6 +35,7 @@ from pydantic import (
 from renyiboost.exceptions import PrivacyLeakWarning
 
 Category = str | int | bool
+_BOOLS = frozenset({bool, np.bool_})
 FeatureSpec = tuple[float, float] | list[Category]
 
 
@@ -59,11 +60,14 @@ class PublicSchema(BaseModel):
     features
         Maps each feature name to ``(lo, hi)`` for a numeric feature or to the list of
         allowed values for a categorical one. The order of the mapping is the column order.
+        Names are kept as strings (``0`` becomes ``"0"``; a record may still say ``0``);
+        two names that are one string, such as ``0`` and ``"0"``, are refused.
     target_bounds
         ``(lo, hi)`` of a regression target; ``None`` for classification.
     labels
-        The public label set of a classifier, in a fixed order (JSON scalars: strings,
-        integers, booleans). Two labels make a binary model whose positive class is the
+        The public label set of a classifier, in a fixed order: a list or tuple (a set has
+        no fixed order) of JSON scalars (strings, integers, booleans; a bool label matches
+        only a bool member, so ``True`` is not the class ``1``). Two labels make a binary model whose positive class is the
         second; three or more a multiclass (softmax) model. ``None``: binary labels 0/1 (or
         False/True). Like bounds, it is never read from the data: a class that a data set
         happens to lack would otherwise be told apart from one it has.
@@ -87,7 +91,14 @@ class PublicSchema(BaseModel):
         if not isinstance(value, Mapping) or not value:
             raise ValueError("features must be a non-empty mapping name -> (lo, hi) or [values]")
         normalised: dict[str, Any] = {}
+        given: dict[str, Any] = {}  # name as a string -> the name as given
         for name, spec in value.items():
+            key = name if isinstance(name, str) else str(name)
+            if key in given:
+                raise ValueError(f"features: the names {given[key]!r} and {name!r} are both "
+                                 f"{key!r} as strings (a record's names are matched as "
+                                 "strings): give every feature a distinct name")
+            given[key] = name
             if isinstance(spec, tuple | list) and len(spec) == 2 and all(
                 isinstance(v, int | float) and not isinstance(v, bool) for v in spec
             ):
@@ -96,12 +107,12 @@ class PublicSchema(BaseModel):
                     raise ValueError(
                         f"feature {name!r}: bounds must be finite with lo < hi, got {spec!r}"
                     )
-                normalised[str(name)] = (lo, hi)
+                normalised[key] = (lo, hi)
             elif isinstance(spec, list | tuple) and len(spec) > 0:
                 values = list(spec)
                 if len(set(values)) != len(values):
                     raise ValueError(f"feature {name!r}: category values must be unique")
-                normalised[str(name)] = values
+                normalised[key] = values
             else:
                 raise ValueError(
                     f"feature {name!r}: expected (lo, hi) with two numbers or a non-empty list "
@@ -117,6 +128,17 @@ class PublicSchema(BaseModel):
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
                 raise ValueError(f"target_bounds must be finite with lo < hi, got {value!r}")
         return value
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_in_order(cls, value: Any) -> Any:
+        """Only a list or tuple has the fixed order a label set needs: a set's order
+        depends on the hash seed (the positive class would change between runs, and a
+        store would refuse the restart), and a string would be read letter by letter."""
+        if value is None or isinstance(value, list | tuple):
+            return value
+        raise ValueError(f"labels must be a list or tuple of the classes in a fixed order, "
+                         f"got {type(value).__name__} {value!r:.80}")
 
     @field_validator("labels")
     @classmethod
@@ -169,17 +191,48 @@ class PublicSchema(BaseModel):
         """Label → class index (without a set: 0/1, which False/True and 0.0/1.0 match)."""
         return {label: code for code, label in enumerate(self.classes)}
 
+    @cached_property
+    def label_is_bool(self) -> tuple[bool, ...] | None:
+        """Per class of a public label set, whether it is a bool; ``None`` when no label
+        can be mistaken for another kind (no set, or only strings). A bool label matches
+        only a bool class and any other label only a non-bool one: ``True == 1`` (and
+        they hash alike), so a dict lookup alone would take ``True`` for the class ``1``
+        of ``[0, 1, 2]`` and ``1`` for the class ``True`` of ``[False, True]``."""
+        if self.labels is None or all(isinstance(c, str) for c in self.labels):
+            return None
+        return tuple(type(c) in _BOOLS for c in self.labels)
+
     def label_codes(self, y: Any) -> np.ndarray:
         """Each label's index in the public label set, −1 for a label outside it (or an
         unhashable value): ``dict.get`` mapped over the labels in C, as
-        :meth:`encode_columns` encodes a categorical column."""
+        :meth:`encode_columns` encodes a categorical column; then a bool that met a
+        non-bool class, or the reverse, is outside too (:attr:`label_is_bool`)."""
         values = _object_vector(y)
         index = self.label_index
         try:
-            return np.fromiter(map(index.get, values, itertools.repeat(-1)), dtype=np.int64,
-                               count=values.size)
+            codes = np.fromiter(map(index.get, values, itertools.repeat(-1)), dtype=np.int64,
+                                count=values.size)
         except TypeError:  # an unhashable value: not a label
-            return np.array([self._code_or_missing(v) for v in values], dtype=np.int64)
+            codes = np.array([self._code_or_missing(v) for v in values], dtype=np.int64)
+        if self.label_is_bool is not None and codes.size:
+            codes[(codes >= 0) & (self._given_bools(y, values)
+                                  != np.array(self.label_is_bool)[codes])] = -1
+        return codes
+
+    @staticmethod
+    def _given_bools(y: Any, values: np.ndarray) -> np.ndarray | bool:
+        """Whether each label is a bool (one answer for all when they are all alike): from
+        the dtype of an array, else from the set of the labels' types, element by element
+        only for a mix."""
+        if isinstance(y, np.ndarray) and y.dtype.kind != "O":
+            return y.dtype.kind == "b"
+        kinds = set(map(type, values))
+        if not kinds & _BOOLS:
+            return False
+        if kinds <= _BOOLS:
+            return True
+        return np.fromiter(map(_BOOLS.__contains__, map(type, values)), dtype=bool,
+                           count=values.size)
 
     def _code_or_missing(self, value: Any) -> int:
         try:
@@ -284,26 +337,46 @@ class PublicSchema(BaseModel):
                     outside[j] += np.count_nonzero(below | above)
         return out
 
-    def clip_encoded(self, X: np.ndarray) -> np.ndarray:
+    def clip_encoded(self, X: np.ndarray, outside: np.ndarray | None = None) -> np.ndarray:
         """Validate and clip an already encoded float matrix (codes for categoricals).
 
         Numeric columns are clipped to their bounds; categorical codes outside the domain
-        become the "other" code. NaN marks a missing value and is kept.
+        become the "other" code. NaN marks a missing value and is kept; ±inf is refused
+        (``ValueError``), as a record's features refuse it. ``outside`` (per column), if
+        given, is increased by the values outside the public bounds or domain (clipped, or
+        "other"), as in :meth:`encode_columns`.
         """
-        X = np.array(X, dtype=float, copy=True)
+        raw = np.asarray(X)
+        if raw.dtype.kind in "USV" or (raw.dtype.kind == "O" and any(
+                isinstance(v, str | bytes) for v in raw.flat)):
+            raise ValueError(f"X must be a matrix of numbers (a category as its code in the "
+                             f"public domain, see encode_columns), got dtype {raw.dtype}")
+        X = np.array(raw, dtype=float, copy=True)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
                 f"X must have shape (n, {self.n_features}) for features {self.names}, "
                 f"got {X.shape}"
             )
+        infinite = np.isinf(X)
+        if infinite.any():
+            row, col = np.argwhere(infinite)[0].tolist()
+            raise ValueError(f"X[{row}, {col}] (feature {self.names[col]!r}) is {X[row, col]}: "
+                             f"{np.count_nonzero(infinite)} values of X are infinite; features "
+                             "must be finite (NaN marks a missing value)")
         num = ~self.is_categorical
-        X[:, num] = np.clip(X[:, num], self.lower[num], self.upper[num])
+        lower, upper = self.lower[num], self.upper[num]
+        if outside is not None:
+            values = X[:, num]
+            outside[num] += np.count_nonzero((values < lower) | (values > upper), axis=0)
+        X[:, num] = np.clip(X[:, num], lower, upper)
         cat = self.is_categorical
         if cat.any():
             codes = X[:, cat]
             bad = (codes < 0) | (codes > self.n_categories[cat]) | (codes != np.round(codes))
             codes = np.where(bad & ~np.isnan(codes), self.n_categories[cat], codes)
             X[:, cat] = codes
+            if outside is not None:
+                outside[cat] += np.count_nonzero(codes == self.n_categories[cat], axis=0)
         return X
 
     def decode_row(self, row: np.ndarray) -> dict[str, Any]:

@@ -8,14 +8,17 @@ A rejection is an :class:`~renyiboost.exceptions.InvalidRecord` (a ``ValueError`
 ``reason`` is the dead-letter reason:
 
 * ``schema`` — ``x`` is not a mapping, names a feature the public schema does not have (it
-  would otherwise be ignored without a word), or holds a value of the wrong kind: a numeric
+  would otherwise be ignored without a word; a name that is not a ``str``, such as River's
+  ``0``, is matched as its string, as the schema stores names, and a record that gives one
+  feature twice, as ``0`` and ``"0"``, is refused), or holds a value of the wrong kind: a numeric
   feature takes a finite real number (not a bool, not a string; NaN and ±inf are refused,
   leave a feature out to mark it missing), a categorical one a string, integer or bool.
   Numbers outside the public bounds are clipped and categories outside the public domain take
   the "other" branch: that is the schema's meaning of a bound, not an error.
 * ``label`` — a regression label must be a finite real number inside the public
   ``target_bounds`` (no bools, no strings: ``"5"`` is refused everywhere); a classification
-  label is a bool or the number 0 or 1.
+  label is a bool or the number 0 or 1, or a member of the public label set (a bool matches
+  only a bool member and a number only a number: ``True`` is not the class ``1``).
 * ``key`` / ``missing_key`` — see :func:`normalise_key`.
 
 **Keys.** The unit of privacy is a key, so a key must mean one thing everywhere. Keys are
@@ -33,7 +36,7 @@ import numbers
 import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -142,6 +145,8 @@ class RecordValidator:
         self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
         #: label → class index, for a classifier with a public label set.
         self._label_codes = None if schema.labels is None else schema.label_index
+        #: Per class, whether it is a bool (None: no label is mistaken for another kind).
+        self._label_is_bool = schema.label_is_bool
         #: name → (column, category index or None, lo, hi): one dict lookup per value.
         self._encoders = {name: (j, index, lo, hi)
                           for j, (name, index, lo, hi) in enumerate(schema._encoders)}
@@ -149,6 +154,8 @@ class RecordValidator:
         #: telemetry: it describes the data).
         self.outside = np.zeros(schema.n_features, dtype=np.int64)
         self._warned: set[int] = set()
+        #: Where an operator reads :attr:`outside` (named by :meth:`note_outside`'s warning).
+        self.counts_at = "operator_telemetry().outside_domain"
 
     # ------------------------------------------------------------------ features
     def features(self, x: Any, outside: list[int] | None = None) -> np.ndarray:
@@ -168,7 +175,7 @@ class RecordValidator:
         for name, value in x.items():
             encoder = encoders.get(name)
             if encoder is None:
-                self._unknown(name)
+                encoder = self._renamed(name, x)
             if value is None:
                 continue
             j, index, lo, hi = encoder  # type: ignore[misc]
@@ -194,11 +201,27 @@ class RecordValidator:
                 if outside is not None:
                     outside.append(j)
         if self.strict and len(x) < len(encoders):
-            self._absent(next(name for name in encoders if name not in x))
+            given = set(map(str, x))
+            self._absent(next(name for name in encoders if name not in given))
         return np.array(row)
 
+    def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
+        """The encoder of a name that is not a schema name as given: a name that is not a
+        ``str`` (River's generators yield ``{0: …, 1: …}``) is matched as its string, as the
+        schema stores it, unless the record also holds that string (two values of one
+        feature). Anything else is :meth:`_unknown`."""
+        if not isinstance(name, str):
+            key = str(name)
+            encoder = self._encoders.get(key)
+            if encoder is not None:
+                if key in x:
+                    raise InvalidRecord("schema", f"feature {key!r} is given twice, as "
+                                                  f"{name!r} and as {key!r}")
+                return encoder
+        self._unknown(name)
+
     @staticmethod
-    def _absent(name: str) -> None:
+    def _absent(name: str) -> NoReturn:
         raise InvalidRecord("schema", f"feature {name!r} is absent (strict=True: a record "
                                       "names every feature of the schema; None marks a "
                                       "missing value)")
@@ -224,10 +247,10 @@ class RecordValidator:
                      if isinstance(spec, tuple) else
                      "outside its public domain and takes the 'other' branch")
             warnings.warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
-                          "the public schema (counts: operator_telemetry().outside_domain)",
+                          f"the public schema (counts: {self.counts_at})",
                           SchemaMismatchWarning, stacklevel=4)
 
-    def _unknown(self, name: Any) -> None:
+    def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema
         known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8 else "")
         raise InvalidRecord("schema", f"unknown feature {name!r} (not in the public schema: "
@@ -247,6 +270,12 @@ class RecordValidator:
         domain are noted (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
         skip = set(exclude)
+        if not all(type(name) is str for name in columns):
+            try:
+                columns = self._named(columns)
+            except InvalidRecord as why:
+                return (np.full((n_rows, self.schema.n_features), np.nan),
+                        dict.fromkeys(range(n_rows), why))
         unknown = [name for name in columns if name not in self._encoders]
         absent = [name for name in self._encoders if name not in columns] if self.strict else []
         if unknown or absent:
@@ -291,6 +320,20 @@ class RecordValidator:
             self.note_outside(outside)
         return rows, bad
 
+    @staticmethod
+    def _named(columns: Mapping[Any, Any]) -> dict[str, Any]:
+        """``columns`` keyed by the names as strings (as :meth:`features` matches a name that
+        is not a ``str``); two names that are one string are refused (reason ``schema``)."""
+        named: dict[str, Any] = {}
+        given: dict[str, Any] = {}
+        for name, column in columns.items():
+            key = name if isinstance(name, str) else str(name)
+            if key in named:
+                raise InvalidRecord("schema", f"feature {key!r} is given twice, as "
+                                              f"{given[key]!r} and as {name!r}")
+            named[key], given[key] = column, name
+        return named
+
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):
             if not isinstance(value, str | numbers.Integral):
@@ -312,10 +355,17 @@ class RecordValidator:
         has one); raises ``InvalidRecord('label', …)``."""
         if self._label_codes is not None:
             try:
-                return float(self._label_codes[y])
+                code = self._label_codes[y]
             except (KeyError, TypeError):
-                raise InvalidRecord("label", f"label {y!r:.40} is not in the public label set "
-                                             f"{self.schema.labels!r:.120}") from None
+                code = None
+            is_bool = self._label_is_bool
+            if code is not None and (is_bool is None or is_bool[code] is (
+                    type(y) is bool or type(y) is np.bool_)):
+                return float(code)
+            raise InvalidRecord("label", f"label {y!r:.40} is not in the public label set "
+                                         f"{self.schema.labels!r:.120}"
+                                + ("" if code is None else " (a bool matches only a bool "
+                                   "label, and a number only a number)"))
         kind = type(y)
         if kind is float or kind is int:  # the common case, without ABC checks
             value = _as_float(y)
@@ -361,16 +411,22 @@ class RecordValidator:
         lo, hi = self.schema.target_bounds  # type: ignore[misc]
         return (values >= lo) & (values <= hi)  # NaN fails both, ±inf one
 
+    @property
+    def _numeric_kinds(self) -> str:
+        """The dtype kinds whose labels :meth:`labels_ok` judges on their float values: a
+        bool is a binary label, but never a regression label (:meth:`label` refuses it)."""
+        return "biuf" if self.task == "classification" else "iuf"
+
     def labels(self, y: Any) -> np.ndarray:
         """:meth:`label` for a whole array at once; the first bad label is reported by
         :meth:`label` itself, so the reasons are the same."""
         raw = np.asarray(y)
         if self._label_codes is not None:
-            values, ok = self.label_column(raw.reshape(-1).tolist())
+            values, ok = self.label_column(raw.reshape(-1))
             if not ok.all():
                 self.label(raw.reshape(-1)[~ok][0])
             return values
-        if raw.dtype.kind not in "biuf":
+        if raw.dtype.kind not in self._numeric_kinds:
             for value in raw.reshape(-1).tolist():
                 self.label(value)
         values = raw.astype(float).reshape(-1)
@@ -383,8 +439,8 @@ class RecordValidator:
         """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""
         raw = np.asarray(y)
         if self._label_codes is not None:
-            suspects = np.flatnonzero(~self.label_column(raw.reshape(-1).tolist())[1]).tolist()
-        elif raw.dtype.kind in "biuf":
+            suspects = np.flatnonzero(~self.label_column(raw.reshape(-1))[1]).tolist()
+        elif raw.dtype.kind in self._numeric_kinds:
             values = raw.astype(float).reshape(-1)
             suspects = np.flatnonzero(~self.labels_ok(values)).tolist()
         else:

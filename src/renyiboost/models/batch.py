@@ -15,13 +15,20 @@ from renyiboost.accounting import SizeEstimate
 from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.accounting.events import RdpAccountant
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
-from renyiboost.models.defaults import PRIOR_RECORDS, default_params, policy_fields
-from renyiboost.models.explain import feature_contributions, feature_importances
+from renyiboost.models.defaults import (
+    PRIOR_RECORDS,
+    check_privacy_inputs,
+    default_params,
+    expected_records_hint,
+    policy_fields,
+)
+from renyiboost.models.explain import feature_contributions, feature_importances, initial_term
 from renyiboost.models.losses import class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
+from renyiboost.validation import RecordValidator
 
 
 class MarginModel:
@@ -35,6 +42,8 @@ class MarginModel:
     #: The shared budget every fit draws from (:meth:`draw_from`), or None.
     accountant: PrivacyAccountant | None = None
     accounting_name: str = ""
+    #: The record rules and outside-bounds counts (:meth:`_record_checks`), made on use.
+    _checks: RecordValidator | None = None
 
     # ------------------------------------------------------------------ shared budget
     def draw_from(self, accountant: PrivacyAccountant, name: str | None = None) -> Any:
@@ -63,11 +72,38 @@ class MarginModel:
                              "target_bounds")
         self.ensemble = None
 
+    def _record_checks(self) -> RecordValidator:
+        """The stream's rules for a record (:class:`~renyiboost.validation.RecordValidator`)
+        over this model's schema and task; it also counts, per feature, the training values
+        outside the public bounds (:attr:`operator_outside_`)."""
+        checks = self._checks
+        if checks is None or checks.schema is not self.schema or checks.task != self.params.task:
+            checks = self._checks = RecordValidator(self.schema, self.params.task)
+            checks.counts_at = f"{type(self).__name__}.operator_outside_"
+        return checks
+
+    @property
+    def operator_outside_(self) -> dict[str, int]:
+        """Per feature, the training values outside its public bounds or domain (clipped, or
+        sent to "other") over every :meth:`fit` of this model. Operator telemetry (exact
+        counts of the training rows): never part of an export."""
+        return dict(zip(self.schema.names, self._record_checks().outside.tolist(),
+                        strict=True))
+
     def _training_data(self, X: np.ndarray, y: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Clipped rows, checked labels, and the target: regression labels scaled to
-        [−1, 1] by the public bounds (never by the data), classification labels as given."""
-        X = self.schema.clip_encoded(X)
+        [−1, 1] by the public bounds (never by the data), classification labels as given.
+
+        ``X`` and ``y`` are judged as a stream judges a record (:class:`~renyiboost.
+        validation.RecordValidator`), except that NaN in ``X`` marks a missing value: ±inf
+        in ``X``, a label :meth:`RecordValidator.label` refuses (a regression label that is
+        not a number or lies outside the public ``target_bounds``, a class label outside the
+        public label set) raise ``ValueError``. Values outside a feature's public bounds are
+        clipped, as the stream clips them: counted (:attr:`operator_outside_`) and warned
+        about once per feature (:class:`~renyiboost.exceptions.SchemaMismatchWarning`)."""
+        outside = np.zeros(self.schema.n_features, dtype=np.int64)
+        X = self.schema.clip_encoded(X, outside)
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
@@ -75,6 +111,7 @@ class MarginModel:
         if regression and self.schema.target_bounds is None:
             raise ValueError(f"{type(self).__name__} regression needs the schema's public "
                              "target_bounds; reading them from the labels would leak them")
+        self._record_checks().note_outside(outside)
         self._draw_budget()  # before any record is read by a mechanism
         if not regression:
             return X, y, y
@@ -100,13 +137,17 @@ class MarginModel:
                 raise ValueError(f"label {raw[codes < 0][0]!r} is not in the schema's public "
                                  f"labels {self.schema.labels}")
             return codes.astype(float)
-        y = np.asarray(y, dtype=float)
-        if y.ndim != 1 or not np.all(np.isfinite(y)):
-            raise ValueError("y must be a 1-D array of finite numbers")
-        if self.params.task == "classification" and not np.all((y == 0) | (y == 1)):
-            raise ValueError("classification labels must be 0 or 1 (or give the schema a "
-                             "public label set, labels=[...])")
-        return y
+        raw = np.asarray(y)
+        if raw.ndim != 1:
+            raise ValueError(f"y must be a 1-D array of labels, got shape {raw.shape}")
+        bad = self._record_checks().bad_labels(raw)
+        if bad:
+            first, why = bad[0]
+            hint = ("" if self.params.task == "regression" else
+                    " (or give the schema a public label set, labels=[...])")
+            raise ValueError(f"y holds {len(bad)} labels a stream would refuse; y[{first}]: "
+                             f"{why.detail}{hint}")
+        return raw.astype(float)
 
     def _ensemble(self) -> Ensemble:
         if self.ensemble is None:
@@ -138,7 +179,9 @@ class MarginModel:
 
     # ------------------------------------------------------------------ explanations
     def _intercept(self) -> float | list[float]:
-        return np.asarray(self._ensemble().init_score).tolist()  # type: ignore[no-any-return]
+        """The margin no feature owns (with a recalibration's ``answer_map``, ``a · init_score
+        + b``: :func:`~renyiboost.models.explain.initial_term`)."""
+        return initial_term(self._ensemble())
 
     def contributions(self, X: np.ndarray) -> np.ndarray:
         """Per row and feature, the feature's exact share of the margin: for models whose
@@ -218,8 +261,8 @@ class SGBDT(MarginModel):
         self.schema = schema
         self.seed = seed
         self.expected_records = expected_records
-        if expected_records is not None and not expected_records >= 1:
-            raise ValueError(f"expected_records must be >= 1, got {expected_records!r}")
+        if expected_records is not None:
+            expected_records_hint(expected_records)
         #: The caller's explicit parameters; the default policy fills in the others.
         self.explicit_params: dict[str, Any] = dict(params)
         self._given = SGBDTParams(**params)  # what was given, validated now
@@ -276,6 +319,8 @@ class SGBDT(MarginModel):
         stopping early would tell whether some row still had budget.
         """
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
+        check_privacy_inputs(self._given.epsilon, self._given.delta,
+                             len(y) if self.expected_records is None else self.expected_records)
         self.size_estimate_epsilon = self.size_estimate_ = None
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():

@@ -128,7 +128,7 @@ class _SGBDTEstimator:
         schema = PublicSchema(
             features=dict(features),
             target_bounds=target_bounds if self._task == "regression" else None,
-            labels=None if labels is None else list(labels),
+            labels=labels,
         )
         given = {name: getattr(self, name) for name in _POLICY_ARGUMENTS}
         config = EngineConfig.from_defaults(
@@ -154,7 +154,7 @@ class _SGBDTEstimator:
 
     @staticmethod
     def _columns(X: Any) -> tuple[dict[str, Any], int]:
-        columns = {str(c): X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
+        columns = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
         n = len(next(iter(columns.values()))) if columns else len(X)
         return columns, n
 

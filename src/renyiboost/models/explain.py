@@ -2,10 +2,11 @@
 
 * :func:`feature_contributions` — exact per-feature contributions when every tree tests a
   single feature (S-GBDT with ``feature_selection="cyclic"``, as S-BDT and DP-EBM train):
-  the model is then a sum of per-feature functions, and a row's margin is its initial score
-  plus one term a feature (a smoothed ensemble's terms are smoothed the same way, so they
-  still add up to its margin; a recalibrated one's, whose ``answer_map`` is ``(a, b)``, are
-  scaled by ``a``, and its initial term is ``a · init_score + b``).
+  the model is then a sum of per-feature functions, and a row's margin is its initial term
+  (:func:`initial_term`) plus one term a feature (a smoothed ensemble's terms are smoothed
+  the same way, so they still add up to its margin; a recalibrated one's, whose
+  ``answer_map`` is ``(a, b)``, are scaled by ``a``, and its initial term is
+  ``a · init_score + b``).
 * :func:`feature_importances` — for any ensemble, each feature's share of the trees'
   effect: a tree's mean absolute leaf value, split among the features its nodes test in
   proportion to the nodes. A summary, not an exact decomposition.
@@ -23,11 +24,24 @@ def tree_features(ensemble: Ensemble) -> list[np.ndarray]:
     return [np.unique(row) for row in ensemble.features]
 
 
+def initial_term(ensemble: Ensemble) -> float | list[float]:
+    """The part of every row's margin that no feature owns: the initial score, or
+    ``a · init_score + b`` for a recalibrated ensemble whose ``answer_map`` is ``(a, b)``
+    (a list a class for a multiclass model). With :func:`feature_contributions` it adds up
+    to :meth:`Ensemble.predict_margin <renyiboost.models.trees.Ensemble.predict_margin>`."""
+    init = np.asarray(ensemble.init_score, dtype=float)
+    if ensemble.answer_map is not None:
+        scale, offset = ensemble.answer_map
+        init = scale * init + offset
+    return init.tolist()  # type: ignore[no-any-return]
+
+
 def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) -> np.ndarray:
     """Per row of the encoded ``X`` and per feature, the summed leaf values of the trees
-    that test that feature (the initial score is not included); per class too for vector
-    leaves (shape ``(n, k, C)``). Raises ``ValueError`` when
-    a tree tests more than one feature: no exact per-feature split exists then."""
+    that test that feature, scaled by ``a`` for a recalibrated ensemble (the initial term is
+    not included: :func:`initial_term`); per class too for vector leaves (shape ``(n, k,
+    C)``). Raises ``ValueError`` when a tree tests more than one feature: no exact
+    per-feature split exists then."""
     tested = tree_features(ensemble)
     mixed = [t for t, features in enumerate(tested) if features.size > 1]
     if mixed:

@@ -1,0 +1,271 @@
+"""Inputs are judged alike on every path: one record, a batch, a batch fit, an explanation.
+
+Each test names the rule it pins; each failed before the rule was enforced everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from renyiboost.exceptions import InvalidRecord, PrivacyLeakWarning, SchemaMismatchWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.models.estimators import SGBDTClassifier, SGBDTRegressor
+from renyiboost.models.explain import initial_term
+from renyiboost.schema import PublicSchema
+from renyiboost.validation import RecordValidator
+
+pytestmark = pytest.mark.filterwarnings("ignore::renyiboost.exceptions.TestingOnlyWarning")
+
+SMALL = {"epsilon": 1.0, "rounds": 3, "depth": 2, "seed": 0}
+
+
+def _rows(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, size=(n, 2))
+    return X, 3 * X[:, 0]
+
+
+# ------------------------------------------------------------------ feature names
+def test_integer_feature_names_are_matched_as_strings_by_one_record_and_by_a_batch() -> None:
+    """River's Friedman yields ``{0: …, 1: …}``: a schema with those names takes the same
+    record by ``learn_one``/``predict_one`` as by ``learn_many``, and encodes it alike."""
+    model = SGBDTRegressor({0: (0.0, 1.0), 1: (0.0, 1.0)}, target_bounds=(0.0, 1.0),
+                           expected_records=100, **SMALL)
+    assert model.engine.schema.names == ["0", "1"]
+    model.learn_one({0: 0.5, 1: 0.25}, 0.3, key="a")
+    model.learn_many(pd.DataFrame({0: [0.5], 1: [0.25]}), pd.Series([0.3]), keys=["b"])
+    assert isinstance(model.predict_one({0: 0.5, 1: 0.25}), float)
+    check = model.engine.validator
+    np.testing.assert_array_equal(check.features({0: 0.5, 1: 2.0}),
+                                  check.features({"0": 0.5, "1": 2.0}))
+    rows, bad = check.columns({0: np.array([0.5]), 1: np.array([2.0])}, 1)
+    assert not bad and rows.tolist() == [[0.5, 1.0]]
+    with pytest.raises(InvalidRecord, match="unknown feature 5"):
+        check.features({5: 0.5})
+
+
+def test_names_that_are_one_string_are_refused_not_merged() -> None:
+    """``0`` and ``"0"`` were one feature after ``str()``: one of them was dropped without
+    a word. The schema refuses them, and a record or a batch that gives one feature twice
+    is refused."""
+    with pytest.raises(ValueError, match=r"the names 0 and '0' are both '0'"):
+        PublicSchema(features={0: (0.0, 1.0), "0": (0.0, 1.0)})
+    with pytest.raises(ValueError, match="both '1'"):
+        SGBDTRegressor({"1": ["x", "y"], 1: (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    check = RecordValidator(PublicSchema(features={0: (0.0, 1.0), 1: (0.0, 1.0)},
+                                         target_bounds=(0.0, 1.0)), "regression")
+    with pytest.raises(InvalidRecord, match="given twice, as 0 and as '0'") as caught:
+        check.features({"0": 0.5, 0: 0.7})
+    assert caught.value.reason == "schema"
+    rows, bad = check.columns({0: np.array([0.1, 0.2]), "0": np.array([0.3, 0.4])}, 2)
+    assert set(bad) == {0, 1} and "given twice" in bad[0].detail
+    assert np.isnan(rows).all()
+
+
+def test_strict_records_with_integer_names_name_the_absent_feature() -> None:
+    check = RecordValidator(PublicSchema(features={0: (0.0, 1.0), 1: (0.0, 1.0)},
+                                         target_bounds=(0.0, 1.0)), "regression", strict=True)
+    assert check.features({0: 0.5, 1: None}).tolist()[0] == 0.5
+    with pytest.raises(InvalidRecord, match="feature '1' is absent"):
+        check.features({0: 0.5})
+
+
+# ------------------------------------------------------------------ labels
+def test_a_regressor_refuses_bool_labels_one_by_one_and_in_a_batch() -> None:
+    """``learn_one`` refuses ``True`` as a regression label; ``learn_many`` refused it only
+    inside an object column, not in a bool one."""
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0),
+                           expected_records=100, **SMALL)
+    with pytest.raises(InvalidRecord, match="regression label must be a number, got bool"):
+        model.learn_one({"a": 0.5}, True, key="a")
+    with pytest.raises(InvalidRecord, match=r"2 of 2 rows .* got bool True"):
+        model.learn_many(pd.DataFrame({"a": [0.5, 0.6]}), pd.Series([True, False]),
+                         keys=["b", "c"])
+    check = model.engine.validator
+    assert [i for i, _ in check.bad_labels(np.array([True, False]))] == [0, 1]
+    with pytest.raises(InvalidRecord, match="got bool"):
+        check.labels(np.array([True, False]))
+    assert check.labels(np.array([0, 1])).tolist() == [0.0, 1.0]
+    binary = RecordValidator(PublicSchema(features={"a": (0.0, 1.0)}), "classification")
+    assert binary.labels(np.array([True, False])).tolist() == [1.0, 0.0]
+    assert binary.bad_labels(np.array([True, False])) == []
+
+
+@pytest.mark.parametrize("labels", [{"no", "yes"}, frozenset({"no", "yes"}), "yes",
+                                    {"no": 0, "yes": 1}, iter(["no", "yes"])])
+def test_a_label_set_must_have_a_fixed_order(labels) -> None:
+    """A set's order depends on the hash seed (the positive class would flip between runs);
+    a string would be read letter by letter."""
+    with pytest.raises(ValueError, match="labels must be a list or tuple"):
+        PublicSchema(features={"a": (0.0, 1.0)}, labels=labels)
+
+
+def test_a_label_set_may_be_a_list_or_a_tuple() -> None:
+    for labels in (["no", "yes"], ("no", "yes")):
+        assert PublicSchema(features={"a": (0.0, 1.0)}, labels=labels).labels == ["no", "yes"]
+        assert SGBDTClassifier({"a": (0.0, 1.0)}, labels=labels).engine.schema.classes == [
+            "no", "yes"]
+
+
+@pytest.mark.parametrize("labels", [{"no", "yes"}, "yes"])
+def test_a_classifier_refuses_a_label_set_without_an_order(labels) -> None:
+    """The estimator must hand its ``labels`` to the schema as given: ``list(labels)``
+    first would turn a set into an arbitrary order and ``'yes'`` into ``['y', 'e', 's']``."""
+    with pytest.raises(ValueError, match="labels must be a list or tuple"):
+        SGBDTClassifier({"a": (0.0, 1.0)}, labels=labels)
+
+
+def test_a_bool_label_is_not_an_integer_class_nor_the_reverse() -> None:
+    """``True == 1`` and they hash alike: a dict lookup took ``True`` for class ``1`` of
+    ``[0, 1, 2]``. A bool matches only a bool class, a number only a number, one record at
+    a time and in a batch alike."""
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, labels=[0, 1, 2], expected_records=100,
+                            **SMALL)
+    for label in (True, np.True_, False):
+        with pytest.raises(InvalidRecord, match="not in the public label set") as caught:
+            model.learn_one({"a": 0.5}, label, key="a")
+        assert caught.value.reason == "label"
+    model.learn_one({"a": 0.5}, 1, key="a")
+    model.learn_one({"a": 0.5}, np.int64(2), key="a")
+    with pytest.raises(InvalidRecord, match="1 of 3 rows.*label True"):
+        model.learn_many(pd.DataFrame({"a": [0.1, 0.2, 0.3]}),
+                         pd.Series([0, True, 2], dtype=object), keys=["b", "c", "d"])
+    schema = model.engine.schema
+    assert schema.label_codes([True, 1, np.True_, 1.0, 0, False, "1"]).tolist() == [
+        -1, 1, -1, 1, 0, -1, -1]
+    assert schema.label_codes(np.array([True, False])).tolist() == [-1, -1]
+    assert schema.label_codes(np.array([2, 0])).tolist() == [2, 0]
+
+    flags = PublicSchema(features={"a": (0.0, 1.0)}, labels=[False, True])
+    assert flags.label_codes([True, False, np.False_, 1, 0, 1.0]).tolist() == [
+        1, 0, 0, -1, -1, -1]
+    assert flags.label_codes(np.array([1, 0])).tolist() == [-1, -1]
+    check = RecordValidator(flags, "classification")
+    assert check.label(True) == 1.0 and check.label(np.False_) == 0.0
+    with pytest.raises(InvalidRecord, match="not in the public label set"):
+        check.label(1)
+    mixed = PublicSchema(features={"a": (0.0, 1.0)}, labels=[False, True, "other"])
+    assert mixed.label_codes([True, 1, "other", 0]).tolist() == [1, -1, 2, -1]
+    # without a label set, 0/1 and False/True are the same two classes (documented)
+    plain = PublicSchema(features={"a": (0.0, 1.0)})
+    assert plain.label_codes([True, 1, 0.0, False]).tolist() == [1, 1, 0, 0]
+
+
+def test_a_batch_fit_refuses_a_bool_for_an_integer_class() -> None:
+    X, y = _rows()
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, labels=[0, 1, 2])
+    labels = np.minimum(y, 2).astype(int).astype(object)
+    labels[5] = True
+    with pytest.raises(ValueError, match="not in the schema's public labels"):
+        SGBDT(schema, task="classification", expected_records=400, **SMALL).fit(X, labels)
+
+
+# ------------------------------------------------------------------ the batch fit
+def _regression_schema() -> PublicSchema:
+    return PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 3.0))
+
+
+def test_a_batch_fit_refuses_labels_a_stream_refuses() -> None:
+    """A string was read as its number, a bool as 0/1 and a label outside the public
+    target_bounds was clipped; a stream refuses all three."""
+    X, y = _rows()
+    model = SGBDT(_regression_schema(), expected_records=400, **SMALL)
+    with pytest.raises(ValueError, match=r"y\[0\]: a regression label must be a number, got str"):
+        model.fit(X, y.astype(str))
+    with pytest.raises(ValueError, match="got bool"):
+        model.fit(X, y > 1)
+    with pytest.raises(ValueError, match=r"y holds \d+ labels .* outside the public "
+                                         r"target_bounds \(0.0, 3.0\)"):
+        model.fit(X, y * 10)
+    with pytest.raises(ValueError, match="finite"):
+        model.fit(X, np.where(y > 2, np.nan, y))
+    assert model.ensemble is None
+    classifier = SGBDT(PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}),
+                       task="classification", expected_records=400, **SMALL)
+    with pytest.raises(ValueError, match="binary labels must be 0/1"):
+        classifier.fit(X, (y > 1).astype(int).astype(str))
+    classifier.fit(X, y > 1)  # bools are binary labels
+    assert classifier.ensemble is not None
+
+
+def test_a_batch_fit_refuses_infinite_features_and_keeps_nan_missing() -> None:
+    X, y = _rows()
+    model = SGBDT(_regression_schema(), expected_records=400, **SMALL)
+    bad = X.copy()
+    bad[7, 1] = -np.inf
+    with pytest.raises(ValueError, match=r"X\[7, 1\] \(feature 'b'\) is -inf"):
+        model.fit(bad, y)
+    with pytest.raises(ValueError, match="X must be a matrix of numbers"):
+        model.fit(X.astype(str), y)
+    missing = X.copy()
+    missing[::3, 0] = np.nan
+    model.fit(missing, y)
+    with pytest.raises(ValueError, match="infinite"):
+        model.predict(bad)
+
+
+def test_a_batch_fit_counts_and_warns_about_features_outside_their_bounds() -> None:
+    """Values outside the public bounds are clipped, as a stream clips them, and counted
+    per feature with one SchemaMismatchWarning per feature (the stream's rule)."""
+    X, y = _rows()
+    X[:10, 0] = 5.0
+    X[:3, 1] = -1.0
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0), "c": ["x", "y"]},
+                          target_bounds=(0.0, 3.0))
+    X = np.column_stack([X, np.zeros(len(X))])
+    X[:4, 2] = 7.0  # not a code of the domain: "other"
+    model = SGBDT(schema, expected_records=400, **SMALL)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+        model.fit(X, y)  # once per feature, not per fit
+    mismatch = [str(w.message) for w in caught if w.category is SchemaMismatchWarning]
+    assert len(mismatch) == 3
+    assert "feature 'a'" in mismatch[0] and "SGBDT.operator_outside_" in mismatch[0]
+    assert model.operator_outside_ == {"a": 20, "b": 6, "c": 8}
+    assert "outside" not in model.to_json()
+    quiet = SGBDT(schema, expected_records=400, **SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        quiet.fit(np.column_stack([*_rows()[0].T, np.ones(400)]), _rows()[1])
+    assert quiet.operator_outside_ == {"a": 0, "b": 0, "c": 0}
+
+
+# ------------------------------------------------------------------ explanations
+def _cyclic_classifier() -> SGBDT:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (2000, 2))
+    y = (X[:, 0] + 0.3 * rng.normal(size=2000) > 0.5).astype(float)
+    return SGBDT(PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}),
+                 task="classification", epsilon=1.0, rounds=10, depth=2,
+                 feature_selection="cyclic", expected_records=2000, seed=0).fit(X, y)
+
+
+def test_a_recalibrated_models_explanation_adds_up_to_its_margin() -> None:
+    """With an ``answer_map`` (a, b) the margin is a·F + b: the terms scale by a and the
+    intercept is a·init_score + b (it was init_score: the parts missed b and (a−1)·init)."""
+    model = _cyclic_classifier()
+    release = json.loads(model.to_json())
+    release["answer_map"] = [0.5, 0.2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        recalibrated = SGBDT.from_json(json.dumps(release))
+    rows = np.random.default_rng(1).uniform(0, 1, (50, 2))
+    margin = recalibrated.decision_function(rows)
+    assert not np.allclose(margin, model.decision_function(rows))
+    intercept = initial_term(recalibrated.ensemble)
+    assert intercept == pytest.approx(0.5 * float(model.ensemble.init_score) + 0.2)
+    np.testing.assert_allclose(recalibrated.contributions(rows).sum(axis=1) + intercept,
+                               margin, rtol=0, atol=1e-12)
+    for row, expected in zip(rows[:5], margin[:5], strict=True):
+        parts = recalibrated.explain_one(row)
+        assert parts["intercept"] == intercept
+        assert sum(parts.values()) == pytest.approx(expected, abs=1e-12)
+    plain = model.explain_one(rows[0])  # without a map: the initial score itself
+    assert plain["intercept"] == float(model.ensemble.init_score)
+    assert sum(plain.values()) == pytest.approx(model.decision_function(rows[:1])[0], abs=1e-12)

@@ -240,7 +240,7 @@ MUTATIONS = [
              [f"{RESHARD}every_ledger_moves_to_its_new_shard_exactly"]),
     Mutation("new stores train before every old store is tombstoned",
              "src/renyiboost/stream/reshard.py",
-             '            new_store.set_meta("reshard_pending", pending)\n', "",
+             '                "reshard_pending": pending,\n', "",
              [f"{RESHARD}an_interrupted_reshard_is_redone_or_finished"]),
     Mutation("a reshard moves a Kafka key by its hash, not its partition",
              "src/renyiboost/stream/reshard.py",

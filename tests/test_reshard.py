@@ -13,6 +13,7 @@ import json
 import uuid
 import warnings
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +22,12 @@ from test_kafka import _abalone_events, _produce, _service_config, create_topic
 from test_sharded import _budgets, _config, _feed, _records
 
 from renyiboost.cli import main as cli
-from renyiboost.exceptions import LedgerConflict, StoreResharded, TestingOnlyWarning
+from renyiboost.exceptions import (
+    LedgerConflict,
+    StoreNotFound,
+    StoreResharded,
+    TestingOnlyWarning,
+)
 from renyiboost.release import ModelRelease
 from renyiboost.stream.engine import KeyLedgers, StreamEngine
 from renyiboost.stream.reshard import _owners, reshard
@@ -170,6 +176,107 @@ def test_an_interrupted_reshard_is_redone_or_finished(tmp_path, monkeypatch) -> 
     create_shard_stores(config, fresh)
     with pytest.raises(LedgerConflict):
         reshard(config, shard_locations(str(tmp_path), 3), fresh[:1] + new[:1])
+
+
+def _single_store(location: str) -> dict:
+    """One engine's new store at ``location`` after 800 records; returns every key's
+    budget."""
+    engine = StreamEngine(_config("regression"), store=store_at(location, create=True), seed=1)
+    _feed(engine, _records("regression", 800))
+    engine.flush()
+    budgets = _budgets(engine)
+    engine.close()
+    return budgets
+
+
+def _trainable(config, location: str) -> bool:
+    """Whether an engine accepts the store at ``location`` (it exists and is not refused as
+    resharded or pending)."""
+    try:
+        StreamEngine(config, store=location, coordinated=True).close()
+    except (StoreResharded, StoreNotFound):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("crash", "backend"), [
+    ("while_an_engine_loads_it", "sqlite"), ("where_it_was_marked_pending", "sqlite"),
+    ("while_it_adopts_its_keys", "sqlite"), ("while_an_engine_loads_it", "postgres")])
+def test_no_crash_leaves_a_new_store_trainable_beside_the_old_one(tmp_path, monkeypatch,
+                                                                  request, crash,
+                                                                  backend) -> None:
+    """A new store is created continuing the old store's identity; a crash at any moment
+    after that (while an engine loads it, where the pending mark used to be written in a
+    transaction of its own, while it adopts its keys) must leave it refused for as long as
+    the old store trains, or the keys would start second ledgers under the same store id.
+    Running the reshard again moves every ledger exactly once."""
+    config = _config("regression")
+    if backend == "postgres":
+        url, name = request.getfixturevalue("postgres_server").url, uuid.uuid4().hex[:8]
+        old, new = f"{url}?schema=o_{name}", shard_locations(f"{url}?schema=n_{name}", 2)
+    else:
+        (tmp_path / "two").mkdir()
+        old, new = str(tmp_path / "one.db"), shard_locations(str(tmp_path / "two"), 2)
+    budgets = _single_store(old)
+    store = store_at(old)
+    old_location = store.location
+    store.close()
+    load, set_meta = SQLStateStore.load, SQLStateStore.set_meta
+
+    def killed_loading(self, *args):
+        if self.location != old_location:
+            raise KeyboardInterrupt("killed")
+        return load(self, *args)
+
+    def killed_marking(self, name, value):
+        if self.location != old_location and name == "reshard_pending" and value is not None:
+            raise KeyboardInterrupt("killed")
+        set_meta(self, name, value)
+
+    def killed_adopting(self, moved):
+        raise KeyboardInterrupt("killed")
+
+    patch = {"while_an_engine_loads_it": (SQLStateStore, "load", killed_loading),
+             "where_it_was_marked_pending": (SQLStateStore, "set_meta", killed_marking),
+             "while_it_adopts_its_keys": (StreamEngine, "adopt", killed_adopting)}[crash]
+    monkeypatch.setattr(*patch)
+    try:
+        reshard(config, [old], new)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    if _trainable(config, old):
+        trainable_new = [location for location in new if _trainable(config, location)]
+        assert trainable_new == [], "a new store is trainable beside the untombstoned old one"
+        with pytest.raises(StoreResharded, match="did not finish"):  # created, and pending
+            StreamEngine(config, store=new[0], coordinated=True)
+    reshard(config, [old], new)  # starts over, or finishes
+    engine = ShardedEngine(config, new)
+    assert _budgets(engine) == budgets
+    engine.close()
+    with pytest.raises(StoreResharded, match="must never train again"):
+        StreamEngine(config, store=old)
+
+
+def test_a_trained_store_left_unmarked_by_an_older_reshard_is_refused(tmp_path) -> None:
+    """Before the pending mark came with the identity, a crash could leave a new store that
+    continued the old one's identity unmarked, and it could be trained on: its keys may hold a
+    second ledger. Running the reshard again refuses it and says so (it never deletes it)."""
+    config = _config("regression")
+    old = str(tmp_path / "one.db")
+    _single_store(old)
+    store = store_at(old)
+    identity = store.identity
+    store.close()
+    (tmp_path / "two").mkdir()
+    new = shard_locations(str(tmp_path / "two"), 2)
+    engine = StreamEngine(config, store=store_at(new[0], create=True, continues=identity),
+                          coordinated=True, seed=1)
+    engine.add_one(np.zeros(3), 1.0, "person-0")
+    engine.close()
+    with pytest.raises(LedgerConflict, match="second ledger"):
+        reshard(config, [old], new)
+    assert Path(new[0]).exists() and _trainable(config, old)
 
 
 def test_a_store_written_before_origins_opens_and_records_them_from_now_on(tmp_path) -> None:

@@ -32,6 +32,7 @@ import hashlib
 import os
 import re
 import socket
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -112,7 +113,7 @@ class PostgresStore(SQLStateStore):
     create
         ``False`` (default): open an existing store and refuse anything else. ``True``:
         create a new store and refuse a schema that already holds one.
-    snapshot_ratio, continues
+    snapshot_ratio, continues, meta
         As for :class:`~renyiboost.stream.store.SQLiteStore`.
     """
 
@@ -120,7 +121,8 @@ class PostgresStore(SQLStateStore):
 
     def __init__(self, url: str, *, schema: str | None = None, create: bool = False,
                  snapshot_ratio: float = SNAPSHOT_RATIO,
-                 continues: StoreIdentity | None = None) -> None:
+                 continues: StoreIdentity | None = None,
+                 meta: Mapping[str, Any] | None = None) -> None:
         psycopg = _psycopg()
         self._database_error = psycopg.Error
         self.url, self.schema = split_url(url, schema)
@@ -138,7 +140,7 @@ class PostgresStore(SQLStateStore):
                 self._check_absent()
             elif not self._has_table("meta"):
                 raise StoreNotFound(f"no state store at {self.location}. {NEVER_IMPLICIT}")
-            self._start(create, continues)
+            self._start(create, continues, meta)
         except BaseException:
             self._db.close()  # drops the advisory lock with the session
             raise
@@ -212,9 +214,10 @@ class PostgresStore(SQLStateStore):
                 "restart). Open it instead, or choose a new schema.")
         self._db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
-    def _start(self, create: bool, continues: StoreIdentity | None = None) -> None:
+    def _start(self, create: bool, continues: StoreIdentity | None = None,
+               meta: Mapping[str, Any] | None = None) -> None:
         self._db.execute(f'SET search_path TO "{self.schema}"')
-        super()._start(create, continues)
+        super()._start(create, continues, meta)
 
     def _remove(self) -> None:
         self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')

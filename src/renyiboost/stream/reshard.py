@@ -18,8 +18,9 @@ invariant 5). Resharding moves every key's ledger to its new owner while nothing
    :func:`~renyiboost.stream.sharded.shard_of` ``(key, M)``. Keyless records (a fresh
    identity each) go with their origin's partition, else to shard ``k mod M``. A key found
    in two old stores (two ledgers already) is refused: fix that first.
-3. **Create** the new stores, each born *pending* (``reshard_pending``; an engine refuses to
-   train on it), and let each adopt its keys in one commit
+3. **Create** the new stores, each born *pending* (``reshard_pending``, written in the
+   transaction that creates its identity; an engine refuses to train on it), and let each
+   adopt its keys in one commit
    (:meth:`~renyiboost.stream.engine.StreamEngine.adopt`): spent budgets, retirements, rows
    and margins exactly, the model, the source offsets of its partitions (and their dead
    letters), the published version, and the record of a ``finish()`` end burst (so a
@@ -136,6 +137,16 @@ def _clear_targets(targets: Sequence[str], old_ids: list[str]) -> None:
             store.close()
             raise LedgerConflict(f"{store.location} is being filled by a reshard of other "
                                  "stores; finish that one first")
+        if pending is None and store.identity.store_id in old_ids and store.has_committed():
+            # Left by a reshard that marked its stores pending only after an engine had
+            # loaded them (renyiboost before the mark came with the identity), and trained
+            # on since: its keys may hold a ledger here and one in the old store.
+            store.close()
+            raise LedgerConflict(
+                f"{location} continues the identity of an old store but was never marked as "
+                "being filled by a reshard, and it holds a ledger: keys trained on it since an "
+                "interrupted reshard may hold a second ledger there beside the old store's. "
+                "Add their spent budgets up by hand before resharding again.")
         try:
             store.discard()  # refuses a store that holds a ledger
         except BaseException:
@@ -170,23 +181,29 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
     try:
         for j, location in enumerate(targets):
             moved = _gathered(j, exports, owners, n_new, new_map)
-            store = store_at(location, create=True,
-                             continues=engines[0].store.identity if j == 0 else None)
-            news.append(StreamEngine(config, store=store, coordinated=True))
-            new_store = news[-1].store
-            new_store.set_meta("reshard_pending", pending)
-            new_store.set_meta("shard_map", {"shard": j, "of": n_new})
+            # The side values are written with the identity, in one transaction: the new
+            # store (shard 0's continues old shard 0's store id) is never trainable beside
+            # the old stores, whenever a crash comes (invariant 5).
+            marks: dict[str, Any] = {
+                "reshard_pending": pending,
+                "shard_map": {"shard": j, "of": n_new}}
             if counts is not None:
-                new_store.set_meta("partitions", counts)
-                new_store.set_meta("partition_map", new_map)
+                marks["partitions"] = counts
+                marks["partition_map"] = new_map
             for name in PARTITION_VALUES:
                 values = _by_partition([s[name] or {} for s in side], j, n_new, new_map)
                 if values:
-                    new_store.set_meta(name, values)
+                    marks[name] = values
             if j == 0 and side[0]["published"] is not None:
-                new_store.set_meta("published", side[0]["published"])
+                marks["published"] = side[0]["published"]
             if side[0][FINISH_META] is not None:  # every shard holds the deployment's end
-                new_store.set_meta(FINISH_META, side[0][FINISH_META])
+                marks[FINISH_META] = side[0][FINISH_META]
+            store = store_at(location, create=True, meta=marks,
+                             continues=engines[0].store.identity if j == 0 else None)
+            # This engine alone may load the pending store: the mark stays on disk, and the
+            # store's lock keeps every other process out while this reshard holds it.
+            with store.hiding_meta("reshard_pending"):
+                news.append(StreamEngine(config, store=store, coordinated=True))
             news[-1].adopt(moved)
         tomb = {"into": [e.store.identity.store_id for e in news],
                 "into_locations": [e.store.location for e in news], "shards": n_new,

@@ -76,10 +76,11 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -402,6 +403,28 @@ class SQLStateStore(StateStore):
     _database_error: type[BaseException] = sqlite3.Error
     #: ``CREATE TABLE`` statements of the layout in this dialect.
     _schema: str = ""
+    #: Side values :meth:`get_meta` answers ``None`` for, in this process (:meth:`hiding_meta`).
+    _hidden_meta: frozenset[str] = frozenset()
+
+    def __reduce__(self) -> NoReturn:
+        """A durable store holds one ledger: a copy would be a second handle on it without its
+        lock, or, restored elsewhere, a second ledger for the same keys (invariant 5). So
+        ``pickle``, ``copy.copy``, ``copy.deepcopy`` and River's ``clone()`` (which deep-copies
+        an estimator's parameters) are refused with a message that says what to do instead,
+        not with the ``TypeError`` of the open file or connection inside."""
+        raise self._not_copyable()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoReturn:
+        raise self._not_copyable()  # copy.deepcopy asks here before it asks __reduce__
+
+    def _not_copyable(self) -> LedgerConflict:
+        return LedgerConflict(
+            f"the state store {self.location} cannot be copied (pickle, copy.deepcopy, River's "
+            "clone()): it holds one ledger, and a copy would be a second ledger of the same "
+            "keys. For a new model, open a new store at a new path (SQLiteStore(new_path, "
+            "create=True) or PostgresStore(url, schema=new_schema, create=True)); to reopen "
+            "this one, pass its path or URL (store='state.db'), so that a second engine on it "
+            "is refused by the store's lock.")
 
     @property
     def location(self) -> str:
@@ -432,10 +455,11 @@ class SQLStateStore(StateStore):
             self._db.execute("ROLLBACK")
 
     # ------------------------------------------------------------------ identity
-    def _start(self, create: bool, continues: StoreIdentity | None = None) -> None:
+    def _start(self, create: bool, continues: StoreIdentity | None = None,
+               meta: Mapping[str, Any] | None = None) -> None:
         """After connecting and locking: check (or create) the identity, count what the
         snapshot policy weighs."""
-        self.identity = self._open(create, continues)
+        self.identity = self._open(create, continues, meta)
         self._event_bytes = 0
         for kind, info, length in self._execute("SELECT kind, info, LENGTH(data) FROM events"):
             self._event_bytes += (REPLAY_BYTES_PER_KEY * int(json.loads(info)["charged"])
@@ -443,14 +467,19 @@ class SQLStateStore(StateStore):
         self._segment_rows = int(self._execute(
             "SELECT COALESCE(SUM(LENGTH(uids)), 0) / 8 FROM segments").fetchone()[0])
 
-    def _open(self, create: bool, continues: StoreIdentity | None) -> StoreIdentity:
+    def _open(self, create: bool, continues: StoreIdentity | None,
+              meta: Mapping[str, Any] | None = None) -> StoreIdentity:
         """Create or check the identity, then move to the next epoch (one transaction).
 
         A new store normally gets a fresh random id; ``continues`` gives it an existing
         store's id and epoch instead (``renyiboost reshard``: the deployment's releases keep
-        naming one store, at epochs that only grow)."""
-        if continues is not None and not create:
-            raise ValueError("only a new store can continue another store's identity")
+        naming one store, at epochs that only grow). ``meta`` (side values, as
+        :meth:`set_meta` writes them) is written in the same transaction as the identity:
+        ``renyiboost reshard`` creates its stores ``reshard_pending`` so, and no crash can
+        leave one trainable beside the store it continues."""
+        if (continues is not None or meta) and not create:
+            raise ValueError("only a new store can continue another store's identity or be "
+                             "created with side values")
         self._begin()
         try:
             if create:
@@ -459,7 +488,8 @@ class SQLStateStore(StateStore):
                 self._write_meta({"identity": {
                     "store_id": str(uuid.uuid4()) if continues is None else continues.store_id,
                     "format": STORE_FORMAT, "created": time.time()},
-                    "epoch": 0 if continues is None else continues.epoch})
+                    "epoch": 0 if continues is None else continues.epoch,
+                    **{f"side:{name}": value for name, value in (meta or {}).items()}})
             identity = self._meta("identity") if self._has_table("meta") else None
             if identity is None:
                 raise StoreNotFound(
@@ -618,7 +648,22 @@ class SQLStateStore(StateStore):
 
     # ------------------------------------------------------------------ writing
     def get_meta(self, name: str) -> Any:
-        return self._meta(f"side:{name}")
+        return None if name in self._hidden_meta else self._meta(f"side:{name}")
+
+    @contextmanager
+    def hiding_meta(self, name: str) -> Iterator[None]:
+        """Let :meth:`get_meta` answer ``None`` for ``name`` inside the block, in this
+        process only; the stored value stays, durably. ``renyiboost reshard`` loads an
+        engine on a store it has just created *pending* and still holds (its lock keeps every
+        other process out): the engine refuses a pending store, and the mark must not be
+        lifted, even for a moment, to let it in (a crash then would leave a trainable store
+        beside the old one)."""
+        hidden = self._hidden_meta
+        self._hidden_meta = hidden | {name}
+        try:
+            yield
+        finally:
+            self._hidden_meta = hidden
 
     def set_meta(self, name: str, value: Any) -> None:
         self._transaction(lambda: self._write_meta({f"side:{name}": value}))
@@ -775,6 +820,10 @@ class SQLiteStore(SQLStateStore):
         SQLite page size of a new store (see :data:`PAGE_SIZE`); an existing store keeps its.
     continues
         With ``create``: the identity the new store continues (``renyiboost reshard``).
+    meta
+        With ``create``: side values (:meth:`get_meta`) written in the transaction that
+        creates the store, so it never exists without them (``renyiboost reshard``'s
+        ``reshard_pending``).
     """
 
     _schema = _SQLITE_SCHEMA
@@ -788,6 +837,7 @@ class SQLiteStore(SQLStateStore):
         snapshot_ratio: float = SNAPSHOT_RATIO,
         page_size: int = PAGE_SIZE,
         continues: StoreIdentity | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -805,7 +855,7 @@ class SQLiteStore(SQLStateStore):
                 self._db.execute(f"PRAGMA page_size={int(page_size)}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._start(create, continues)
+            self._start(create, continues, meta)
         except BaseException:
             self._lock.release()
             raise
@@ -900,16 +950,18 @@ def is_postgres_location(location: str | Path) -> bool:
 
 
 def store_at(location: str | Path, *, create: bool = False,
-             continues: StoreIdentity | None = None) -> SQLStateStore:
+             continues: StoreIdentity | None = None,
+             meta: Mapping[str, Any] | None = None) -> SQLStateStore:
     """The durable store a location names: a ``postgresql://…[?schema=name]`` URL →
     :class:`~renyiboost.stream.postgres.PostgresStore`; a path or ``sqlite:///…`` URL →
-    :class:`SQLiteStore`. ``create`` and ``continues`` as for either (never implicit)."""
+    :class:`SQLiteStore`. ``create``, ``continues`` and ``meta`` as for either (never
+    implicit)."""
     text = str(location)
     if is_postgres_location(text):
         from renyiboost.stream.postgres import PostgresStore
 
-        return PostgresStore(text, create=create, continues=continues)
-    return SQLiteStore(location, create=create, continues=continues)
+        return PostgresStore(text, create=create, continues=continues, meta=meta)
+    return SQLiteStore(location, create=create, continues=continues, meta=meta)
 
 
 def open_store(store: StateStore | str | Path | None) -> StateStore:

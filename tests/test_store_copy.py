@@ -1,0 +1,78 @@
+"""A durable state store holds one ledger and cannot be copied: ``pickle``, ``copy.copy``,
+``copy.deepcopy`` and River's ``clone()`` (which deep-copies an estimator's parameters) are
+refused with :class:`~renyiboost.exceptions.LedgerConflict` and a message that says what to
+do instead, never with the ``TypeError`` of an open file, and never by a silent shallow copy
+that shares the ledger. The memory store copies as before."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import uuid
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from renyiboost import SGBDTClassifier
+from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
+from renyiboost.stream.postgres import PostgresStore
+from renyiboost.stream.store import MemoryStore, SQLiteStore
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+COPIES: dict[str, Callable[[Any], Any]] = {
+    "deepcopy": copy.deepcopy, "copy": copy.copy, "pickle": pickle.dumps}
+
+
+def _refused(store: SQLiteStore | PostgresStore, how: str) -> None:
+    with pytest.raises(LedgerConflict, match="cannot be copied") as refused:
+        COPIES[how](store)
+    message = str(refused.value)
+    assert store.location in message
+    assert "new path" in message and "lock" in message  # what to do instead
+    store.set_meta("still_mine", 1)  # the store itself is untouched and still usable
+    assert store.get_meta("still_mine") == 1
+
+
+@pytest.mark.parametrize("how", COPIES)
+def test_a_sqlite_store_cannot_be_copied(tmp_path, how) -> None:
+    store = SQLiteStore(tmp_path / "state.db", create=True)
+    try:
+        _refused(store, how)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("how", COPIES)
+def test_a_postgres_store_cannot_be_copied(postgres_server, how) -> None:
+    store = PostgresStore(postgres_server.url, schema=f"c_{uuid.uuid4().hex[:12]}",
+                          create=True)
+    try:
+        _refused(store, how)
+    finally:
+        store.close()
+
+
+def test_an_estimator_on_a_durable_store_refuses_clone_and_says_why(tmp_path) -> None:
+    """River's ``clone()`` deep-copies the ``store`` parameter: a clone on a copy of the
+    store would be a second ledger of the same keys."""
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(tmp_path / "s.db",
+                                                                 create=True))
+    with pytest.raises(LedgerConflict, match="cannot be copied"):
+        model.clone()
+    model.learn_one({"a": 0.5}, True, key="k0")  # the original goes on
+    model.engine.close()
+
+
+def test_the_memory_store_and_its_estimator_copy_as_before() -> None:
+    store = MemoryStore()
+    store.set_meta("published", 3)
+    for how in ("deepcopy", "copy"):
+        copied = COPIES[how](store)
+        assert copied is not store and copied.get_meta("published") == 3
+        assert copied.identity == store.identity
+    assert pickle.loads(pickle.dumps(store)).get_meta("published") == 3
+    model = SGBDTClassifier({"a": (0.0, 1.0)})
+    assert isinstance(model.clone(), SGBDTClassifier)

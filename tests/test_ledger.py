@@ -392,3 +392,21 @@ def test_keys_whose_records_were_never_merged_have_no_ledger_to_move(tmp_path) -
         assert shard.operator_budget_of("k55").status == "unknown"
         shard.close()
     assert moved == charged
+
+
+def test_closing_a_river_model_keeps_the_records_since_its_last_round(tmp_path) -> None:
+    """A River stream has no source to re-read: ``close()`` commits the records learned
+    after the last trigger (merged, nothing released), so a restart resumes at the same
+    position with them, their keys charged like any other; the engine's own ``close()``
+    leaves them out. Nothing is released by the close."""
+    path, model = _fed(tmp_path, 60)  # a trigger every 25 positions
+    version = model.engine.release_version
+    model.close()
+    model.close()  # idempotent
+    reopened = _model(str(path))
+    assert reopened.engine.positions == 60
+    assert reopened.engine.release_version == version
+    assert reopened.operator_budget_of("k55").status == "active"
+    _feed(reopened, 15, start=60)  # the next trigger at 75, as without the restart
+    assert reopened.engine.release_version > version
+    reopened.close()

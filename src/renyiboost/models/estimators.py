@@ -282,6 +282,17 @@ class _SGBDTEstimator:
         ends with most of its late records' budget unspent. Returns the trees added."""
         return self._engine.finish(split_grid)
 
+    def close(self) -> None:
+        """Commit the records learned since the last round (merged into the pool, nothing
+        released) with their positions, then release the store and its lock. A restart on
+        the same store resumes here with those records; closing the engine alone leaves
+        them to a source that re-reads them, which a River stream does not have. A second
+        call does nothing."""
+        engine = self._engine
+        if not engine.closed:
+            engine.flush()
+            engine.close()
+
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, the order α̂, σ and the per-key budget B (public)."""

@@ -1675,6 +1675,11 @@ class StreamEngine:
                 "answer_map": [self.recalibration.scale, self.recalibration.offset]},
         )
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the store and its lock are released)."""
+        return self._closed
+
     def close(self) -> None:
         """Release the store. A healthy engine on a durable store first commits what it
         merged with a snapshot, so a restart replays nothing (and a later renyiboost never has

@@ -26,7 +26,11 @@
   are a function of public stream positions only. A crash between commit and publish
   re-publishes on restart; followers skip versions they have.
 * :class:`ModelFollower` rebuilds the model from the model topic and serves predictions
-  without access to the state store or the raw events.
+  without access to the state store or the raw events. It skips a message that is not a
+  release (a tombstone, foreign JSON) and applies only a release that continues its version:
+  when one is missing it re-reads the topic from the beginning, and if the topic lacks it
+  for good it keeps the last whole version and says why (:attr:`ModelFollower.stalled`)
+  instead of serving a model without the trees in between.
 * Events that fail to parse or validate go to ``<topic>.dlq`` with the reason, the source
   topic/partition/offset and an idempotency id (``renyiboost.dlq.id``) in headers; they count
   as stream positions like any event (they are empty events of the public schedule). A
@@ -34,7 +38,11 @@
   before any offset past them commits; a restart does not dead-letter them again (a crash in
   the moment between delivery and that record can repeat a batch's dead letters: the id
   header lets a consumer drop the repeats). The dead-letter topic holds raw events: give it
-  the ACLs of the input topic.
+  the ACLs of the input topic. An event over the parser's ``max_bytes`` (or any dead letter
+  the producer or broker refuses as too large) is dead-lettered with only its first
+  :data:`DEAD_LETTER_HEAD_BYTES` bytes of value and key and a ``value.truncated`` (and
+  ``key.truncated``) header with the original size in bytes: a 1 MB event must not stop
+  the trainer, and the ``source.*`` headers still find the raw event on the input topic.
 * Client logs go through :mod:`logging` (logger ``renyiboost.kafka``); a cluster that does not
   answer within ``connect_timeout`` seconds, at start or while running, ends the trainer with
   a :class:`~renyiboost.exceptions.BrokerUnavailable` error.
@@ -93,6 +101,11 @@ __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTraine
 log = logging.getLogger("renyiboost.kafka")
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
+#: Bytes of a rejected event's value (and key) that its dead letter keeps when the whole
+#: event would be too large to produce: an event over the parser's ``max_bytes`` may be close
+#: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
+#: cannot be delivered stops the trainer before the batch commits, on every restart.
+DEAD_LETTER_HEAD_BYTES = 1024
 
 
 class KafkaSettings(BaseModel):
@@ -427,23 +440,61 @@ class KafkaTrainer(_Loop):
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1
-        where = f"{message.topic()}:{message.partition()}:{message.offset()}"
-        self.producer.produce(
-            f"{message.topic()}.dlq", value=message.value(), key=message.key(),
-            headers=[
-                ("reason", parsed.reason.encode()), ("detail", parsed.detail.encode()),
-                ("source.topic", message.topic().encode()),
-                ("source.partition", str(message.partition()).encode()),
-                ("source.offset", str(message.offset()).encode()),
-                ("renyiboost.dlq.id", where.encode()),
-            ],
-            on_delivery=self._on_dead_letter_delivery,
-        )
+        value = message.value()
+        # An event the parser refused for its size may be too large for the producer too.
+        oversize = value is not None and len(value) > self.parser.format.max_bytes
+        self._produce_dead_letter(message, parsed, truncated=oversize)
         self.producer.poll(0)
 
-    def _on_dead_letter_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._undelivered.append(str(error))
+    def _produce_dead_letter(self, message: Message, parsed: Rejected, truncated: bool) -> None:
+        """Send the dead letter of ``message``: its value and key with the reason and source
+        in headers; with ``truncated``, only the first :data:`DEAD_LETTER_HEAD_BYTES` of value
+        and key, and a ``value.truncated`` / ``key.truncated`` header with the size cut from.
+        A whole dead letter the producer refuses as too large is sent truncated instead."""
+        where = f"{message.topic()}:{message.partition()}:{message.offset()}"
+        value, key = message.value(), message.key()
+        headers = [
+            ("reason", parsed.reason.encode()), ("detail", parsed.detail.encode()),
+            ("source.topic", message.topic().encode()),
+            ("source.partition", str(message.partition()).encode()),
+            ("source.offset", str(message.offset()).encode()),
+            ("renyiboost.dlq.id", where.encode()),
+        ]
+        if truncated:
+            for name, field in (("value", value), ("key", key)):
+                if field is not None and len(field) > DEAD_LETTER_HEAD_BYTES:
+                    headers.append((f"{name}.truncated", str(len(field)).encode()))
+            value = None if value is None else value[:DEAD_LETTER_HEAD_BYTES]
+            key = None if key is None else key[:DEAD_LETTER_HEAD_BYTES]
+        try:
+            self.producer.produce(
+                f"{message.topic()}.dlq", value=value, key=key, headers=headers,
+                on_delivery=functools.partial(self._on_dead_letter_delivery, message, parsed,
+                                              truncated))
+        except KafkaException as error:
+            if truncated or error.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            log.warning("the dead letter of %s is too large to produce (%s); sending it "
+                        "truncated", where, error.args[0])
+            self._produce_dead_letter(message, parsed, truncated=True)
+
+    def _on_dead_letter_delivery(self, message: Message, parsed: Rejected, truncated: bool,
+                                 error: KafkaError | None, delivered: Message | None) -> None:
+        """Record a dead letter that was not delivered (the batch then does not commit); one
+        the broker refused as too large (a topic's ``max.message.bytes`` below the
+        producer's) is sent again truncated, and the flush that called this waits for it."""
+        if error is None:
+            return
+        if not truncated and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            log.warning("the broker refused the dead letter of %s:%d:%d as too large (%s); "
+                        "sending it truncated", message.topic(), message.partition(),
+                        message.offset(), error)
+            try:
+                self._produce_dead_letter(message, parsed, truncated=True)
+                return
+            except KafkaException as again:
+                error = again.args[0]
+        self._undelivered.append(str(error))
 
     def _deliver_dead_letters(self) -> None:
         """Wait until the batch's dead letters are on the broker, before the offsets that
@@ -674,13 +725,36 @@ class ShardedKafkaTrainer(_Loop):
                 "published_version": self._published["version"]}
 
 
+class ReleaseGap(RenyiboostError):
+    """A release that does not continue the follower's version: applying it would serve a
+    model without the trees of the versions in between."""
+
+
 class ModelFollower:
     """Serves predictions from the model topic's releases (no state store needed).
 
     Reads the topic from the beginning and applies releases in version order; a repeated or
     older version (a re-publish after a crash) is ignored, and so is a release from another
-    store than the first one applied (a second ledger's trees are not this model's).
+    store than the first one applied (a second ledger's trees are not this model's). A
+    message under the model's key that is not a release (a tombstone, foreign JSON) is logged
+    and skipped.
+
+    A release must continue the current version (the next version, or a release that holds
+    every tree the follower lacks): the versions of a model are the steps of one sum of trees,
+    and a follower that jumped one would answer without its tree, silently. On a gap the
+    follower re-reads the topic from the beginning, once per version it holds; if the missing
+    version is not there either, it keeps its version (whole and consistent) and says why in
+    :attr:`stalled` until a release continues it (a re-publish, a full release).
     """
+
+    #: Why the follower cannot move past :attr:`version` (the model topic lacks the versions
+    #: after it), or ``None``; ``renyiboost serve`` answers 503 with it.
+    stalled: str | None = None
+    #: Messages under the model's key that were not releases and were skipped (messages of the
+    #: public model topic, not counts of data).
+    not_releases: int = 0
+    #: The version at which the follower last re-read the topic to find a missing version.
+    _reread_at: int | None = None
 
     def __init__(
         self, bootstrap_servers: str, model_topic: str, model_name: str = "model",
@@ -705,31 +779,104 @@ class ModelFollower:
         self._spans: list[float] | None = None  # the release's smoothing spans
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
-        """Apply the releases available now; returns how many were applied."""
+        """Apply the releases available now; returns how many were applied (see the class
+        docstring for messages that are not releases and for gaps)."""
         applied = 0
+        name = self.model_name.encode()
         for message in self.consumer.consume(max_messages, timeout):
-            if message.error() or message.key() != self.model_name.encode():
+            if message.error() or message.key() != name:
                 continue
-            release = ModelRelease.model_validate_json(message.value())
+            release = self._release_of(message)
+            if release is None:
+                continue
             if self.store_id is not None and release.store_id != self.store_id:
                 log.error("ignoring a release of %r from store %s (following store %s)",
                           self.model_name, release.store_id, self.store_id)
                 continue
             if release.version <= self.version:
                 continue
-            self._apply(release)
+            try:
+                self._apply(release)
+            except ReleaseGap as gap:
+                if self._reread(gap):
+                    break  # the rest of this batch comes again, from the beginning
+                continue
             applied += 1
         return applied
+
+    def _release_of(self, message: Message) -> ModelRelease | None:
+        """The release in ``message``, or ``None`` (logged) for a message that is not one: one
+        bad message must not cost the follower the rest of its batch."""
+        value = message.value()
+        if value is None:
+            why = "a tombstone, no value"
+        else:
+            try:
+                return ModelRelease.model_validate_json(value)
+            except ValidationError as error:
+                first = error.errors()[0]
+                why = (f"{error.error_count()} validation errors, the first at "
+                       f"{'.'.join(map(str, first['loc'])) or 'the top'}: {first['msg']}")
+        self.not_releases += 1
+        log.warning("skipping %s:%d@%d under the key of model %r: not a release (%s)",
+                    message.topic(), message.partition(), message.offset(), self.model_name,
+                    why)
+        return None
+
+    def _reread(self, gap: ReleaseGap) -> bool:
+        """Seek every partition back to its beginning to find the versions missing before a
+        release (once per version the follower holds); returns whether it did. When the
+        re-read meets the gap again, the topic lacks them: :attr:`stalled` says so."""
+        if self._reread_at != self.version:
+            try:
+                for tp in self.consumer.assignment():
+                    self.consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                                      OFFSET_BEGINNING))
+            except KafkaException as error:
+                log.warning("could not re-read %s from the beginning: %s", self.model_topic,
+                            error)
+            else:
+                self._reread_at = self.version
+                log.warning("%s; re-reading %s from the beginning", gap, self.model_topic)
+                return True
+        if self.stalled is None:
+            self.stalled = (f"{gap} from the model topic {self.model_topic!r}, also after "
+                            "re-reading it; the follower stays at its version until a release "
+                            "continues it (re-publish the missing versions)")
+            log.error("%s", self.stalled)
+        return False
 
     def wait_for(self, version: int, timeout: float = 30.0) -> None:
         """Poll until the follower has ``version`` (raises ``TimeoutError``)."""
         deadline = time.monotonic() + timeout
         while self.version < version:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"model version {version} not seen (have {self.version})")
+                raise TimeoutError(f"model version {version} not seen (have {self.version}"
+                                   + (f"; {self.stalled}" if self.stalled else "") + ")")
             self.poll(0.5)
 
+    def _continues(self, release: ModelRelease) -> bool:
+        """Whether ``release`` brings the follower from :attr:`version` to its own with every
+        tree in between: the next version (the model topic's one message a version), or a
+        release holding every round the follower lacks up to its own (version ``r + 2`` is
+        the tree of round ``r``) except those its ``max_trees`` drops anyway."""
+        if release.version == self.version + 1:
+            return True
+        newest = release.version - 2
+        lacking = max(self.version - 1, 0)
+        if release.max_trees is not None:
+            lacking = max(lacking, newest - release.max_trees + 1)
+        return set(range(lacking, newest + 1)) <= {tree.round for tree in release.trees}
+
     def _apply(self, release: ModelRelease) -> None:
+        """Add a release that continues the current version; raises :class:`ReleaseGap`
+        (and changes nothing) for one that does not."""
+        if not self._continues(release):
+            first, last = self.version + 1, release.version - 1
+            missing = (f"version {first} is" if first == last
+                       else f"versions {first} to {last} are")
+            raise ReleaseGap(f"version {release.version} of model {self.model_name!r} does "
+                             f"not follow version {self.version}: {missing} missing")
         if self.ensemble is None:
             schema = PublicSchema(**release.public_schema)
             self.validator = RecordValidator(schema, release.task)
@@ -753,8 +900,11 @@ class ModelFollower:
                 self._next_round = tree.round + 1
         if release.max_trees is not None:
             ens.keep_last(release.max_trees)
+        # rounds up to version - 2 are in, or dropped by max_trees for good
+        self._next_round = max(self._next_round, release.version - 1)
         self.version = release.version
         self.guarantee = release.guarantee
+        self.stalled = None
 
     def predict_margin(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
         if self.ensemble is None or self.validator is None:

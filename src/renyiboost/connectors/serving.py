@@ -15,9 +15,16 @@ Endpoints:
   ``{label: p}`` a row). Rows are validated against the public schema exactly as a
   training record is (unknown features, non-numbers, non-finite numbers are refused): a bad
   row answers 422 with its index, reason and detail, and nothing is predicted. 503 until a
-  first release has arrived.
+  first release has arrived, and 503 with the reason while the model is not served: the
+  model topic lacks a version after the follower's (:attr:`ModelFollower.stalled
+  <renyiboost.connectors.kafka.ModelFollower.stalled>`: answering from the older version
+  would hide that the model moved on), or the public label set has two labels with the same
+  ``str()`` (``1`` and ``"1"``: their probabilities would share one JSON key and one class
+  would vanish from the answer).
 * ``GET /model`` → the public description of the served version (schema, task, guarantee).
-* ``GET /health`` → 200 ``{"status": "ready", "version": v}`` or 503 while waiting.
+* ``GET /health`` → 200 ``{"status": "ready", "version": v}``; 503 ``{"status": "waiting",
+  "version": 0}`` before the first release, or ``{"status": "not serving", "version": v,
+  "reason": ...}``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -55,6 +63,21 @@ class PredictResponse(BaseModel):
     probabilities: list[dict[str, float]] | None = None
 
 
+def probability_keys(labels: Sequence[Any]) -> list[str]:
+    """The JSON keys of a classifier's probabilities, ``str(label)`` for each public label
+    (``{"False": p, "True": p}`` without a label set); raises ``ValueError`` for a label set
+    in which two labels have the same ``str()``, e.g. ``[1, "1"]``: one key would hold two
+    classes' probabilities and the other class would silently vanish from the answer."""
+    keys = [str(label) for label in labels]
+    shared = sorted({key for key in keys if keys.count(key) > 1})
+    if shared:
+        raise ValueError(
+            f"the public label set {list(labels)!r} has labels that read the same as JSON "
+            f"keys ({', '.join(map(repr, shared))}), so /predict cannot answer their class "
+            "probabilities apart; serve a model whose labels differ as strings")
+    return keys
+
+
 class FollowerService:
     """A model follower polled in a background thread, and predictions under one lock (a
     release is applied whole between two predictions, never during one)."""
@@ -78,25 +101,48 @@ class FollowerService:
         self.follower.consumer.close()
 
     def _follow(self) -> None:
+        refused: str | None = None
         while not self._stop.is_set():
             try:
                 with self.lock:
                     applied = self.follower.poll(0.0)
-                if applied:
+                    why_not = self.refusal() if self.follower.version else None
+                if why_not != refused and why_not is not None:
+                    log.error("not serving model %r version %d: %s", self.follower.model_name,
+                              self.follower.version, why_not)
+                elif applied and why_not is None:
                     log.info("serving model %r version %d", self.follower.model_name,
                              self.follower.version)
+                refused = why_not
             except Exception:  # keep serving the last good version; say why
                 log.exception("reading the model topic failed; still serving version %d",
                               self.follower.version)
             self._stop.wait(self.poll_interval)
+
+    def refusal(self) -> str | None:
+        """Why the follower's current version is not served (``None``: it is). Reads the
+        follower's attributes only, without the lock: call it under the lock for an answer
+        consistent with a prediction."""
+        follower = self.follower
+        if follower.stalled is not None:
+            return follower.stalled
+        if follower.ensemble is None or follower.validator is None:
+            return "no model version received yet"
+        if follower.task == "classification":
+            try:
+                probability_keys(follower.validator.schema.classes)
+            except ValueError as why:
+                return str(why)
+        return None
 
     def predict(self, rows: list[dict[str, Any]]) -> PredictResponse:
         """Validated rows → predictions of the current version (``LookupError`` before the
         first release; :class:`InvalidRecord` naming the first bad row)."""
         with self.lock:
             follower = self.follower
-            if follower.ensemble is None or follower.validator is None:
-                raise LookupError("no model version received yet")
+            refused = self.refusal()
+            if refused is not None:
+                raise LookupError(refused)
             encoded = []
             for i, row in enumerate(rows):
                 try:
@@ -110,10 +156,10 @@ class FollowerService:
             predictions, proba = follower.answers(margin)
         if proba is None:
             return PredictResponse(**response, predictions=predictions)
+        keys = probability_keys(schema.classes)
         return PredictResponse(
             **response, predictions=predictions,
-            probabilities=[{str(label): p for label, p in zip(schema.classes, row, strict=True)}
-                           for row in proba.tolist()])
+            probabilities=[dict(zip(keys, row, strict=True)) for row in proba.tolist()])
 
     def describe(self) -> dict[str, Any]:
         """The public description of the served version."""
@@ -160,10 +206,14 @@ def create_app(service: FollowerService) -> Any:
 
     @app.get("/health")
     def health() -> JSONResponse:
-        version = service.follower.version
-        if version == 0:
+        with service.lock:
+            version, refused = service.follower.version, service.refusal()
+        if refused is None:
+            return JSONResponse({"status": "ready", "version": version})
+        if version == 0 and service.follower.stalled is None:
             return JSONResponse({"status": "waiting", "version": 0}, status_code=503)
-        return JSONResponse({"status": "ready", "version": version})
+        return JSONResponse({"status": "not serving", "version": version, "reason": refused},
+                            status_code=503)
 
     return app
 

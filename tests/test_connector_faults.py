@@ -1,0 +1,344 @@
+"""Faults at the Kafka connectors' edges, against a real broker: an event too large for its
+dead letter, messages on the model topic that are not releases, a version missing from the
+model topic, and a label set whose probabilities cannot be answered as JSON."""
+
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+from conftest import create_topic, read_topic
+
+from renyiboost.connectors.kafka import (
+    DEAD_LETTER_HEAD_BYTES,
+    KafkaSettings,
+    KafkaTrainer,
+    ModelFollower,
+    event_json,
+)
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.schema import PublicSchema
+from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.store import SQLiteStore
+
+warnings.simplefilter("ignore", TestingOnlyWarning)
+
+SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 3.0))
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _settings(bootstrap: str, topic: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=bootstrap, topics=[topic], group_id=f"g-{topic}",
+                         model_topic=f"{topic}.models", model_name="model")
+
+
+def _engine(path: Path, schema: PublicSchema = SCHEMA, task: str = "regression"
+            ) -> StreamEngine:
+    config = EngineConfig.from_defaults(schema, task, 1.0, train_every=50, warmup=50)
+    return StreamEngine(config, store=SQLiteStore(path, create=True), seed=1)
+
+
+def _rows(n: int, seed: int) -> list[dict[str, float]]:
+    rng = np.random.default_rng(seed)
+    return [{"a": float(a), "b": float(b)} for a, b in rng.uniform(0, 1, (n, 2))]
+
+
+def _events(start: int, n: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{start + i}".encode(), event_json(f"k{start + i}", x, 3 * x["a"]))
+            for i, x in enumerate(_rows(n, seed=start))]
+
+
+def _produce(bootstrap: str, topic: str, values: list[tuple[bytes | None, bytes | None]]
+             ) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "message.max.bytes": 4_000_000})  # room for a 1 MB event
+    for key, value in values:
+        producer.produce(topic, key=key, value=value, partition=0)
+    assert producer.flush(30) == 0
+
+
+# ---------------------------------------------------------------------- dead letters
+def test_a_1mb_event_is_dead_lettered_truncated_and_the_trainer_goes_on(kafka_bootstrap,
+                                                                        tmp_path) -> None:
+    """An event of about 1 MB (the broker takes it; the parser's limit is 64 KiB) becomes a
+    dead letter with reason "oversize" and its first bytes only, whose headers say the
+    original size and where the event is; the trainer trains and commits what follows it
+    (a whole dead letter exceeds the producer's message.max.bytes and stopped the trainer,
+    on every restart)."""
+    topic = _topic("big")
+    create_topic(kafka_bootstrap, topic)
+    big = event_json("big", {"a": 0.5, "pad": "p" * 1_048_000}, 1.0)
+    _produce(kafka_bootstrap, topic, _events(0, 250) + [(b"big", big)] + _events(250, 250))
+    engine = _engine(tmp_path / "s.db")
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.run(max_idle=3.0)
+
+    assert dict(trainer.dead_letters) == {"oversize": 1}
+    assert engine.positions == 501
+    assert engine.offsets[f"{topic}:0"] == 501 - engine.n_pending > 251  # past the big one
+    assert engine.operator_telemetry().n_active + engine.n_pending == 500
+    assert engine.store.get_meta("dead_lettered") == {f"{topic}:0": 251}
+    [letter] = read_topic(kafka_bootstrap, f"{topic}.dlq", 1)
+    headers = {name: value.decode() for name, value in letter.headers()}
+    assert headers["reason"] == "oversize" and str(len(big)) in headers["detail"]
+    assert (headers["source.topic"], headers["source.partition"], headers["source.offset"]
+            ) == (topic, "0", "250")
+    assert headers["renyiboost.dlq.id"] == f"{topic}:0:250"
+    assert headers["value.truncated"] == str(len(big)) and "key.truncated" not in headers
+    assert letter.value() == big[:DEAD_LETTER_HEAD_BYTES] and letter.key() == b"big"
+    engine.close()
+
+
+def test_a_dead_letter_the_producer_refuses_as_too_large_is_sent_truncated(
+        kafka_bootstrap, tmp_path) -> None:
+    """An event under the parser's limit but over the producer's ``message.max.bytes`` (a
+    smaller limit than the default, here): the producer refuses its whole dead letter at
+    once, and it is sent truncated instead."""
+    topic = _topic("limit")
+    create_topic(kafka_bootstrap, topic)
+    wide = event_json("wide", {"a": 0.5, "pad": "z" * 30_000}, 1.0)  # unknown feature
+    _produce(kafka_bootstrap, topic, _events(0, 60) + [(b"wide", wide)] + _events(60, 60))
+    engine = _engine(tmp_path / "s.db")
+    settings = _settings(kafka_bootstrap, topic)
+    trainer = KafkaTrainer(engine, settings)
+    trainer.producer = Producer(settings.client(**{
+        "enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 20_000}))
+    trainer.run(max_idle=3.0)
+
+    assert dict(trainer.dead_letters) == {"schema": 1} and engine.positions == 121
+    [letter] = read_topic(kafka_bootstrap, f"{topic}.dlq", 1)
+    headers = {name: value.decode() for name, value in letter.headers()}
+    assert headers["reason"] == "schema" and headers["source.offset"] == "60"
+    assert headers["value.truncated"] == str(len(wide))
+    assert letter.value() == wide[:DEAD_LETTER_HEAD_BYTES]
+    engine.close()
+
+
+class _BrokerLimit:
+    """A producer whose broker refuses messages over ``limit`` bytes in the delivery report
+    (a dead-letter topic with a smaller ``max.message.bytes`` than the producer's)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.queued: list[tuple[dict, object]] = []
+        self.delivered: list[dict] = []
+
+    def produce(self, topic: str, value=None, key=None, headers=None, on_delivery=None) -> None:
+        self.queued.append(({"topic": topic, "value": value, "key": key,
+                             "headers": dict(headers or [])}, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        while self.queued:  # a delivery callback may queue a message again
+            sent, callback = self.queued.pop(0)
+            if len(sent["value"] or b"") + len(sent["key"] or b"") > self.limit:
+                callback(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), None)
+            else:
+                self.delivered.append(sent)
+                callback(None, None)
+        return 0
+
+
+def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_truncated(
+        kafka_bootstrap, tmp_path) -> None:
+    topic = _topic("brokerlimit")
+    create_topic(kafka_bootstrap, topic)
+    engine = _engine(tmp_path / "s.db")
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    trainer.producer = producer = _BrokerLimit(20_000)
+    wide = event_json("wide", {"a": 0.5, "pad": "z" * 30_000}, 1.0)
+    messages = [Message(topic=topic, partition=0, offset=i, key=key, value=value)
+                for i, (key, value) in enumerate(_events(0, 60) + [(b"wide", wide)])]
+    with engine.group_commit():
+        trainer._process(messages)  # raised "dead letters not delivered" before the fix
+
+    [letter] = producer.delivered
+    assert letter["topic"] == f"{topic}.dlq" and letter["headers"]["reason"] == b"schema"
+    assert letter["headers"]["value.truncated"] == str(len(wide)).encode()
+    assert letter["value"] == wide[:DEAD_LETTER_HEAD_BYTES]
+    assert engine.store.get_meta("dead_lettered") == {f"{topic}:0": 61}
+    trainer.consumer.close()
+    engine.close()
+
+
+# ---------------------------------------------------------------------- the model topic
+def _trained(path: Path, n: int = 400) -> StreamEngine:
+    engine = _engine(path)
+    rows = _rows(n, seed=7)
+    engine.add(engine.validator.rows(rows), [3 * x["a"] for x in rows],
+               [f"k{i}" for i in range(n)])
+    engine.flush()
+    return engine
+
+
+def _releases(engine: StreamEngine, versions: range) -> list[tuple[bytes, bytes]]:
+    """The model topic's messages of ``versions``, as the trainer publishes them."""
+    return [(b"model", engine.release("model", after=v - 1, upto=v).model_dump_json().encode())
+            for v in versions]
+
+
+def _assert_follows(follower: ModelFollower, engine: StreamEngine) -> None:
+    """The follower serves exactly the engine's model."""
+    probe = _rows(50, seed=99)
+    assert follower.version == engine.release_version
+    assert follower.ensemble.n_trees == engine.ensemble.n_trees
+    np.testing.assert_array_equal(follower.predict_margin(probe),
+                                  engine.predict_margin(engine.validator.rows(probe)))
+    assert follower.stalled is None
+
+
+def _poll_until(follower: ModelFollower, done, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"follower at version {follower.version}"
+        follower.poll(0.5)
+
+
+def test_the_follower_skips_messages_that_are_not_releases(kafka_bootstrap, tmp_path) -> None:
+    """A tombstone and foreign JSON under the model's key, in the middle of the topic, are
+    skipped; the follower ends with the engine's model (they made it lose the rest of its
+    batch, then jump to a later version without the trees in between)."""
+    engine = _trained(tmp_path / "s.db")
+    versions = engine.release_version
+    assert versions > 4
+    topic = _topic("models")
+    create_topic(kafka_bootstrap, topic)
+    messages = _releases(engine, range(1, versions + 1))
+    _produce(kafka_bootstrap, topic, messages[:2] + [(b"model", None), (b"model", b'{"a": 1}'),
+                                                     (b"other", b"not JSON")] + messages[2:])
+    follower = ModelFollower(kafka_bootstrap, topic, "model")
+    follower.wait_for(versions)
+    _assert_follows(follower, engine)
+    assert follower.not_releases == 2  # the other key's message is not this model's
+    follower.close()
+    engine.close()
+
+
+def test_a_version_missing_from_the_model_topic_is_not_served(kafka_bootstrap,
+                                                              tmp_path) -> None:
+    """Version 3 is not on the topic: the follower stays at version 2 (re-reading the topic
+    does not find 3), and the server says why with 503; once the trainer publishes the
+    versions again, the follower catches up with the engine."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import FollowerService, create_app
+
+    engine = _trained(tmp_path / "s.db")
+    versions = engine.release_version
+    topic = _topic("models")
+    create_topic(kafka_bootstrap, topic)
+    messages = _releases(engine, range(1, versions + 1))
+    _produce(kafka_bootstrap, topic, messages[:2] + messages[3:])
+    follower = ModelFollower(kafka_bootstrap, topic, "model")
+    _poll_until(follower, lambda: follower.stalled is not None)
+    assert follower.version == 2 and follower.ensemble.n_trees == 1
+    assert "version 4" in follower.stalled and "version 3 is missing" in follower.stalled
+    client = TestClient(create_app(FollowerService(follower)))  # no lifespan: no thread
+    health = client.get("/health")
+    assert health.status_code == 503
+    assert health.json()["status"] == "not serving" and health.json()["version"] == 2
+    assert health.json()["reason"] == follower.stalled
+    refused = client.post("/predict", json={"rows": [{"a": 0.5, "b": 0.5}]})
+    assert refused.status_code == 503 and refused.json()["detail"] == follower.stalled
+
+    _produce(kafka_bootstrap, topic, messages[2:])  # a re-publish after a crash
+    follower.wait_for(versions)
+    _assert_follows(follower, engine)
+    assert client.get("/health").json() == {"status": "ready", "version": versions}
+    follower.close()
+    engine.close()
+
+
+class _LosesOnce:
+    """A consumer that loses one message the first time it is delivered (what a failed batch
+    did), and is otherwise the follower's own."""
+
+    def __init__(self, consumer, offset: int) -> None:
+        self.consumer, self.offset, self.lost = consumer, offset, False
+
+    def consume(self, max_messages: int, timeout: float) -> list:
+        messages = self.consumer.consume(max_messages, timeout)
+        if not self.lost and any(m.offset() == self.offset for m in messages):
+            self.lost = True
+            return [m for m in messages if m.offset() != self.offset]
+        return messages
+
+    def __getattr__(self, name: str):
+        return getattr(self.consumer, name)
+
+
+def test_a_gap_makes_the_follower_re_read_the_topic(kafka_bootstrap, tmp_path) -> None:
+    engine = _trained(tmp_path / "s.db")
+    versions = engine.release_version
+    topic = _topic("models")
+    create_topic(kafka_bootstrap, topic)
+    _produce(kafka_bootstrap, topic, _releases(engine, range(1, versions + 1)))
+    follower = ModelFollower(kafka_bootstrap, topic, "model")
+    follower.consumer = _LosesOnce(follower.consumer, offset=2)  # version 3
+    follower.wait_for(versions)
+    _assert_follows(follower, engine)
+    assert follower.consumer.lost and follower._reread_at == 2  # it found version 3 again
+    follower.close()
+    engine.close()
+
+
+# ---------------------------------------------------------------------- serving labels
+@pytest.mark.parametrize("labels", [[1, "1", "x"], [True, "True", "x"]])
+def test_labels_that_print_alike_are_refused_not_merged(kafka_bootstrap, tmp_path,
+                                                        labels) -> None:
+    """Probabilities are answered as ``{str(label): p}``: a label set with two labels of one
+    ``str()`` would lose a class from every answer, so it is not served, with the reason."""
+    client, follower, engine = _served_classifier(kafka_bootstrap, tmp_path, labels)
+    health = client.get("/health")
+    assert health.status_code == 503 and health.json()["status"] == "not serving"
+    assert repr(labels) in health.json()["reason"]
+    answer = client.post("/predict", json={"rows": [{"a": 0.5, "b": 0.5}]})
+    assert answer.status_code == 503 and "read the same as JSON keys" in answer.json()["detail"]
+    follower.close()
+    engine.close()
+
+
+def test_labels_that_print_apart_keep_their_probabilities(kafka_bootstrap, tmp_path) -> None:
+    """A label set that mixes integers and strings whose ``str()`` differ is served as
+    before: one ``{str(label): p}`` a row, in the label set's order."""
+    from renyiboost.models.losses import class_probabilities
+
+    client, follower, engine = _served_classifier(kafka_bootstrap, tmp_path, [0, "other", "x"])
+    assert client.get("/health").status_code == 200
+    rows = _rows(5, seed=3)
+    answer = client.post("/predict", json={"rows": rows}).json()
+    proba = class_probabilities(engine.predict_margin(engine.validator.rows(rows)))
+    assert [list(p) for p in answer["probabilities"]] == [["0", "other", "x"]] * 5
+    np.testing.assert_allclose([list(p.values()) for p in answer["probabilities"]], proba,
+                               rtol=1e-12)
+    follower.close()
+    engine.close()
+
+
+def _served_classifier(bootstrap: str, tmp_path: Path, labels: list):
+    """A test client of the HTTP app over a follower that applied a classifier's full
+    release (a model of ``labels``), the follower and the engine."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import FollowerService, create_app
+
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, labels=labels)
+    engine = _engine(tmp_path / "s.db", schema, "classification")
+    rows = _rows(300, seed=5)
+    y = np.array([labels[min(2, int(3 * x["a"]))] for x in rows], dtype=object)  # as typed
+    engine.add(engine.validator.rows(rows), y, [f"k{i}" for i in range(300)])
+    engine.flush()
+    follower = ModelFollower(bootstrap, _topic("unused"), "model")
+    follower._apply(engine.release("model"))  # the whole model: one release
+    assert follower.version == engine.release_version > 1
+    return TestClient(create_app(FollowerService(follower))), follower, engine

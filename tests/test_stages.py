@@ -6,8 +6,10 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from renyiboost.accounting import calibrate, dp_epsilon_at_orders, stage_calibrations
+from renyiboost.accounting import NOT_ELIGIBLE, calibrate, dp_epsilon_at_orders, stage_calibrations
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import NOISE_STAGE_ENDS
@@ -145,3 +147,103 @@ def test_the_estimators_take_stages_or_none() -> None:
     mine = SGBDTRegressor(features, target_bounds=(0.0, 1.0), seed=1, noise_stages=((500, 20),))
     assert mine.engine.config.noise_stages == (NoiseStageSpec(until=500, rounds=20),)
     assert mine.engine.privacy_guarantee().stage_sigmas[0][0] == 500
+
+
+# ------------------------------------------------------------------- retirement across stages
+def _staged_filters(floor: float = 0.5, sampling_rate: float = 1.0):
+    """The filters of a stream with two earlier stages (20 and 60 nominal rounds) before a
+    main stage of 200, all at the main order and budget (built as a booster builds them)."""
+    from renyiboost.accounting import ChargeTable, IndividualRenyiFilter
+
+    main = calibrate(epsilon=1.0, delta=1e-6, rounds=200, sampling_rate=sampling_rate)
+    cals = (*stage_calibrations(main, (20, 60)), main)
+    tables = [ChargeTable(cal.sigma, sampling_rate, main.order) for cal in cals]
+    return main.budget_rdp, IndividualRenyiFilter.staged(main.budget_rdp, tables, floor)
+
+
+def test_a_key_the_early_stage_cannot_afford_waits_for_the_main_stage() -> None:
+    """An early stage is less noisy, so its smallest charge is larger (10× and 3.3× the main
+    one's here: 20 and 60 nominal rounds against 200). A key with three main-stage charges left cannot pay an early round: it is
+    ineligible there (charged nothing) but not retired, and the main stage admits it three
+    times; then it retires, within B. Retiring against the early stage's own smallest
+    charge dropped it for good."""
+    budget, (early, middle, main) = _staged_filters()
+    assert early.stage_min_charge > 9 * main.stage_min_charge
+    assert middle.stage_min_charge > 3 * main.stage_min_charge
+    assert early.min_charge == middle.min_charge == main.min_charge == main.stage_min_charge
+    spent = np.array([budget - 3 * main.stage_min_charge * (1 + 1e-9)])
+    floor = np.array([0.5])
+    for flt in (early, middle):
+        step = flt.step(spent, floor)
+        assert not step.eligible[0] and not step.retired[0]
+        assert step.charges[0] == 0.0 and step.spent[0] == spent[0]
+        assert step.codes[0] == NOT_ELIGIBLE
+    admitted = 0
+    while True:
+        step = main.step(spent, floor)
+        admitted += int(step.eligible[0])
+        spent = step.spent
+        assert spent[0] <= budget
+        if step.retired[0]:
+            break
+    assert admitted == 3
+    for flt in (early, middle, main):  # retired for good: no stage could admit it
+        assert not flt.step(spent, floor).eligible[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.lists(st.floats(0.0, 1.0), min_size=5,
+                                                    max_size=5)), min_size=1, max_size=80))
+def test_staged_filters_never_overspend_or_retire_a_key_a_later_stage_admits(
+        rounds: list[tuple[int, list[float]]]) -> None:
+    """Rounds run at stages in the order of the stream (never back). Spent stays within B;
+    a key retires exactly when no round of its current or a later stage fits what is left
+    (so every retired key is refused by every stage still to come); ineligible keys pay 0."""
+    budget, filters = _staged_filters(floor=0.3, sampling_rate=0.5)
+    spent = np.zeros(5)
+    retired = np.zeros(5, dtype=bool)
+    stage = 0
+    for bump, s2 in sorted(rounds, key=lambda r: r[0]):
+        stage = max(stage, bump)
+        flt = filters[stage]
+        active = ~retired
+        step = flt.step(spent[active], np.array(s2)[active])
+        assert np.all(step.charges[~step.eligible] == 0.0)
+        spent[active], retired[active] = step.spent, step.retired
+        assert np.all(spent <= budget)
+        later_min = min(f.stage_min_charge for f in filters[stage:])
+        assert np.array_equal(retired[active], budget - spent[active] < later_min)
+        for later in filters[stage:]:
+            assert not np.any(later.step(spent[retired], np.ones(int(retired.sum())))
+                              .eligible)
+            assert not np.any(later.affords(spent[retired], later.stage_min_charge))
+
+
+def test_staged_filters_share_one_order() -> None:
+    from renyiboost.accounting import ChargeTable, IndividualRenyiFilter
+
+    with pytest.raises(ValueError, match="one order"):
+        IndividualRenyiFilter.staged(1.0, (ChargeTable(5.0, 1.0, 20), ChargeTable(9.0, 1.0, 21)),
+                                     0.5)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_a_boosters_early_stage_does_not_retire_what_its_main_stage_admits(
+        compiled: bool) -> None:
+    """The booster's stages retire against the main stage's smallest charge: a pool that
+    can no longer afford stage 0 stays active through a stage-0 round (charged nothing, in
+    no sum) and is admitted by the main stage's."""
+    params = SGBDTParams(epsilon=1.0, rounds=200, depth=2, sampling_rate=1.0,
+                         init_share=0.0, learning_rate=0.5)
+    booster = SGBDTBooster(params, SCHEMA, seed=4, stage_rounds=(20,))
+    booster.compiled = compiled
+    early, main = booster.stages
+    assert early.filter.min_charge == main.filter.stage_min_charge
+    rng = np.random.default_rng(0)
+    pool = RecordPool.from_arrays(rng.random((200, 2)), rng.uniform(-1, 1, 200))
+    pool.spent[:] = early.filter.budget_rdp - 2 * main.filter.stage_min_charge * (1 + 1e-9)
+    outcome = booster.plan_round(pool, stage=0)
+    assert outcome.n_eligible == 0 and not outcome.retired.any()
+    np.testing.assert_array_equal(outcome.spent, pool.spent)
+    outcome = booster.plan_round(pool, stage=None)
+    assert outcome.n_eligible == 200 and np.all(outcome.spent <= main.filter.budget_rdp)

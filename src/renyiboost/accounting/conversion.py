@@ -23,12 +23,19 @@ def dp_epsilon_at_orders(
     (Balle, Barthe, Gaboardi, Hsu, Sato 2020, "Hypothesis testing interpretations and
     Rényi differential privacy", Thm. 21; also Canonne, Kamath, Steinke 2020, Prop. 12).
     ``classic``: ε = ρ + log(1/δ)/(α−1) (Mironov 2017, Prop. 3).
-    Values are clipped at 0 from below.
+    Values are clipped at 0 from below. An RDP value must be ≥ 0 (a divergence) or ``inf``
+    (no guarantee at that order, e.g. the Gaussian without noise); a NaN or a negative value
+    is refused: it is an accounting bug, and the minimum of :func:`rdp_to_dp` would pick a
+    NaN (``argmin`` returns it) or an ε below the truth.
     """
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     alphas = _as_orders(orders, integer=False)
     rho = np.broadcast_to(np.asarray(rdp, dtype=float), alphas.shape)
+    if not np.all(rho >= 0.0):  # NaN fails the comparison too
+        bad = rho[~(rho >= 0.0)]
+        raise ValueError(f"rdp must be >= 0 at every order (inf allowed), got "
+                         f"{np.unique(bad)[:5].tolist()} at {bad.size} of {rho.size} orders")
     if method == "balle2020":
         eps = rho + np.log1p(-1.0 / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1)
     elif method == "classic":

@@ -99,7 +99,10 @@ def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
         case SelfComposedEvent(event=inner, count=count):
             if count < 0:
                 raise ValueError(f"count must be >= 0, got {count}")
-            return count * event_rdp(inner, orders)
+            inner_rdp = event_rdp(inner, orders)  # refuses what it cannot account for
+            # Zero runs release nothing: RDP 0, also where one run's is infinite (0 · ∞ is
+            # NaN in floating point, and a NaN curve has no ε).
+            return np.zeros_like(inner_rdp) if count == 0 else count * inner_rdp
         case ComposedEvent(events=events):
             total = np.zeros_like(_as_orders(orders, integer=False))
             for inner in events:

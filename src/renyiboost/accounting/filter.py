@@ -11,11 +11,23 @@ retired for good. Feldman & Zrnic's Thm. 3.3 then gives every record (α̂, B)-R
 adaptive composition, however many rounds run.
 
 Charges for whole arrays come from a table over s² ∈ [0, 1] that rounds s² *up* to the
-next grid point; the charge is increasing in s², so the table never under-charges.
+next grid point; the charge is increasing in s², so the table never under-charges. An s²
+outside [0, 1] (NaN, or above 1 beyond rounding) means the leaf's sensitivity bound does not
+hold for that record, so no charge on the table covers it: the filter fails closed. The numpy
+path refuses it with an error; the compiled round, which cannot raise per record, charges
+it in full (:func:`charge_code`) and does not admit a NaN or infinite one at all
+(:func:`admitted_with`): charged nothing, it adds nothing to the round.
+
+A stream's noise stages (:func:`~renyiboost.accounting.stage_calibrations`) share the order
+α̂ and the budget B but not σ: an early stage is less noisy, so each of its rounds costs
+more. A record that cannot afford an early stage's round may still afford the main stage's,
+so "can never be eligible again" means below the smallest charge of the current *and every
+later* stage (:meth:`IndividualRenyiFilter.staged`); a record between the two thresholds
+stays active and is merely ineligible (charged nothing, in no sum) until a cheaper stage.
 
 The rules exist twice, side by side in this module: vectorised in numpy (the classes, the
 reference) and as compiled scalar functions (:func:`charge_code`, :func:`admitted`,
-:func:`exhausted`) that the compiled training round
+:func:`admitted_with`, :func:`exhausted`) that the compiled training round
 (:func:`renyiboost.models.kernels.round_pass`) calls record by record. Tests run both on the
 same pool and require the same codes and spent budgets.
 """
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numba
@@ -34,14 +47,26 @@ from renyiboost.accounting.rdp import subsampled_gaussian_rdp, subsampled_gaussi
 #: Charge code of a record the filter did not admit to a round (charged nothing).
 NOT_ELIGIBLE = np.uint16(65535)
 
+#: How far above 1 a squared sensitivity may lie and still be charged as s² = 1: room for
+#: the rounding of ``r1·a² + r2·b²`` (a few ulp), far below any escaped clip.
+SENSITIVITY2_TOLERANCE = 1e-12
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def charge_code(sensitivity2: float, min_sensitivity2: float,
                 resolution: int) -> int:  # pragma: no cover - compiled
     """Compiled twin of :meth:`ChargeTable.indices` after the floor of
     :meth:`IndividualRenyiFilter.step`: ``min(ceil(clip(max(s², floor), 0, 1)·res), res)``,
-    the grid point at or *above* s² (rounding up never under-charges)."""
-    s2 = min(max(max(sensitivity2, min_sensitivity2), 0.0), 1.0)
+    the grid point at or *above* s² (rounding up never under-charges).
+
+    Any s² that is not ≤ 1 — NaN included, which a clip would let through (NaN compares
+    false, and ``ceil(NaN)`` became −2⁶³, an index before the table) — gets the full charge,
+    code ``resolution``: the code is always an index into the table and never below the
+    charge at s² = 1. The round refuses a NaN or infinite s² outright
+    (:func:`admitted_with`)."""
+    if not sensitivity2 <= 1.0:
+        return resolution
+    s2 = max(max(sensitivity2, min_sensitivity2), 0.0)
     return min(math.ceil(s2 * resolution), resolution)
 
 
@@ -52,9 +77,46 @@ def admitted(spent: float, charge: float, budget: float) -> bool:  # pragma: no 
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def admitted_with(spent: float, charge: float, budget: float,
+                  sensitivity2: float) -> bool:  # pragma: no cover - compiled
+    """:func:`admitted` for a record of squared sensitivity ``sensitivity2``: never when s²
+    is NaN or infinite (the numpy path raises, :func:`check_sensitivity2`).
+
+    A NaN s² comes from a NaN gradient or denominator, which would make the leaf sums NaN
+    and so reveal that its record was sampled: no charge covers that, so the record is
+    not admitted (charged nothing, in no sum). ``0·s²`` is 0 for a finite s² and NaN
+    otherwise, and NaN compares false, so the test costs no branch (a range test cost 1.5 %
+    of a round at 10⁶ records). A finite s² above 1 cannot come out of clipped statistics
+    (a, b ∈ [0, 1], r1 + r2 = 1); :func:`charge_code` charges it in full."""
+    return admitted(spent + 0.0 * sensitivity2, charge, budget)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def exhausted(spent: float, budget: float, min_charge: float) -> bool:  # pragma: no cover
-    """Compiled twin of :meth:`IndividualRenyiFilter.retired`."""
+    """Compiled twin of :meth:`IndividualRenyiFilter.retired` (``min_charge`` is the filter's
+    :attr:`~IndividualRenyiFilter.min_charge`: the smallest charge of this stage and every
+    later one)."""
     return budget - spent < min_charge
+
+
+def check_sensitivity2(sensitivity2: float | np.ndarray) -> np.ndarray:
+    """``sensitivity2`` as an array, refused unless every value is in [0, 1] (up to
+    :data:`SENSITIVITY2_TOLERANCE` above 1).
+
+    The charge of a round is the subsampled-Gaussian RDP at the record's s² ≤ 1, the bound
+    the clipping guarantees (S-GBDT Alg. 8; Feldman & Zrnic 2020, Thm. 3.3 needs every
+    charge to bound that round's loss). A NaN or an s² above 1 breaks that bound; clipping
+    it to the table would charge less than the round costs (NaN was charged 0), so the
+    filter fails closed with an error that names the values."""
+    s2 = np.asarray(sensitivity2, dtype=float)
+    bad = ~((s2 >= 0.0) & (s2 <= 1.0 + SENSITIVITY2_TOLERANCE))  # NaN fails both
+    if np.any(bad):
+        raise ValueError(
+            f"squared sensitivities must be in [0, 1]; got {np.unique(s2[bad])[:5].tolist()} "
+            f"({int(np.count_nonzero(bad))} records): the charge table does not cover them, "
+            "so the filter refuses to charge (an s² above 1 or NaN means a gradient or "
+            "denominator escaped its clip)")
+    return s2
 
 
 class ChargeTable:
@@ -93,15 +155,18 @@ class ChargeTable:
         return ChargeTable(sigma, sampling_rate, order, resolution)
 
     def exact(self, sensitivity2: float) -> float:
-        """Exact charge for squared sensitivity ``sensitivity2`` (no table)."""
+        """Exact charge for squared sensitivity ``sensitivity2`` (no table; refused outside
+        [0, 1] like the table, see :func:`check_sensitivity2`)."""
+        sensitivity2 = min(float(check_sensitivity2(sensitivity2)), 1.0)
         if sensitivity2 <= 0:
             return 0.0
         z = self.sigma / math.sqrt(2.0 * sensitivity2)
         return float(subsampled_gaussian_rdp(self.sampling_rate, z, self.order)[0])
 
     def indices(self, sensitivity2: np.ndarray) -> np.ndarray:
-        """Grid index of each s² value, rounded up (the charge code the filter records)."""
-        s2 = np.clip(np.asarray(sensitivity2, dtype=float), 0.0, 1.0)
+        """Grid index of each s² value, rounded up (the charge code the filter records).
+        Refuses an s² outside [0, 1] (:func:`check_sensitivity2`): no index covers it."""
+        s2 = np.minimum(check_sensitivity2(sensitivity2), 1.0)
         return np.minimum(np.ceil(s2 * self.resolution), self.resolution).astype(np.uint16)
 
     def charges(self, sensitivity2: np.ndarray) -> np.ndarray:
@@ -132,19 +197,68 @@ class IndividualRenyiFilter:
     min_sensitivity2
         The charge floor: every admitted record is charged for at least this s² (charging
         more than a record's true sensitivity only over-counts, which is safe). The charge
-        at it, ``c(min)``, is the smallest possible charge, so a key whose remaining budget
-        is below it retires; a positive floor bounds every key's life to about
-        ``B / c(min)`` rounds (for count leaves ``r1`` is the natural floor: a = 1 always).
+        at it, ``c(min)``, is the smallest charge of a round of this table; a positive floor
+        bounds every key's life to about ``B / c(min)`` rounds (for count leaves ``r1`` is
+        the natural floor: a = 1 always).
+    later_tables
+        The charge tables of the noise stages that may follow this one (same order α̂, same
+        B; empty for the main stage or a model without stages). A key retires when its
+        remaining budget is below the smallest charge at the floor over this table *and*
+        these (:attr:`min_charge`): an earlier stage has a smaller σ, so a larger smallest
+        charge, and retiring against it alone would drop, for good, a key that the later
+        stages' cheaper rounds could still admit. Build a stream's filters with
+        :meth:`staged`.
+
+    Examples
+    --------
+    A key that cannot afford an early (less noisy) stage's round but can afford the main
+    stage's is ineligible in the early stage, not retired:
+
+    >>> early = ChargeTable(sigma=10.0, sampling_rate=1.0, order=32, resolution=64)
+    >>> main = ChargeTable(sigma=30.0, sampling_rate=1.0, order=32, resolution=64)
+    >>> f_early, f_main = IndividualRenyiFilter.staged(1.0, (early, main), 0.5)
+    >>> spent = np.array([1.0 - 2 * f_main.stage_min_charge])
+    >>> step = f_early.step(spent, np.array([0.5]))
+    >>> bool(step.eligible[0]), bool(step.retired[0])
+    (False, False)
+    >>> bool(f_main.step(step.spent, np.array([0.5])).eligible[0])
+    True
     """
 
-    def __init__(self, budget_rdp: float, table: ChargeTable, min_sensitivity2: float) -> None:
+    def __init__(self, budget_rdp: float, table: ChargeTable, min_sensitivity2: float,
+                 later_tables: Sequence[ChargeTable] = ()) -> None:
         if not 0 < min_sensitivity2 <= 1:
             raise ValueError(f"min_sensitivity2 must be in (0, 1], got {min_sensitivity2!r}: "
                              "without a positive floor a key might never retire")
+        for later in later_tables:
+            if later.order != table.order:
+                raise ValueError(f"a later stage's table is at order {later.order}, this "
+                                 f"one at {table.order}: a filter charges at one order α̂")
         self.budget_rdp = float(budget_rdp)
         self.table = table
         self._min_sensitivity2 = float(min_sensitivity2)
-        self.min_charge = float(table.charges(np.array([min_sensitivity2]))[0])
+        floor = np.array([min_sensitivity2])
+        #: The smallest charge of a round of this table (this stage's, at the floor).
+        self.stage_min_charge = float(table.charges(floor)[0])
+        #: The smallest charge of any round still to come (this stage's or a later one's):
+        #: below it a key can never be eligible again and retires (:meth:`retired`).
+        self.min_charge = min([self.stage_min_charge,
+                               *(float(later.charges(floor)[0]) for later in later_tables)])
+
+    @classmethod
+    def staged(cls, budget_rdp: float, tables: Sequence[ChargeTable],
+               min_sensitivity2: float) -> tuple[IndividualRenyiFilter, ...]:
+        """The filters of a stream's noise stages, earliest first (the main stage last), each
+        retiring against the smallest charge of its own stage and every later one.
+
+        Stages run in the order of the stream's public positions and never go back, so a
+        key whose remaining budget is below that charge can never be eligible again; one
+        above it may be ineligible in this stage's rounds (charged nothing, in no sum) and
+        stays active for the next stage (Feldman & Zrnic 2020, Alg. 3: the filter's
+        guarantee rests on the admission rule alone; retiring is its consequence)."""
+        tables = tuple(tables)
+        return tuple(cls(budget_rdp, table, min_sensitivity2, tables[k + 1:])
+                     for k, table in enumerate(tables))
 
     @property
     def min_sensitivity2(self) -> float:
@@ -152,7 +266,8 @@ class IndividualRenyiFilter:
         return self._min_sensitivity2
 
     def retired(self, spent: np.ndarray) -> np.ndarray:
-        """Records whose remaining budget is below the smallest possible charge."""
+        """Records whose remaining budget is below the smallest charge of any round still to
+        come (:attr:`min_charge`): they can never be eligible again."""
         return self.budget_rdp - spent < self.min_charge
 
     def affords(self, spent: np.ndarray, charge: float | np.ndarray) -> np.ndarray:
@@ -161,8 +276,12 @@ class IndividualRenyiFilter:
         return spent + charge <= self.budget_rdp
 
     def step(self, spent: np.ndarray, sensitivity2: np.ndarray) -> FilterStep:
-        """Decide eligibility, charge the eligible records and flag the retired ones."""
-        index = self.table.indices(np.maximum(sensitivity2, self._min_sensitivity2))
+        """Decide eligibility, charge the eligible records and flag the retired ones.
+
+        Refuses an s² outside [0, 1] (:func:`check_sensitivity2`) before the floor, which
+        would otherwise lift a negative value into range."""
+        index = self.table.indices(np.maximum(check_sensitivity2(sensitivity2),
+                                              self._min_sensitivity2))
         charges = self.table.grid_charges[index]
         eligible = self.affords(spent, charges)
         codes = np.where(eligible, index, NOT_ELIGIBLE).astype(np.uint16)

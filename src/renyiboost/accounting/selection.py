@@ -4,7 +4,8 @@ Tuning on private data leaks it unless the tuning itself is private. Papernot & 
 "Hyperparameter Tuning with Rényi Differential Privacy" (ICLR 2022), Thm. 2: let each run
 ``Q`` (pick a candidate, train it, release a noisy validation score) be (λ, ε)-RDP and
 (λ̂, ε̂)-RDP; run ``Q`` a random number ``K`` of times, ``K`` from a truncated negative
-binomial with shape η and parameter γ, and release only the best run's output. Then the
+binomial with shape η and parameter γ, and release only the best run's output (not K:
+the bound is for the output with K hidden, and the pair (K, best) is not covered). Then the
 whole is (λ, ε')-RDP with
 
     ε' = ε + (1 + η)·((1 − 1/λ̂)·ε̂ + log(1/γ)/λ̂) + log(E[K]) / (λ − 1).

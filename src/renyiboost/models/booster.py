@@ -381,14 +381,18 @@ class SGBDTBooster:
             floor = max(natural_min, params.min_sensitivity2)
             budget = self.calibration.budget_rdp  # one budget B for every stage
 
-            def stage(cal: Calibration) -> NoiseStage:
-                table = ChargeTable.cached(cal.sigma, params.sampling_rate, cal.order)
-                return NoiseStage(cal, LeafRelease(cal.sigma, params.count_share,
-                                                   static=params.leaf_noise == "static"),
-                                  IndividualRenyiFilter(budget, table, floor))
-
-            self.stages = (*map(stage, stage_calibrations(self.calibration, stage_rounds)),
-                           stage(self.calibration))
+            calibrations = (*stage_calibrations(self.calibration, stage_rounds),
+                            self.calibration)
+            # Each stage's filter retires against the smallest charge of it and of every
+            # later stage: a key an early (less noisy) stage cannot afford may fit the main
+            # stage's smaller charges, so it is refused this round but stays active.
+            filters = IndividualRenyiFilter.staged(
+                budget, [ChargeTable.cached(cal.sigma, params.sampling_rate, cal.order)
+                         for cal in calibrations], floor)
+            self.stages = tuple(
+                NoiseStage(cal, LeafRelease(cal.sigma, params.count_share,
+                                            static=params.leaf_noise == "static"), flt)
+                for cal, flt in zip(calibrations, filters, strict=True))
         if params.grid_share > 0 and schema.n_numeric == 0:
             raise ValueError("grid_share buys a split grid for numeric features; this "
                              "schema has none, so leave grid_share at 0")

@@ -27,7 +27,7 @@ import math
 import numba
 import numpy as np
 
-from renyiboost.accounting.filter import NOT_ELIGIBLE, admitted, charge_code, exhausted
+from renyiboost.accounting.filter import NOT_ELIGIBLE, admitted_with, charge_code, exhausted
 from renyiboost.accounting.leaf import squared_sensitivity
 from renyiboost.models.predict_kernels import route_tree
 
@@ -72,6 +72,10 @@ def round_pass(
     """One round over the pool: route, gradient, charge, draw, leaf sums (see module doc).
 
     Records with ``retired[i]`` are skipped (leaf 0, code NOT_ELIGIBLE, spent unchanged).
+    A record whose s² is NaN or infinite (a gradient or denominator that escaped its clip)
+    is not admitted, and a finite s² above 1 is charged in full: the filter fails closed
+    where the numpy reference raises
+    (:func:`~renyiboost.accounting.filter.check_sensitivity2`).
     ``uniforms`` holds one uniform per active record in pool order (the reference's
     Bernoulli draws); it is ignored when ``sampling_rate >= 1``. ``margin`` is the margin
     the gradients come from. Returns ``(n_eligible, n_sampled, digest)``, the digest being
@@ -120,7 +124,8 @@ def round_pass(
                 s2 = squared_sensitivity(count_share, grad_share, a, abs(g) / grad_clip)
             index = charge_code(s2, min_sensitivity2, resolution)
             charge = grid_charges[index]
-            eligible = admitted(spent[i], charge, budget)
+            # a NaN s² is not admitted: charged nothing and in no sum (the numpy path raises)
+            eligible = admitted_with(spent[i], charge, budget, s2)
             if eligible:
                 codes_out[i] = index
                 spent_out[i] = spent[i] + charge

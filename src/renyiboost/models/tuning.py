@@ -15,14 +15,21 @@ repeat-and-select mechanism of :mod:`renyiboost.accounting.selection`:
 4. only the best run's output is released: its candidate, its noisy score and its model.
 
 The reported ε is the selection's (Papernot & Steinke, Thm. 2, see there), which includes
-every run. The other runs' scores and models are never returned.
+every run. The other runs' scores and models are never returned, and neither is K: the
+theorem bounds the best run's output *with K hidden*, a mixture over K. K is drawn
+independently of the data, but released next to the best run it turns the output into the
+best of a *known* number of runs, whose loss grows with K (the geometric tail reaches K far
+above μ) instead of the mixture's. For a selection at total ε = 1, δ = 10⁻⁶, μ = 9, order
+40 whose runs are randomized responses within the per-run budget, the pair (K, best) has
+RDP about 120 at that order against the theorem's 0.77. K is kept for the operator only
+(:attr:`PrivateTuningResult.operator_runs`), like the learners' ``operator_history_``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,15 +57,30 @@ def default_candidates(task: str, epsilon: float, n_numeric: int = 1,
 
 @dataclass(frozen=True)
 class PrivateTuningResult:
-    """What a private selection releases: the best run only, and the total guarantee."""
+    """What a private selection releases: the best run only, and the total guarantee.
+
+    Every field but ``operator_runs`` is public (the best run's output and the guarantee).
+    ``operator_runs`` is K, the number of runs: operator telemetry, never to be released
+    (Papernot & Steinke 2022, Thm. 2 covers the best run's output with K hidden; see the
+    module docstring). It is left out of the repr so that printing a result does not show it.
+    """
 
     candidate: int  # index into the candidates
     params: dict[str, Any]
     noisy_score: float  # the best run's released validation score
     model: SGBDT
     budget: SelectionBudget  # the total (ε, δ), the order and the per-run budget
-    runs: int  # K, drawn independently of the data
     seeded_for_testing: bool
+    #: K, the number of runs. Operator telemetry: not covered by the guarantee if released.
+    operator_runs: int = field(repr=False)
+
+    def public_report(self) -> dict[str, Any]:
+        """The released part as plain data: the chosen candidate, its parameters, its noisy
+        validation score and the guarantee (not the model's trees, not K)."""
+        return {"candidate": self.candidate, "params": self.params,
+                "noisy_validation_score": self.noisy_score,
+                "guarantee": self.budget.model_dump(),
+                "seeded_for_testing": self.seeded_for_testing}
 
 
 def score_noise_std(budget: SelectionBudget) -> float:
@@ -135,8 +157,8 @@ def private_tune(
     assert best is not None
     score, index, model = best
     return PrivateTuningResult(candidate=index, params=dict(pool[index]), noisy_score=score,
-                               model=model, budget=budget, runs=runs,
-                               seeded_for_testing=seed is not None)
+                               model=model, budget=budget,
+                               seeded_for_testing=seed is not None, operator_runs=runs)
 
 
 __all__ = ["PrivateTuningResult", "default_candidates", "geometric_runs", "private_tune",

@@ -1,0 +1,187 @@
+"""The accounting fails closed: what a private selection must not release, charges for
+sensitivities the table does not cover, and RDP curves with no ε (NaN, negative)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from renyiboost.accounting import (
+    NOT_ELIGIBLE,
+    ChargeTable,
+    GaussianEvent,
+    IndividualRenyiFilter,
+    RdpAccountant,
+    SelfComposedEvent,
+    dp_epsilon_at_orders,
+    event_rdp,
+    rdp_to_dp,
+)
+from renyiboost.accounting.filter import admitted_with, charge_code
+from renyiboost.accounting.selection import SelectionBudget
+from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.defaults import default_params
+from renyiboost.schema import PublicSchema
+
+# ------------------------------------------------------------------- private selection: K
+#: What ``renyiboost tune --private`` may print: the best run's output, the guarantee and
+#: the held-out metric. Any other key (K as "runs", "k", "n_runs", …) fails the test.
+PUBLIC_REPORT_KEYS = {"dataset", "candidate", "params", "noisy_validation_score", "guarantee",
+                      "seeded_for_testing", "held_out"}
+
+
+def _small_selection():
+    from renyiboost.models.tuning import private_tune
+
+    rng = np.random.default_rng(2)
+    X = rng.random((600, 2))
+    y = (X[:, 0] + 0.3 * rng.random(600) > 0.6).astype(float)
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)})
+    candidates = [default_params("classification", 1.0, n) | {"rounds": 5}
+                  for n in (500, 5_000)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        return private_tune(schema, X, y, "classification", 1.0, candidates=candidates,
+                            mean_runs=3.0, seed=5)
+
+
+def test_a_private_selection_keeps_the_number_of_runs_out_of_its_public_result() -> None:
+    """Papernot & Steinke's Thm. 2 bounds the best run's output with K hidden; the pair
+    (K, best) is not covered (module docstring of ``models.tuning``). K stays in the
+    operator-telemetry field only, out of the repr and out of the public report."""
+    from renyiboost.models.tuning import PrivateTuningResult
+
+    result = _small_selection()
+    names = {f.name for f in dataclasses.fields(PrivateTuningResult)}
+    public = {name for name in names if not name.startswith("operator_")}
+    assert public == {"candidate", "params", "noisy_score", "model", "budget",
+                      "seeded_for_testing"}
+    assert names - public == {"operator_runs"} and result.operator_runs >= 1
+    assert "operator_runs" not in repr(result) and not hasattr(result, "runs")
+    report = result.public_report()
+    assert set(report) == PUBLIC_REPORT_KEYS - {"dataset", "held_out"}
+    assert set(report["guarantee"]) == set(SelectionBudget.model_fields)  # μ, not K
+
+
+def test_the_cli_prints_no_number_of_runs(capsys, tmp_path) -> None:
+    """The CLI's report (stdout and --json) is the public part only: exactly the keys of
+    :data:`PUBLIC_REPORT_KEYS`, the guarantee exactly the selection budget's fields."""
+    from renyiboost.cli import main
+
+    path = tmp_path / "report.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        assert main(["tune", "--private", "--dataset", "breast_cancer", "--epsilon", "1",
+                     "--mean-runs", "2", "--seed", "3", "--json", str(path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(path.read_text())
+    assert set(printed) == PUBLIC_REPORT_KEYS
+    assert set(printed["guarantee"]) == set(SelectionBudget.model_fields)
+    assert printed["guarantee"]["epsilon"] <= 1.0 + 1e-9 and printed["seeded_for_testing"]
+
+
+# ------------------------------------------------------------------- s² outside [0, 1]
+def _filter() -> IndividualRenyiFilter:
+    table = ChargeTable(sigma=10.0, sampling_rate=0.1, order=32, resolution=1024)
+    return IndividualRenyiFilter(budget_rdp=1.0, table=table, min_sensitivity2=0.5)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0, 1.0 + 1e-9, -0.1, -np.inf])
+def test_the_numpy_filter_refuses_a_sensitivity_it_cannot_charge(bad: float) -> None:
+    """NaN used to be charged 0 and 2.0 the charge at 1: both under the round's cost."""
+    flt = _filter()
+    s2 = np.array([0.7, bad, 1.0])
+    with pytest.raises(ValueError, match="squared sensitivities must be in"):
+        flt.step(np.zeros(3), s2)
+    with pytest.raises(ValueError, match="squared sensitivities must be in"):
+        flt.table.charges(s2)
+    with pytest.raises(ValueError, match="squared sensitivities must be in"):
+        flt.table.exact(bad)
+
+
+def test_rounding_above_one_is_still_the_full_charge() -> None:
+    """An s² one rounding step above 1 (``r1·a² + r2·b²`` in floating point) is charged as
+    s² = 1 on both paths, not refused."""
+    flt = _filter()
+    above = float(np.nextafter(1.0, 2.0))
+    step = flt.step(np.zeros(1), np.array([above]))
+    assert step.codes[0] == flt.table.resolution
+    assert step.charges[0] == flt.table.grid_charges[-1] >= flt.table.exact(1.0)
+    assert charge_code(above, 0.5, 1024) == 1024
+    assert admitted_with(0.0, float(step.charges[0]), 1.0, above)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0])
+def test_the_compiled_charge_code_fails_closed(bad: float) -> None:
+    """The compiled twins cannot raise per record: the code of an s² above 1 or NaN is the
+    full charge's (NaN was −2⁶³, an index before the table), never less than the charge at
+    s² = 1, and a NaN or infinite s² is not admitted at all."""
+    flt = _filter()
+    code = charge_code(bad, flt.min_sensitivity2, flt.table.resolution)
+    assert code == flt.table.resolution
+    charge = float(flt.table.grid_charges[code])
+    assert charge >= flt.table.exact(1.0)
+    assert admitted_with(0.0, charge, flt.budget_rdp, bad) == bool(np.isfinite(bad))
+    assert all(admitted_with(0.0, charge, flt.budget_rdp, v) for v in (0.0, 0.5, 1.0))
+    assert not admitted_with(flt.budget_rdp, charge, flt.budget_rdp, 0.5)  # the budget rule
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_a_compiled_round_does_not_admit_a_record_of_unknown_sensitivity(task: str) -> None:
+    """A NaN margin makes the gradient and s² NaN: the compiled round charges the record
+    nothing and leaves it out of the sums (which stay finite), the numpy round refuses."""
+    features = {"a": (0.0, 1.0), "b": (0.0, 1.0)}
+    schema = PublicSchema(features=features,
+                          target_bounds=(0.0, 1.0) if task == "regression" else None)
+    params = SGBDTParams(task=task, epsilon=1.0, rounds=20, depth=2, sampling_rate=1.0,
+                         init_share=0.0)
+    booster = SGBDTBooster(params, schema, seed=1)
+    rng = np.random.default_rng(0)
+    pool = RecordPool.from_arrays(rng.random((50, 2)), rng.integers(0, 2, 50).astype(float))
+    margin = pool.margin.copy()
+    margin[0] = np.nan
+    features_, thresholds = booster.grow_tree()
+    sums, side = booster.shard_round(pool, features_, thresholds, gradient_margin=margin)
+    assert side["codes"][0] == NOT_ELIGIBLE and side["spent"][0] == pool.spent[0]
+    assert not side["retired"][0]
+    assert np.all(side["codes"][1:] != NOT_ELIGIBLE) and side["n_eligible"] == 49
+    assert side["n_sampled"] == 49
+    assert np.all(np.isfinite(sums.grad_sum)) and np.all(np.isfinite(sums.den_sum))
+    booster.compiled = False
+    with pytest.raises(ValueError, match="squared sensitivities must be in"):
+        booster.shard_round(pool, features_, thresholds, gradient_margin=margin)
+
+
+# ------------------------------------------------------------------- NaN and negative RDP
+def test_zero_runs_compose_to_zero_even_of_an_unbounded_event() -> None:
+    """0 · ∞ is NaN in floating point; zero runs of anything release nothing."""
+    acc = RdpAccountant(orders=[2, 3]).compose(GaussianEvent(0.0), count=0)
+    np.testing.assert_array_equal(acc.rdp, [0.0, 0.0])
+    assert np.isfinite(acc.get_epsilon(1e-6))
+    np.testing.assert_array_equal(
+        event_rdp(SelfComposedEvent(GaussianEvent(2.0), 0), [2, 3]), [0.0, 0.0])
+    assert np.all(np.isinf(event_rdp(SelfComposedEvent(GaussianEvent(0.0), 2), [2, 3])))
+    with pytest.raises(TypeError, match="cannot account"):
+        event_rdp(SelfComposedEvent("not an event", 0), [2, 3])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [np.nan, -1e-3])
+def test_conversion_refuses_nan_or_negative_rdp(bad: float) -> None:
+    """``argmin`` picks a NaN: ε came back NaN; a negative RDP would under-state ε."""
+    orders = [2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="rdp must be >= 0"):
+        rdp_to_dp(orders, np.array([0.5, bad, 0.2]), 1e-6)
+    with pytest.raises(ValueError, match="rdp must be >= 0"):
+        dp_epsilon_at_orders(orders, bad, 1e-6)
+
+
+def test_conversion_still_takes_infinite_rdp_at_some_orders() -> None:
+    """No guarantee at an order (inf) is an answer, not an error: the minimum skips it."""
+    eps, order = rdp_to_dp([2.0, 3.0], np.array([np.inf, 0.2]), 1e-6)
+    assert order == 3.0 and eps == pytest.approx(
+        float(dp_epsilon_at_orders(3.0, 0.2, 1e-6)[0]))

@@ -410,3 +410,19 @@ def test_closing_a_river_model_keeps_the_records_since_its_last_round(tmp_path) 
     _feed(reopened, 15, start=60)  # the next trigger at 75, as without the restart
     assert reopened.engine.release_version > version
     reopened.close()
+
+
+def test_one_store_object_serves_one_engine_at_a_time(tmp_path) -> None:
+    """The store's lock keeps out other processes and other store objects; two models
+    handed the same store object once both loaded its ledger and spent it, until the
+    second stopped on a UNIQUE constraint at its first round. The second is refused, the
+    first goes on, and once it is closed the store object's file opens again."""
+    store = SQLiteStore(tmp_path / "s.db", create=True)
+    first = _model(store)
+    with pytest.raises(LedgerConflict, match="already serves another engine"):
+        _model(store)
+    _feed(first, 60)  # the refusal left the store open for its engine
+    first.close()
+    again = _model(str(tmp_path / "s.db"))
+    assert again.engine.positions == 60
+    again.close()

@@ -596,6 +596,7 @@ class StreamEngine:
         self._drain_lock = threading.RLock()
         self._store = open_store(store)
         self.write_behind = self._store.durable if write_behind is None else write_behind
+        self._store.claim(self)  # before the try: a refused claim leaves the store to its engine
         try:  # a store this engine refuses is released (its lock too), not left held
             check_usable_store(self._store)
             if not coordinated:
@@ -604,6 +605,7 @@ class StreamEngine:
             if snapshot is not None:
                 self._restore(snapshot)
         except BaseException:
+            self._store.unclaim(self)
             self._store.close()
             raise
 
@@ -631,6 +633,7 @@ class StreamEngine:
         self.__dict__.update(state)
         self._drain_lock = threading.RLock()
         self._copied_ledger = bool(self._positions or self._next_uid)
+        self._store.claim(self)  # the copy's own store
 
     def _may_learn(self) -> None:
         """Refuse to learn in a broken engine or in a copy of a ledger (see above)."""
@@ -1696,6 +1699,7 @@ class StreamEngine:
         finally:
             if self._committer is not None:  # no commit may still use the store
                 self._committer.shutdown(wait=True)
+            self._store.unclaim(self)
             self._store.close()  # the lock is released even when that commit fails
 
 

@@ -75,6 +75,7 @@ import sqlite3
 import sys
 import time
 import uuid
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -289,6 +290,33 @@ class StateStore:
 
     def close(self) -> None:
         """Release the store's resources (and its lock)."""
+
+    def claim(self, engine: object) -> None:
+        """Make ``engine`` the one engine of this store object until :meth:`unclaim`, or
+        until the engine is gone. A store's lock keeps out other processes and other store
+        objects on the same file; two engines handed the same object would both load its
+        ledger and each spend it (invariant 5), so the second is refused."""
+        holder = getattr(self, "_claimed_by", None)
+        if holder is not None and holder() is not None and holder() is not engine:
+            raise LedgerConflict(
+                f"the store {self!r} already serves another engine in this process: two "
+                "engines on one store would each spend its keys' budgets. Close the first "
+                "(its model's close()) before opening another on the store, or give the "
+                "new model its own store.")
+        self._claimed_by = weakref.ref(engine)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy of a store (an in-memory one: durable ones refuse) is claimed by the copy
+        of its engine, not by the original's engine."""
+        state = self.__dict__.copy()
+        state.pop("_claimed_by", None)
+        return state
+
+    def unclaim(self, engine: object) -> None:
+        """End ``engine``'s claim (:meth:`claim`), if it holds it."""
+        holder = getattr(self, "_claimed_by", None)
+        if holder is not None and holder() is engine:
+            self._claimed_by = None
 
 
 class MemoryStore(StateStore):

@@ -312,10 +312,7 @@ def test_every_release_path_answers_with_the_map() -> None:
     assert release.answer_map == ens.answer_map is not None
     dumped = release.model_dump()
     assert "sums" not in str(dumped) and "recalibration" not in dumped
-    follower = object.__new__(ModelFollower)  # no broker: the release is applied directly
-    follower.ensemble, follower.validator, follower._next_round, follower._spans = (
-        None, None, 0, None)
-    follower.version = 0
+    follower = ModelFollower.without_consumer()  # no broker: the releases are applied directly
     follower._apply(release)
     np.testing.assert_allclose(follower.ensemble.predict_margin(X[:200]),
                                engine.predict_margin(X[:200]), rtol=1e-12)

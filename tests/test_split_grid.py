@@ -284,9 +284,7 @@ def test_a_follower_takes_up_the_grids_smoothing_when_it_arrives() -> None:
     X, y = _skewed(2000, 9)
     engine = _hinted_stream()
     engine.add(X[:1500], y[:1500], [str(i) for i in range(1500)])
-    follower = object.__new__(ModelFollower)  # no broker: the releases are applied directly
-    follower.ensemble, follower.validator, follower._next_round, follower._spans = (
-        None, None, 0, None)
+    follower = ModelFollower.without_consumer()  # no broker: the releases are applied directly
     early = engine.release()
     follower._apply(early)
     assert early.smoothing_spans is None

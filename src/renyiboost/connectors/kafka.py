@@ -760,7 +760,7 @@ class ModelFollower:
         self, bootstrap_servers: str, model_topic: str, model_name: str = "model",
         extra: Mapping[str, str] | None = None,
     ) -> None:
-        self.model_name = model_name
+        self._start(model_name)
         self.model_topic = model_topic
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap_servers, "logger": log, **(extra or {}),
@@ -769,6 +769,18 @@ class ModelFollower:
             "session.timeout.ms": 6000,
         })
         self.consumer.subscribe([model_topic])
+
+    @classmethod
+    def without_consumer(cls, model_name: str = "model") -> ModelFollower:
+        """A follower that reads no topic: its caller hands it the releases in order
+        (``_apply``), as the tests of the release paths do without a broker."""
+        follower = cls.__new__(cls)
+        follower._start(model_name)
+        return follower
+
+    def _start(self, model_name: str) -> None:
+        """The state of a follower that has applied nothing."""
+        self.model_name = model_name
         self.version = 0
         self.store_id: str | None = None
         self.ensemble: Ensemble | None = None

@@ -128,9 +128,9 @@ MUTATIONS = [
              also=(("src/renyiboost/stream/engine.py", "if self._status[uid] == RETIRED:",
                     "if False:"),)),
     Mutation("a missing state file becomes a new store", "src/renyiboost/stream/store.py",
-             "    return SQLiteStore(location, create=create, continues=continues)\n",
+             "    return SQLiteStore(location, create=create, continues=continues, meta=meta)\n",
              "    return SQLiteStore(location, create=create or not Path(str(location)).exists(),"
-             " continues=continues)\n",
+             " continues=continues, meta=meta)\n",
              LEDGER),
     Mutation("a missing PostgreSQL store becomes a new one", "src/renyiboost/stream/postgres.py",
              '                raise StoreNotFound(f"no state store at {self.location}. '
@@ -184,7 +184,7 @@ MUTATIONS = [
              "if release is None or params.reg_lambda_noise_stds == 0:", "if True:",
              ["tests/test_models.py", "-k", "lambda_rises"]),
     Mutation("an unknown feature is silently ignored", "src/renyiboost/validation.py",
-             "            if encoder is None:\n                self._unknown(name)\n",
+             "            if encoder is None:\n                encoder = self._renamed(name, x)\n",
              "            if encoder is None:\n                continue\n", ["tests/test_stream.py"]),
     Mutation("keys are not NFC-normalised", "src/renyiboost/validation.py",
              'name = unicodedata.normalize("NFC", name)', "pass", LEDGER),
@@ -407,6 +407,35 @@ MUTATIONS = [
              'total = functools.reduce(np.add, self.shards.all("recalibration_sums"))',
              'total = functools.reduce(np.add, [s + self.booster.noise.normal(5, 50.0) for s '
              'in self.shards.all("recalibration_sums")])', RECALIBRATION),
+    Mutation("the recalibration opens only in a merge that carries records",
+             "src/renyiboost/stream/engine.py",
+             "        self._open_recalibration_when_due()\n        if not self._n_pending:\n"
+             "            return\n",
+             "        if not self._n_pending:\n            return\n"
+             "        self._open_recalibration_when_due()\n",
+             [f"{RECALIBRATION[0]}::test_the_opening_reads_positions_not_who_is_in_the_merge"]),
+    Mutation("a copy of a model that learned may learn", "src/renyiboost/stream/engine.py",
+             "self._copied_ledger = bool(self._positions or self._next_uid)",
+             "self._copied_ledger = False",
+             [f"{LEDGER[0]}::test_a_copy_of_a_model_that_learned_answers_but_never_learns"]),
+    Mutation("copies of a model get their own budget", "src/renyiboost/accounting/budget.py",
+             "    def __deepcopy__(self, memo: dict[int, Any]) -> PrivacyAccountant:\n"
+             "        return self\n",
+             "", ["tests/test_ledger.py::test_copies_of_a_model_draw_from_the_one_budget"]),
+    Mutation("a single engine opens a shard's store", "src/renyiboost/stream/engine.py",
+             "                claim_single_place(self._store)\n", "                pass\n",
+             SHARDED),
+    Mutation("two engines share one store object", "src/renyiboost/stream/engine.py",
+             "        self._store.claim(self)  # before the try", "        pass  # before the try",
+             ["tests/test_ledger.py::test_one_store_object_serves_one_engine_at_a_time"]),
+    Mutation("a stage's filter retires what a later stage admits",
+             "src/renyiboost/accounting/filter.py",
+             "*(float(later.charges(floor)[0]) for later in later_tables)])",
+             "])", STAGES),
+    Mutation("private tuning reports its number of runs", "src/renyiboost/models/tuning.py",
+             '"seeded_for_testing": self.seeded_for_testing}',
+             '"seeded_for_testing": self.seeded_for_testing, "runs": self.operator_runs}',
+             ["tests/test_defaults.py::test_the_cli_runs_a_private_selection"]),
 ]
 
 

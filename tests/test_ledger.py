@@ -426,3 +426,29 @@ def test_one_store_object_serves_one_engine_at_a_time(tmp_path) -> None:
     again = _model(str(tmp_path / "s.db"))
     assert again.engine.positions == 60
     again.close()
+
+
+def test_a_store_created_meanwhile_by_another_process_is_not_created_over(
+        tmp_path, monkeypatch) -> None:
+    """Two processes creating one path: both may find it absent before either holds the
+    lock, and the second then wrote a new identity over the first's ledger. The absence is
+    checked again under the lock."""
+    path, model = _fed(tmp_path, 60)
+    model.close()
+    probe = SQLiteStore(path)
+    identity = probe.identity
+    probe.close()
+    real, calls = SQLiteStore._check_absent, []
+
+    def raced(self) -> None:  # the first check ran before the other process created it
+        calls.append(1)
+        if len(calls) > 1:
+            real(self)
+
+    monkeypatch.setattr(SQLiteStore, "_check_absent", raced)
+    with pytest.raises(LedgerConflict, match="already exists"):
+        SQLiteStore(path, create=True)
+    monkeypatch.undo()
+    reopened = SQLiteStore(path)
+    assert reopened.identity.store_id == identity.store_id  # each open starts an epoch
+    reopened.close()

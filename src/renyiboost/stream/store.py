@@ -878,6 +878,8 @@ class SQLiteStore(SQLStateStore):
             self._check_present()
         self._lock = _FileLock(Path(f"{self.path}.lock"))
         try:
+            if create:  # again under the lock: another process may have created it meanwhile
+                self._check_absent()
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             if create:  # before the first write; an existing store keeps its page size
                 self._db.execute(f"PRAGMA page_size={int(page_size)}")

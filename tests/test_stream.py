@@ -745,3 +745,15 @@ def test_learn_one_as_a_threads_entry_point_counts_its_position() -> None:
             break
         threading.Event().wait(0.05)
     assert model.engine.positions == 2
+
+
+@pytest.mark.parametrize("X", [np.zeros((3, 1)), [{"a": 0.5}] * 3], ids=["array", "dicts"])
+def test_learn_many_names_what_it_takes_when_given_rows_without_names(X) -> None:
+    """An array or a list of dicts reached numpy's indexing and failed with an IndexError
+    or a TypeError about indices; nothing is learned and no position counts."""
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0)
+    with pytest.raises(TypeError, match="X must be a pandas DataFrame or a mapping"):
+        model.learn_many(X, [0.5, 0.5, 0.5])
+    with pytest.raises(TypeError, match="X must be a pandas DataFrame or a mapping"):
+        model.predict_many(X)
+    assert model.engine.positions == 0

@@ -154,6 +154,12 @@ class _SGBDTEstimator:
 
     @staticmethod
     def _columns(X: Any) -> tuple[dict[str, Any], int]:
+        """The columns of a DataFrame or of a mapping name → values (an array has no names
+        to match the schema's, so it is refused here rather than deep in numpy)."""
+        if not (hasattr(X, "columns") or isinstance(X, Mapping)):
+            raise TypeError(f"X must be a pandas DataFrame or a mapping of feature name to "
+                            f"column, got {type(X).__name__} (an array has no feature names; "
+                            "pandas.DataFrame(X, columns=names) gives it the schema's)")
         columns = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
         n = len(next(iter(columns.values()))) if columns else len(X)
         return columns, n

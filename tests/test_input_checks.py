@@ -269,3 +269,16 @@ def test_a_recalibrated_models_explanation_adds_up_to_its_margin() -> None:
     plain = model.explain_one(rows[0])  # without a map: the initial score itself
     assert plain["intercept"] == float(model.ensemble.init_score)
     assert sum(plain.values()) == pytest.approx(model.decision_function(rows[:1])[0], abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", ["abc", -1, 1.5, True])
+def test_a_seed_is_none_or_a_whole_number(seed) -> None:
+    """A string, a negative, a float or a bool seed failed inside numpy (or was taken as 1)."""
+    with pytest.raises(ValueError, match="seed must be None"):
+        SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=seed)
+
+
+def test_strict_is_a_bool() -> None:
+    """``strict="yes"`` was taken as true without a word (and ``"no"`` too)."""
+    with pytest.raises(TypeError, match="strict must be True or False"):
+        SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, strict="no")

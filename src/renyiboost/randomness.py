@@ -24,6 +24,7 @@ Gaussians come from the inverse normal CDF (``scipy.special.ndtri``); their tail
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 
@@ -169,9 +170,15 @@ class SeededNoise(NoiseSource):
 
 
 def noise_source(seed: int | np.random.SeedSequence | None, *, warn: bool = True) -> NoiseSource:
-    """The CSPRNG for ``seed=None``, else a seeded generator that warns it is test-only."""
+    """The CSPRNG for ``seed=None``, else a seeded generator that warns it is test-only.
+    A seed is a whole number >= 0 (or a ``SeedSequence``); anything else is refused here,
+    naming ``seed``, rather than inside numpy."""
     if seed is None:
         return SecureNoise()
+    if not isinstance(seed, np.random.SeedSequence) and (
+            isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ValueError(f"seed must be None (the CSPRNG: production) or a whole number >= 0 "
+                         f"(reproducible noise, for tests only), got {seed!r}")
     if warn:
         warnings.warn(
             f"seed={seed!r}: the noise is reproducible and predictable, so this model is for "

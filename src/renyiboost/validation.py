@@ -139,9 +139,11 @@ class RecordValidator:
     def __init__(self, schema: PublicSchema, task: str, strict: bool = False) -> None:
         if task == "regression" and schema.target_bounds is None:
             raise ValueError("regression needs public target_bounds=(lo, hi)")
+        if not isinstance(strict, bool | np.bool_):
+            raise TypeError(f"strict must be True or False, got {strict!r}")
         self.schema = schema
         self.task = task
-        self.strict = strict
+        self.strict = bool(strict)
         self._lo, self._hi = schema.target_bounds or (-math.inf, math.inf)
         #: label → class index, for a classifier with a public label set.
         self._label_codes = None if schema.labels is None else schema.label_index

@@ -172,12 +172,18 @@ def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging
     again.close()
 
 
-def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
+def _two_shards_that_learned(tmp_path) -> tuple[EngineConfig, list]:
+    """A closed deployment of two SQLite shards that learned 100 records, and its paths."""
     config = _config("regression")
     paths = [tmp_path / f"s{k}.db" for k in range(2)]
-    first = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
-    _feed(first, _records("regression", 100))
-    first.close()
+    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
+    _feed(sharded, _records("regression", 100))
+    sharded.close()
+    return config, paths
+
+
+def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
+    config, paths = _two_shards_that_learned(tmp_path)
     with pytest.raises(LedgerConflict, match="holds shard 1 of 2, not shard 0 of 2"):
         ShardedEngine(config, [SQLiteStore(path) for path in reversed(paths)])
     with pytest.raises(LedgerConflict, match="not shard 0 of 3|holds shard 0 of 2"):
@@ -185,17 +191,12 @@ def test_stores_keep_their_place_in_the_shard_map(tmp_path) -> None:
                       + [SQLiteStore(tmp_path / "new.db", create=True)])
 
 
-
 def test_a_shards_store_and_a_single_engines_store_keep_to_their_kind(tmp_path) -> None:
     """A shard's store opened by a single engine would give the keys whose ledgers live on
     the other shards a second budget, and so would a single engine's store joining shards
     beside a new store: both are refused, the latter also for a store written before a
     single engine recorded its place (its ledger with no place at all)."""
-    config = _config("regression")
-    paths = [tmp_path / f"s{k}.db" for k in range(2)]
-    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
-    _feed(sharded, _records("regression", 100))
-    sharded.close()
+    config, paths = _two_shards_that_learned(tmp_path)
     with pytest.raises(LedgerConflict, match="holds shard 0 of 2 of a sharded deployment"):
         StreamEngine(config, store=SQLiteStore(paths[0]))
     single = StreamEngine(config, store=SQLiteStore(tmp_path / "one.db", create=True))

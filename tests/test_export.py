@@ -122,3 +122,46 @@ def test_mixed_label_types_are_refused() -> None:
         X, np.array(["a", 1, "c"] * 100, dtype=object))
     with pytest.raises(ValueError, match="mixes them"):
         to_onnx(model.release())
+
+
+def test_early_stream_releases_export_with_the_engines_labels() -> None:
+    """A stream on a positive base rate: its release of the initial score alone (no tree)
+    once made an operator without nodes, and its first trees, whose leaves were all
+    positive, took onnxruntime's branch that labels by ``score > 0.5``: labels that
+    contradicted their own probabilities on every row. Both export now, and answer as
+    ``predict_one`` at every version."""
+    rng = np.random.default_rng(0)
+    features = {"a": (0.0, 1.0), "b": (0.0, 1.0)}
+    model = SGBDTClassifier(features, epsilon=1.0, expected_records=3000, seed=0, warmup=50,
+                            train_every=100, depth=2, recalibration=None)
+    X = np.random.default_rng(1).uniform(0, 1, (200, 2))
+    rows = [{"a": a, "b": b} for a, b in X]
+    seen_all_positive = False
+    for i in range(450):
+        model.learn_one({"a": rng.uniform(), "b": rng.uniform()}, bool(rng.uniform() < 0.85),
+                        key=i)
+        if i % 50 == 49:
+            release = model.release()
+            leaves = np.concatenate([tree.leaves for tree in release.trees] or [[0.0]])
+            seen_all_positive |= bool(release.trees) and bool((leaves > 0).all())
+            label, proba = _session(release).run(None, {"X": X})
+            expected = [model.predict_proba_one(x)[True] for x in rows]
+            np.testing.assert_allclose(proba[:, 1], expected, atol=1e-6)
+            assert list(label) == [model.predict_one(x) for x in rows]
+    assert seen_all_positive  # the case that once failed was reached
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_smoothed_thresholds_test_as_the_engine_adds_its_offsets(seed: int) -> None:
+    """ONNX tests ``x < v`` where the engine tests ``x + s < t`` in floating point; ``v``
+    must be the first double that reaches ``t``, or inputs a step from ``t − s`` take the
+    other branch (a whole leaf over the offsets apart)."""
+    from renyiboost.export import shifted_thresholds
+
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(-10, 10, 2000)
+    s = rng.uniform(-1, 1, 2000) * 10.0 ** rng.integers(-6, 1, 2000)
+    v = shifted_thresholds(t, s)
+    for x in (v, np.nextafter(v, -np.inf), np.nextafter(v, np.inf), t - s,
+              np.nextafter(t - s, -np.inf), np.nextafter(t - s, np.inf)):
+        np.testing.assert_array_equal(x < v, x + s < t)

@@ -11,7 +11,9 @@ The model's input ``X`` is the **schema-encoded** float64 matrix of
 public bounds, categories as codes, NaN for a missing value), one column a schema feature in
 its order. A smoothed release (``smoothing`` > 0) becomes every tree once for each of its
 input offsets, thresholds moved against the offset and leaf values divided by their number,
-which is the same average. The tree tests map one to one:
+which is the same average, each moved threshold the first double at which the engine's
+``x + s < t`` fails (:func:`shifted_thresholds`). One tree of a single leaf
+(:data:`FLOOR_WEIGHT`) follows the release's trees. The tree tests map one to one:
 
 * numeric node: ``BRANCH_LT`` (``x < threshold`` goes to the true branch, our left child);
 * categorical node: ``BRANCH_EQ`` (``code == threshold``);
@@ -43,6 +45,14 @@ from renyiboost.schema import PublicSchema
 ML_OPSET = 3
 #: The default-domain opset (``Clip`` with min/max inputs needs 11 or later).
 ONNX_OPSET = 17
+#: The weight of a one-leaf tree added to every export: it makes an ensemble of no trees
+#: (a release of the initial score alone) a valid operator, and for a binary classifier it
+#: is negative. onnxruntime's ``TreeEnsembleClassifier`` decides a binary label by
+#: ``score > 0.5`` instead of ``score > 0`` when no class weight is negative, so a release
+#: whose leaves were all positive (an early stream release on a positive base rate) had
+#: labels that contradicted its own probabilities. −1e−300 is a normal double (no
+#: flush-to-zero) and moves no margin a double can tell from zero.
+FLOOR_WEIGHT = -1e-300
 
 
 def _shifts(release: ModelRelease, schema: PublicSchema) -> np.ndarray:
@@ -70,7 +80,8 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema,
         features = np.zeros(node.size, dtype=np.int64)
         values = np.zeros(node.size)
         features[:n_internal] = released.features
-        values[:n_internal] = np.asarray(released.thresholds) - shift[released.features]
+        values[:n_internal] = shifted_thresholds(np.asarray(released.thresholds, dtype=float),
+                                                 shift[released.features])
         categorical = schema.is_categorical[features] & internal
         modes = np.where(internal, np.where(categorical, "BRANCH_EQ", "BRANCH_LT"), "LEAF")
         columns["nodes_treeids"] += [tree] * node.size
@@ -81,7 +92,32 @@ def _tree_attributes(release: ModelRelease, schema: PublicSchema,
         columns["nodes_truenodeids"] += np.where(internal, 2 * node + 1, 0).tolist()
         columns["nodes_falsenodeids"] += np.where(internal, 2 * node + 2, 0).tolist()
         columns["nodes_missing_value_tracks_true"] += [0] * node.size
+    for name, value in (("nodes_treeids", len(copies)), ("nodes_nodeids", 0),
+                        ("nodes_featureids", 0), ("nodes_values", 0.0), ("nodes_modes", "LEAF"),
+                        ("nodes_truenodeids", 0), ("nodes_falsenodeids", 0),
+                        ("nodes_missing_value_tracks_true", 0)):
+        columns[name].append(value)  # the one-leaf tree of :data:`FLOOR_WEIGHT`
     return columns
+
+
+def shifted_thresholds(thresholds: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """The thresholds ``v`` with ``x < v`` exactly when ``x + s < t`` in floating point, as
+    the engine's smoothed answer tests them: the smallest double ``v`` with ``v + s >= t``.
+    ``t − s`` rounded may lie a step or two off it, and then an input there took the other
+    branch in ONNX (a whole leaf over the number of offsets apart)."""
+    v = thresholds - shifts
+    for _ in range(64):  # up to the first double that reaches t (a step or two)
+        short = v + shifts < thresholds
+        if not short.any():
+            break
+        v = np.where(short, np.nextafter(v, np.inf), v)
+    for _ in range(64):  # then down while the double below still reaches it
+        below = np.nextafter(v, -np.inf)
+        lower = below + shifts >= thresholds
+        if not lower.any():
+            break
+        v = np.where(lower, below, v)
+    return v
 
 
 def _leaf_targets(release: ModelRelease, n_copies: int,
@@ -92,9 +128,12 @@ def _leaf_targets(release: ModelRelease, n_copies: int,
     n_leaves = 2**release.depth
     weights = np.asarray([tree.leaves for tree in release.trees], dtype=float).reshape(-1)
     weights = np.tile(weights / n_copies, n_copies)
-    tree, leaf, output = np.unravel_index(
-        np.arange(weights.size), (n_copies * len(release.trees), n_leaves, n_outputs))
-    return (tree.tolist(), (n_leaves - 1 + leaf).tolist(), output.tolist(), weights.tolist())
+    n_trees = n_copies * len(release.trees)
+    tree, leaf, output = np.unravel_index(np.arange(weights.size),
+                                          (n_trees, n_leaves, n_outputs))
+    floor = FLOOR_WEIGHT if release.task == "classification" and n_outputs == 1 else 0.0
+    return ([*tree.tolist(), n_trees], [*(n_leaves - 1 + leaf).tolist(), 0],
+            [*output.tolist(), 0], [*weights.tolist(), floor])
 
 
 def _double_tensor(name: str, values: Any) -> Any:
@@ -147,7 +186,7 @@ def to_onnx(release: ModelRelease) -> Any:
     if release.answer_map is not None:  # a·(base + Σ w) + b, folded into base and weights
         scale, offset = release.answer_map
         base = scale * base + offset
-        weights = [scale * w for w in weights]
+        weights = [*(scale * w for w in weights[:-1]), weights[-1]]  # not the floor tree
     X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
     extra: list[Any] = []
     if release.task == "regression":

@@ -22,6 +22,8 @@ from renyiboost.connectors.kafka import (
     event_json,
 )
 from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.models.batch import SGBDT
+from renyiboost.release import ModelRelease
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.store import SQLiteStore
@@ -342,3 +344,30 @@ def _served_classifier(bootstrap: str, tmp_path: Path, labels: list):
     follower._apply(engine.release("model"))  # the whole model: one release
     assert follower.version == engine.release_version > 1
     return TestClient(create_app(FollowerService(follower))), follower, engine
+
+
+@pytest.mark.parametrize("labels", [None, ["x", "y", "z"]], ids=["binary", "multiclass"])
+def test_the_follower_labels_on_the_margins_as_every_path_does(labels) -> None:
+    """Margins of ±1e-17 round to probabilities of exactly 0.5: the follower took the
+    label from the probabilities (the first class on a tie) where the estimators, the batch
+    fit and ONNX take it from the margins."""
+    rng = np.random.default_rng(0)
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, labels=labels)
+    X = rng.uniform(0, 1, (300, 1))
+    y = (rng.uniform(size=300) < 0.5).astype(float) if labels is None else \
+        np.array(labels, dtype=object)[rng.integers(0, 3, 300)]
+    model = SGBDT(schema, task="classification", epsilon=1.0, rounds=1, depth=1,
+                  expected_records=300, seed=0).fit(X, y)
+    release = model.release().model_dump()
+    if labels is None:
+        release["init_score"], release["trees"][0]["leaves"] = 0.0, [1e-17, -1e-17]
+    else:
+        release["init_score"] = [0.0, 0.0, -1.0]
+        release["trees"][0]["leaves"] = [[0.0, 1e-17, 0.0], [0.0, -1e-17, 0.0]]
+    release = ModelRelease.model_validate(release)
+    follower = ModelFollower.without_consumer()
+    follower._apply(release)
+    batch = SGBDT.from_json(release.model_dump_json())
+    rows = np.array([[0.0], [1.0]])
+    assert [follower.predict_one({"a": float(a)}) for a in rows[:, 0]] == \
+        [bool(c) if labels is None else c for c in batch.predict(rows)]

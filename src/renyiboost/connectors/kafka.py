@@ -86,7 +86,7 @@ from renyiboost.exceptions import (
     RenyiboostError,
     ShardUnavailable,
 )
-from renyiboost.models.losses import class_probabilities, unscale_margin
+from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble, input_shifts
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
@@ -926,13 +926,13 @@ class ModelFollower:
     def answers(self, margin: np.ndarray) -> tuple[list[Any], np.ndarray | None]:
         """Predictions from the current version's margins: target values (regression), or
         labels of the public label set with their class probabilities (one column a class,
-        in ``schema.classes`` order; ties go to the first class)."""
+        in ``schema.classes`` order), the label decided on the margins as every other path
+        decides it (:func:`~renyiboost.models.losses.class_codes`)."""
         schema = self.validator.schema  # type: ignore[union-attr]
         if self.task == "regression":
             return unscale_margin(margin, schema.target_bounds).tolist(), None
-        proba = class_probabilities(margin)
         classes = schema.classes
-        return [classes[c] for c in proba.argmax(axis=1).tolist()], proba
+        return [classes[c] for c in class_codes(margin).tolist()], class_probabilities(margin)
 
     def predict_one(self, x: Mapping[str, Any]) -> Any:
         """The target value, or the most probable label of the public label set."""

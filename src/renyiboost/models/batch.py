@@ -23,7 +23,7 @@ from renyiboost.models.defaults import (
     policy_fields,
 )
 from renyiboost.models.explain import feature_contributions, feature_importances, initial_term
-from renyiboost.models.losses import class_probabilities, unscale_margin
+from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
@@ -166,7 +166,7 @@ class MarginModel:
         margin = self.decision_function(X)
         if self.params.task == "regression":
             return unscale_margin(margin, self.schema.target_bounds)  # type: ignore[arg-type]
-        codes = margin.argmax(axis=1) if margin.ndim == 2 else (margin > 0).astype(np.int64)
+        codes = class_codes(margin)
         if self.schema.labels is None:
             return codes
         return np.asarray(self.schema.classes, dtype=object)[codes]

@@ -19,7 +19,7 @@ from river import base
 from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.exceptions import BudgetExceeded, InvalidRecord, PrivacyLeakWarning
 from renyiboost.models.defaults import POLICY, Policy
-from renyiboost.models.losses import class_probabilities
+from renyiboost.models.losses import class_codes, class_probabilities
 from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
@@ -511,9 +511,8 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
         return dict(zip(self._classes, p.tolist(), strict=True))
 
     def predict_one(self, x: dict, **kwargs: Any) -> Any:
-        margin = self._engine.predict_margin(self._encode_one(x))
-        code = int(margin[0].argmax()) if margin.ndim == 2 else int(margin[0] > 0.0)
-        return self._classes[code]
+        return self._classes[int(class_codes(
+            self._engine.predict_margin(self._encode_one(x)))[0])]
 
     def predict_proba_many(self, X: Any) -> Any:
         import pandas as pd
@@ -522,8 +521,7 @@ class SGBDTClassifier(_SGBDTEstimator, base.MiniBatchClassifier):
                             index=getattr(X, "index", None))
 
     def predict_many(self, X: Any) -> Any:
-        margin = self._margins(X)
-        codes = margin.argmax(axis=1) if margin.ndim == 2 else (margin > 0.0).astype(int)
+        codes = class_codes(self._margins(X))
         return self._series(np.asarray(self._classes, dtype=object)[codes], X)
 
     @classmethod

@@ -129,6 +129,16 @@ def class_probabilities(margin: np.ndarray) -> np.ndarray:
     return np.column_stack([1.0 - p, p])
 
 
+def class_codes(margin: np.ndarray) -> np.ndarray:
+    """Each row's class index, decided on the margins (``F > 0`` of binary log-odds, the
+    largest of ``(n, C)`` margins; ties go to the first class) rather than on the
+    probabilities, which rounding can tie where the margins differ: every answer path
+    (estimators, batch fits, the follower, ONNX) labels the same way."""
+    if margin.ndim == 2:
+        return margin.argmax(axis=1)
+    return (margin > 0.0).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class SoftmaxLoss:
     """Multiclass log-loss (softmax over ``n_classes`` margins); labels are class indices.

@@ -272,6 +272,24 @@ def test_the_opening_reads_positions_not_who_is_in_the_merge() -> None:
     assert seen[0] == seen[1]
     assert seen[0][-1][3] >= 1  # both refitted within the stream
 
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+def test_no_refit_and_no_charge_after_the_last_round(sharded: bool) -> None:
+    """The map reaches the model topic with the next version's tree; after ``max_rounds``
+    there is none, so a refit then answered here and nowhere else (the engine's version 7
+    and the topic's version 7 were two models), and keys paid for it. Once the rounds are
+    spent nothing opens, refits or charges."""
+    X, y = _rows(1400, 6)
+    policy = RecalibrationPolicy(every=200, share=RECALIBRATION_SHARE)
+    config = _config(rounds=6, max_rounds=6, train_every=50, warmup=50, recalibration=policy)
+    engine = (ShardedEngine(config, [None, None], seed=0) if sharded
+              else StreamEngine(config, seed=0))
+    engine.add(X, y, _keys(0, 1400))
+    release = engine.release()
+    assert len(release.trees) == 6  # the last round at position 300
+    assert release.answer_map is None and engine.recalibration.refits == 0  # 400, 600, …
+    assert engine.operator_budget_of("1300").spent_rdp == 0.0
+
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
 def test_a_restart_keeps_the_map_the_open_windows_sums_and_the_charges(
         tmp_path, snapshot_ratio: float) -> None:

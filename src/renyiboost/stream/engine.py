@@ -344,17 +344,31 @@ def finish_rounds(config: EngineConfig, positions: int, rounds_done: int,
     return trees
 
 
+def rounds_left(config: EngineConfig, booster: SGBDTBooster) -> bool:
+    """Whether a round may still run: ``max_rounds`` (a public count) is not reached."""
+    cap = config.params.max_rounds
+    return cap is None or booster.rounds_done < cap
+
+
 def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[[], None],
                rounds: int) -> int:
     """Run ``rounds`` rounds, none past ``max_rounds`` (a public count); returns how many."""
-    cap = config.params.max_rounds
     added = 0
     for _ in range(rounds):
-        if cap is not None and booster.rounds_done >= cap:
+        if not rounds_left(config, booster):
             break
         one_round()
         added += 1
     return added
+
+
+def recalibration_due(config: EngineConfig, booster: SGBDTBooster,
+                      state: RecalibrationState, positions: int) -> bool:
+    """Whether the answer map is refitted now (:func:`~renyiboost.models.recalibration.
+    refit_due`), never once ``max_rounds`` is reached: the map reaches the model topic with
+    the next version's tree, and after the last round there is none, so a later map would
+    answer here and nowhere else (one version number for two models)."""
+    return rounds_left(config, booster) and refit_due(config.recalibration, state, positions)
 
 
 def hinted_grid_charge(config: EngineConfig, booster: SGBDTBooster,
@@ -940,8 +954,8 @@ class StreamEngine:
         under the model now, before any round reads it
         (:mod:`~renyiboost.models.recalibration`)."""
         policy, state = self.config.recalibration, self.recalibration
-        if policy is None or not state.open:
-            return 0.0
+        if policy is None or not state.open or not rounds_left(self.config, self.booster):
+            return 0.0  # after the last round no refit comes for a key to pay for
         new = self._slot[uids] < 0
         self.recalibration = state.adding(platt_sums(margin[new], y[new], state.scale,
                                                      state.offset, policy.margin_clip))
@@ -955,6 +969,7 @@ class StreamEngine:
         retired keys opens it exactly as valid records would (invariant 3)."""
         policy = self.config.recalibration
         if (policy is not None and self._initialized and not self.coordinated
+                and rounds_left(self.config, self.booster)
                 and opens(policy, self._positions, self.config.final_at)):
             self.open_recalibration(opening_window(policy, self._positions))
 
@@ -1013,7 +1028,7 @@ class StreamEngine:
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
             self._release_split_grid(charge)
-        if refit_due(self.config.recalibration, self.recalibration, self._positions):
+        if recalibration_due(self.config, self.booster, self.recalibration, self._positions):
             self.install_recalibration(refit(
                 self.recalibration, self.recalibration.sums, self.config.recalibration,
                 self.booster.calibration, self.booster.noise, self._positions))

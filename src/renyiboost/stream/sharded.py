@@ -68,7 +68,6 @@ from renyiboost.models.recalibration import (
     opening_window,
     opens,
     refit,
-    refit_due,
 )
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
@@ -83,6 +82,8 @@ from renyiboost.stream.engine import (
     model_release,
     noise_stage_at,
     privacy_guarantee_of,
+    recalibration_due,
+    rounds_left,
     run_rounds,
     trees_due,
     trigger_schedule,
@@ -513,6 +514,7 @@ class ShardedEngine:
         """Open the first window on every shard once the positions pass it."""
         policy = self.config.recalibration
         if (not self.recalibration.open and initialized
+                and rounds_left(self.config, self.booster)
                 and opens(policy, positions, self.config.final_at)):
             window = opening_window(policy, positions)
             self.shards.all("open_recalibration", window)
@@ -643,7 +645,8 @@ class ShardedEngine:
             charge = hinted_grid_charge(self.config, self.booster, self._positions)
             if charge is not None:
                 self._release_split_grid(charge)
-            if refit_due(self.config.recalibration, self.recalibration, self._positions):
+            if recalibration_due(self.config, self.booster, self.recalibration,
+                                 self._positions):
                 self._refit_answers()
             self._open_recalibration(self._positions, self._initialized)
             return run_rounds(self.config, self.booster, self._round, rounds)

@@ -5,13 +5,17 @@ row trains one tree, and held-out Elec2 beats the DP mean."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 
 import numpy as np
 import pytest
 
 from renyiboost.accounting.diprime import DiPriMeBudget
-from renyiboost.accounting.events import ExponentialEvent, LaplaceEvent, event_rdp
+from renyiboost.accounting.dpboost import gain_sensitivity
+from renyiboost.accounting.events import ExponentialEvent, LaplaceEvent, PureDpEvent, event_rdp
+from renyiboost.accounting.rdp import exponential_rdp, pure_dp_rdp
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models import diprime as diprime_module
@@ -34,9 +38,9 @@ def test_every_candidate_median_is_charged() -> None:
     theirs_spent = 5 * (5 * theirs_median + theirs_median) + 0.5
     assert theirs_spent == pytest.approx(2.0)
     orders = np.array([2.0, 50.0])
-    expected = 5 * (5 * event_rdp(ExponentialEvent(0.5 / 30), orders)
-                    + event_rdp(ExponentialEvent(0.5 / 30), orders)) \
-        + event_rdp(LaplaceEvent(0.5), orders)
+    expected = 5 * (5 * event_rdp(ExponentialEvent(0.5 / 30), orders)  # the K medians
+                    + event_rdp(PureDpEvent(0.5 / 30), orders)) \
+        + event_rdp(LaplaceEvent(0.5), orders)  # the choice (permute-and-flip), the leaf
     model = DiPriMe(SCHEMA, task="regression", epsilon=1.0)
     np.testing.assert_allclose(model.rdp(orders), expected, rtol=1e-12)
 
@@ -151,3 +155,41 @@ def test_diprime_beats_the_dp_mean_on_held_out_elec2() -> None:
             predicted = model.fit(data.X[train], data.y[train]).predict(data.X[test])
             out.append(np.mean(predicted != data.y[test]))
     assert np.mean(ours) < np.mean(floor) - 0.1
+
+
+def test_permute_and_flip_is_charged_the_pure_dp_curve_it_needs() -> None:
+    """Permute-and-flip (the default choice among the K) is ε-DP but not ε-bounded-range:
+    on a pair of neighbouring nodes its exact Rényi divergence is 1.75 times the
+    exponential mechanism's ε²/8 curve, which the budget once reported for it. The budget's
+    curve must bound it at every order."""
+    def flip_probabilities(score: np.ndarray) -> np.ndarray:  # exact, over every order
+        accept, out = np.exp(score - score.max()), np.zeros(score.size)
+        for order in itertools.permutations(range(score.size)):
+            stay = 1.0 / math.factorial(score.size)
+            for i in order:
+                out[i] += stay * accept[i]
+                stay *= 1.0 - accept[i]
+        return out
+
+    def gains(left_s, left_n, right_s, right_n) -> float:
+        lam = diprime_module.SELECT_LAMBDA
+        return left_s**2 / (left_n + lam) + right_s**2 / (right_n + lam)
+
+    budget = DiPriMeBudget(epsilon=1.0, depth=5, candidates=5, split_share=0.5)
+    scale = budget.select_epsilon / (2 * gain_sensitivity(1.0))
+    # 2,000 rows of +1 and 2,000 of −1, both candidates separate them; the neighbour adds
+    # one −1 row that candidate A sends with the +1 rows and B with the −1 rows.
+    here = np.array([gains(2000, 2000, -2000, 2000), gains(-2000, 2000, 2000, 2000)])
+    there = np.array([gains(1999, 2001, -2000, 2000), gains(-2001, 2001, 2000, 2000)])
+    assert np.abs(there - here).max() <= gain_sensitivity(1.0)
+    p, q = flip_probabilities(scale * here), flip_probabilities(scale * there)
+    orders = np.array([2.0, 10.0, 100.0])
+    divergence = np.maximum(*(np.log(np.sum(a**orders[:, None] * b**(1 - orders[:, None]),
+                                            axis=1)) / (orders - 1) for a, b in ((p, q), (q, p))))
+    charged = event_rdp(budget.event(), orders) - event_rdp(
+        DiPriMeBudget(**budget.model_dump() | {"selection": "exponential"}).event(), orders)
+    assert (divergence > exponential_rdp(budget.select_epsilon, orders)).any()  # the old curve
+    assert (divergence <= pure_dp_rdp(budget.select_epsilon, orders)).all()
+    np.testing.assert_allclose(charged, budget.depth * (
+        pure_dp_rdp(budget.select_epsilon, orders)
+        - exponential_rdp(budget.select_epsilon, orders)), rtol=1e-9)

@@ -282,3 +282,18 @@ def test_strict_is_a_bool() -> None:
     """``strict="yes"`` was taken as true without a word (and ``"no"`` too)."""
     with pytest.raises(TypeError, match="strict must be True or False"):
         SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, strict="no")
+
+
+def test_the_dp_mean_refuses_binary_labels_that_are_not_0_or_1() -> None:
+    """Its noise is sized for labels that add at most 1 to the sum: a label of 1,000 once
+    moved the noisy mean from 0 to 1 on every draw (ε = 1 allows a factor e)."""
+    from renyiboost.models.baselines import DPMeanBaseline
+
+    schema = PublicSchema(features={"a": (0.0, 1.0)})
+    X, y = np.zeros((1000, 1)), np.zeros(1000)
+    y[0] = 1000.0
+    with pytest.raises(ValueError, match="binary labels must be 0 or 1"):
+        DPMeanBaseline(schema, "classification", 1.0, 1e-6, 0).fit(X, y)
+    labelled = PublicSchema(features={"a": (0.0, 1.0)}, labels=["no", "yes"])
+    model = DPMeanBaseline(labelled, "classification", 1.0, 1e-6, 0)
+    assert 0.0 <= model.fit(X, np.array(["yes"] * 1000, dtype=object)).value_ <= 1.0

@@ -16,12 +16,15 @@ at K = 5, ρ = 0.5. Here the K medians are charged, each of them.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 from renyiboost.accounting.events import (
     ComposedEvent,
     ExponentialEvent,
     LaplaceEvent,
+    PureDpEvent,
     SelfComposedEvent,
 )
 
@@ -35,6 +38,10 @@ class DiPriMeBudget(BaseModel):
     depth: int
     candidates: int  # K
     split_share: float  # ρ
+    #: How the candidate is chosen: permute-and-flip is ε-DP but not ε-bounded-range, so
+    #: its Rényi curve is the generic pure-DP one (:func:`~renyiboost.accounting.rdp.
+    #: pure_dp_rdp`), not the exponential mechanism's ε²/8.
+    selection: Literal["exponential", "permute_and_flip"] = "permute_and_flip"
 
     @property
     def median_epsilon(self) -> float:
@@ -53,8 +60,9 @@ class DiPriMeBudget(BaseModel):
                 + self.leaf_epsilon)
 
     def event(self) -> ComposedEvent:
+        choice = (ExponentialEvent(self.select_epsilon) if self.selection == "exponential"
+                  else PureDpEvent(self.select_epsilon))
         level = ComposedEvent((SelfComposedEvent(ExponentialEvent(self.median_epsilon),
-                                                 self.candidates),
-                               ExponentialEvent(self.select_epsilon)))
+                                                 self.candidates), choice))
         return ComposedEvent((SelfComposedEvent(level, self.depth),
                               LaplaceEvent(self.leaf_epsilon)))

@@ -18,6 +18,7 @@ from renyiboost.accounting.rdp import (
     exponential_rdp,
     gaussian_rdp,
     laplace_rdp,
+    pure_dp_rdp,
     randomized_response_rdp,
     subsampled_gaussian_rdp,
 )
@@ -45,6 +46,13 @@ class LaplaceEvent:
 class ExponentialEvent:
     """An ε-DP exponential mechanism (weights ``exp(ε u / (2Δ))``, Δ the score's
     sensitivity)."""
+
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class PureDpEvent:
+    """Any ε-DP mechanism, of which nothing more is known (permute-and-flip, say)."""
 
     epsilon: float
 
@@ -79,8 +87,8 @@ class ComposedEvent:
     events: tuple[DpEvent, ...]
 
 
-DpEvent = (GaussianEvent | LaplaceEvent | ExponentialEvent | RandomizedResponseEvent
-           | PoissonSampledEvent | SelfComposedEvent | ComposedEvent)
+DpEvent = (GaussianEvent | LaplaceEvent | ExponentialEvent | PureDpEvent
+           | RandomizedResponseEvent | PoissonSampledEvent | SelfComposedEvent | ComposedEvent)
 
 
 def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
@@ -92,6 +100,8 @@ def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
             return laplace_rdp(eps, orders)
         case ExponentialEvent(epsilon=eps):
             return exponential_rdp(eps, orders)
+        case PureDpEvent(epsilon=eps):
+            return pure_dp_rdp(eps, orders)
         case RandomizedResponseEvent(epsilon=eps):
             return randomized_response_rdp(eps, orders)
         case PoissonSampledEvent(sampling_rate=q, event=GaussianEvent(noise_multiplier=z)):

@@ -212,6 +212,24 @@ def exponential_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     return np.minimum(eps, alphas * eps**2 / 8.0)
 
 
+def pure_dp_rdp(epsilon: float, orders: Orders) -> np.ndarray:
+    """RDP of any ε-DP mechanism: ``min(ε, α ε² / 2)``.
+
+    ε-DP implies ε²/2-zCDP (Bun & Steinke 2016, "Concentrated Differential Privacy",
+    Prop. 3.3), i.e. ``(α, α ε² / 2)``-RDP, and ``(α, ε)``-RDP (Mironov 2017, Prop. 3). For a
+    mechanism that is ε-DP but not ε-bounded-range, whose privacy loss can span up to 2ε
+    (permute-and-flip, McKenna & Sheldon 2020), the exponential mechanism's ε²/8 does not
+    hold.
+
+    Examples
+    --------
+    >>> pure_dp_rdp(0.4, [2, 100]).round(4).tolist()
+    [0.16, 0.4]
+    """
+    eps, alphas = _pure_epsilon(epsilon, orders)
+    return np.minimum(eps, alphas * eps**2 / 2.0)
+
+
 def randomized_response_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     """RDP of ε-DP binary randomized response (report the truth with probability
     ``p = e^ε/(1 + e^ε)``; Duchi et al.'s one-bit mechanism is one):

@@ -46,18 +46,24 @@ class DPMeanBaseline:
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPMeanBaseline:
         noise = noise_source(self.seed, warn=False)
         release = LeafRelease(self.calibration.sigma, 0.5)
-        if self.schema.n_classes > 2 and self.task == "classification":
+        codes = None
+        if self.task == "classification" and self.schema.labels is not None:
             codes = self.schema.label_codes(y)
             if (codes < 0).any():
                 raise ValueError("a label is not in the schema's public label set")
+        if self.schema.n_classes > 2 and self.task == "classification":
             self.proba_ = noisy_class_frequencies(codes, self.schema.n_classes,
                                                   release.lone_sum_noise_std(1.0), noise)
             return self
         if self.task == "regression":
             lo, hi = self.schema.target_bounds  # type: ignore[misc]
             scaled = SquaredLoss(lo, hi, grad_clip=1.0).scale(y)
-        else:
-            scaled = np.asarray(y, float)
+        else:  # a label adds at most 1 to the sum: the noise is sized for that
+            scaled = np.asarray(y, float) if codes is None else codes.astype(float)
+            if not np.isin(scaled, (0.0, 1.0)).all():
+                raise ValueError("binary labels must be 0 or 1 (or give the schema a public "
+                                 "label set, labels=[...]): each adds at most 1 to the noisy "
+                                 "sum")
         total = scaled.sum() + noise.normal(1, release.sum_noise_std(1.0))[0]
         count = scaled.size + noise.normal(1, release.count_noise_std(1.0))[0]
         mean = float(total / count) if count > 1 else 0.0

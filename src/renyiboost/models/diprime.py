@@ -93,7 +93,8 @@ class DiPriMe(PureDPModel):
         self._setup(schema, seed, DiPriMeParams(**params))
         self.budget = DiPriMeBudget(epsilon=self.params.epsilon, depth=self.params.depth,
                                     candidates=self.params.candidates,
-                                    split_share=self.params.split_share)
+                                    split_share=self.params.split_share,
+                                    selection=self.params.selection)
 
     # ------------------------------------------------------------------ training
     def fit(self, X: np.ndarray, y: np.ndarray) -> DiPriMe:

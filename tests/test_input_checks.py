@@ -297,3 +297,14 @@ def test_the_dp_mean_refuses_binary_labels_that_are_not_0_or_1() -> None:
     labelled = PublicSchema(features={"a": (0.0, 1.0)}, labels=["no", "yes"])
     model = DPMeanBaseline(labelled, "classification", 1.0, 1e-6, 0)
     assert 0.0 <= model.fit(X, np.array(["yes"] * 1000, dtype=object)).value_ <= 1.0
+
+
+def test_rows_without_any_feature_answer_as_predict_one_does() -> None:
+    """A DataFrame of rows that name no feature (every value missing) failed on a shape
+    mismatch in predict_many and learn_many, where predict_one({}) answers; each such row
+    is a position of its own."""
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, seed=0)
+    empty = pd.DataFrame([{}, {}])
+    assert list(model.predict_many(empty)) == [model.predict_one({})] * 2
+    model.learn_many(empty, [True, False], keys=["k1", "k2"])
+    assert model.engine.positions == 2

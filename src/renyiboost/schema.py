@@ -302,7 +302,8 @@ class PublicSchema(BaseModel):
         ]
 
     def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray],
-                       outside: np.ndarray | None = None) -> np.ndarray:
+                       outside: np.ndarray | None = None,
+                       n_rows: int | None = None) -> np.ndarray:
         """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
 
         Vectorised per column; a missing column is all-missing, and so is ``None`` (or NaN)
@@ -311,9 +312,12 @@ class PublicSchema(BaseModel):
         :meth:`RecordValidator.features` encodes one record, bit for bit (a value inside the
         bounds is kept as it is: ``np.clip`` would turn −0.0 on a bound of 0 into 0.0).
         ``outside`` (per column), if given, is increased by the values outside the public
-        bounds or domain (clipped, or sent to "other").
+        bounds or domain (clipped, or sent to "other"). ``n_rows`` is the number of rows
+        when ``columns`` may be empty (rows with no feature at all: every value missing).
         """
         lengths = {len(c) for c in columns.values()}
+        if n_rows is not None:
+            lengths.add(n_rows)
         if len(lengths) > 1:
             raise ValueError(f"columns have different lengths: {sorted(lengths)}")
         n = lengths.pop() if lengths else 0

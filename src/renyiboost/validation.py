@@ -316,8 +316,9 @@ class RecordValidator:
         good[[*bad, *skip]] = False
         rows = np.full((n_rows, self.schema.n_features), np.nan)
         outside = np.zeros(self.schema.n_features, dtype=np.int64)
-        rows[good] = self.schema.encode_columns({name: values[good]
-                                                 for name, values in arrays.items()}, outside)
+        rows[good] = self.schema.encode_columns(
+            {name: values[good] for name, values in arrays.items()}, outside,
+            n_rows=int(good.sum()))
         if count:
             self.note_outside(outside)
         return rows, bad

@@ -7,9 +7,11 @@ ONNX runtime can serve. The trees become one ``ai.onnx.ml`` ``TreeEnsembleRegres
 score a class), opset 3, with thresholds, leaf values and initial scores stored as doubles.
 
 The model's input ``X`` is the **schema-encoded** float64 matrix of
-:meth:`~renyiboost.schema.PublicSchema.encode_columns` (numeric values clipped to their
-public bounds, categories as codes, NaN for a missing value), one column a schema feature in
-its order. A smoothed release (``smoothing`` > 0) becomes every tree once for each of its
+:meth:`~renyiboost.schema.PublicSchema.encode_columns` (categories as codes, NaN for a
+missing value), one column a schema feature in its order; numeric values are clipped to
+their public bounds inside the graph (``Less``/``Greater``/``Where``), as every other answer
+path clips them, so a value outside them answers as the engine does (with smoothing it
+would not: the offsets move it across other thresholds). A smoothed release (``smoothing`` > 0) becomes every tree once for each of its
 input offsets, thresholds moved against the offset and leaf values divided by their number,
 which is the same average, each moved threshold the first double at which the engine's
 ``x + s < t`` fails (:func:`shifted_thresholds`). One tree of a single leaf
@@ -188,18 +190,27 @@ def to_onnx(release: ModelRelease) -> Any:
         base = scale * base + offset
         weights = [*(scale * w for w in weights[:-1]), weights[-1]]  # not the floor tree
     X = helper.make_tensor_value_info("X", TensorProto.DOUBLE, [None, schema.n_features])
-    extra: list[Any] = []
+    numeric = ~schema.is_categorical  # a code outside the domain takes "other" unclipped
+    bounds = [_double_tensor("lower", np.where(numeric, schema.lower, -np.inf)),
+              _double_tensor("upper", np.where(numeric, schema.upper, np.inf))]
+    clip_inputs = [  # as every other answer path clips; NaN (missing) compares false: kept
+        helper.make_node("Less", ["X", "lower"], ["below"]),
+        helper.make_node("Where", ["below", "lower", "X"], ["raised"]),
+        helper.make_node("Greater", ["raised", "upper"], ["above"]),
+        helper.make_node("Where", ["above", "upper", "raised"], ["X_clipped"]),
+    ]
+    extra: list[Any] = list(bounds)
     if release.task == "regression":
         lo, hi = schema.target_bounds  # type: ignore[misc]
         ensemble = helper.make_node(
-            "TreeEnsembleRegressor", ["X"], ["margin"], domain="ai.onnx.ml", n_targets=1,
+            "TreeEnsembleRegressor", ["X_clipped"], ["margin"], domain="ai.onnx.ml", n_targets=1,
             target_treeids=trees, target_nodeids=nodes, target_ids=outputs,
             target_weights_as_tensor=_double_tensor("target_weights", weights),
             base_values_as_tensor=_double_tensor("base_values", base),
             aggregate_function="SUM", post_transform="NONE", **attributes)
         constants = {"minus_one": -1.0, "one": 1.0, "half_range": (hi - lo) / 2.0, "lo": lo}
-        extra = [helper.make_tensor(name, TensorProto.FLOAT, [], [value])
-                 for name, value in constants.items()]
+        extra += [helper.make_tensor(name, TensorProto.FLOAT, [], [value])
+                  for name, value in constants.items()]
         nodes_list = [
             ensemble,
             helper.make_node("Clip", ["margin", "minus_one", "one"], ["clipped"]),
@@ -214,7 +225,8 @@ def to_onnx(release: ModelRelease) -> Any:
         label_type = (TensorProto.STRING if "classlabels_strings" in labels
                       else TensorProto.INT64)
         nodes_list = [helper.make_node(
-            "TreeEnsembleClassifier", ["X"], ["label", "probabilities"], domain="ai.onnx.ml",
+            "TreeEnsembleClassifier", ["X_clipped"], ["label", "probabilities"],
+            domain="ai.onnx.ml",
             class_treeids=trees, class_nodeids=nodes,
             # binary: one score a leaf (the positive class's log-odds, class id 0 as for
             # two labels the runtime reports [1 − σ(s), σ(s)])
@@ -226,8 +238,8 @@ def to_onnx(release: ModelRelease) -> Any:
             helper.make_tensor_value_info("label", label_type, [None]),
             helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
                                           [None, schema.n_classes])]
-    graph = helper.make_graph(nodes_list, f"renyiboost_{release.model}", [X], graph_outputs,
-                              initializer=extra)
+    graph = helper.make_graph([*clip_inputs, *nodes_list], f"renyiboost_{release.model}",
+                              [X], graph_outputs, initializer=extra)
     model = helper.make_model(graph, producer_name="renyiboost", opset_imports=[
         helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid("ai.onnx.ml", ML_OPSET)])
     model.doc_string = ("A renyiboost public release: DP trees over schema-encoded inputs "

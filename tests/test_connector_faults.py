@@ -4,6 +4,7 @@ model topic, and a label set whose probabilities cannot be answered as JSON."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 import warnings
@@ -19,7 +20,9 @@ from renyiboost.connectors.kafka import (
     KafkaSettings,
     KafkaTrainer,
     ModelFollower,
+    PublishFailed,
     event_json,
+    publish_versions,
 )
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
@@ -371,3 +374,53 @@ def test_the_follower_labels_on_the_margins_as_every_path_does(labels) -> None:
     rows = np.array([[0.0], [1.0]])
     assert [follower.predict_one({"a": float(a)}) for a in rows[:, 0]] == \
         [bool(c) if labels is None else c for c in batch.predict(rows)]
+
+
+class _RefusingProducer:
+    """A producer whose broker refuses one version's message (``error``; ``None``: no
+    report yet, still queued) and delivers the others, at flush, as librdkafka reports."""
+
+    def __init__(self, refused: int, error: int | None) -> None:
+        self.refused, self.error, self.queue, self.sent = refused, error, [], []
+
+    def produce(self, topic, key=None, value=None, on_delivery=None) -> None:
+        self.queue.append((topic, key, value, on_delivery))
+
+    def flush(self, timeout=None) -> int:
+        for topic, key, value, report in self.queue:
+            version = json.loads(value)["version"]
+            message = Message(topic=topic, partition=0, offset=len(self.sent), key=key,
+                              value=value)
+            if version == self.refused:
+                if self.error is not None:  # else no report yet: still queued
+                    report(KafkaError(self.error), message)
+            else:
+                self.sent.append(version)
+                report(None, message)
+        self.queue = []
+        return 0
+
+
+@pytest.mark.parametrize("queued", [True, False], ids=["still queued", "refused"])
+def test_a_version_the_broker_did_not_take_is_never_recorded_as_published(queued) -> None:
+    """Versions 1 and 3… arrived, version 2 did not: the record once said the last version
+    sent, so version 2 was never sent again and every follower stalled at 1. Still queued
+    at the flush's timeout, it is sent again next time (1 recorded); refused, it stops the
+    trainer (1 recorded)."""
+    engine = StreamEngine(EngineConfig.from_defaults(
+        PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0)), "regression", 1.0,
+        train_every=20, warmup=20), seed=0)
+    rows = np.random.default_rng(0).uniform(size=(200, 1))
+    engine.add(rows, rows[:, 0], [f"k{i}" for i in range(200)])
+    assert engine.release_version >= 4
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
+    producer = _RefusingProducer(2, None if queued else KafkaError.MSG_SIZE_TOO_LARGE)
+    if queued:
+        record = publish_versions(producer, settings, engine.release, 0,
+                                  engine.release_version)
+        assert record is not None and record["version"] == 1
+    else:
+        with pytest.raises(PublishFailed, match="model version 2") as failed:
+            publish_versions(producer, settings, engine.release, 0, engine.release_version)
+        assert failed.value.delivered["version"] == 1
+    assert 3 in producer.sent

@@ -553,14 +553,20 @@ class KafkaTrainer(_Loop):
         before): one :class:`ModelRelease` message per version."""
         if not self._unpublished:
             return
-        published = publish_versions(self.producer, self.settings, self.engine.release,
-                                     self._published["version"], self.engine.release_version)
+        try:
+            published = publish_versions(self.producer, self.settings, self.engine.release,
+                                         self._published["version"],
+                                         self.engine.release_version)
+        except PublishFailed as failed:
+            if failed.delivered is not None:
+                self.engine.store.set_meta("published", failed.delivered)
+            raise
         if published is not None:
             log.debug("published versions %d to %d of %r to %s",
                       self._published["version"] + 1, published["version"],
                       self.settings.model_name, self.settings.model_topic)
             self._published = published
-            self._unpublished = False
+            self._unpublished = published["version"] < self.engine.release_version
             self.engine.store.set_meta("published", published)
 
     def telemetry(self) -> dict[str, Any]:
@@ -605,21 +611,51 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
                      current: int) -> dict[str, int] | None:
     """Produce versions ``published + 1 … current`` of the model (``release(model, after,
     upto)``) to the model topic, one message each; returns the new ``published`` record
-    (version, partition, offset of the last) once all are delivered, else ``None``."""
-    delivered: list[tuple[int, int]] = []
+    (version, partition, offset of the last) for the versions delivered *without a gap*
+    from ``published + 1`` on, else ``None``.
 
-    def on_delivery(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            delivered.append((message.partition(), message.offset()))
+    A version not delivered is never counted as published, even when later ones arrived: a
+    follower cannot pass the missing version. One still queued when the flush times out is
+    sent again (with the ones after it) at the next publish; one whose delivery failed
+    (librdkafka reports that after its own retries) stops the trainer with
+    :class:`PublishFailed`, the versions before it recorded, rather than leave every
+    follower stalled behind a gap nobody knows of."""
+    outcome: dict[int, tuple[int, int] | KafkaError] = {}
+
+    def on_delivery(version: int, error: KafkaError | None, message: Message) -> None:
+        outcome[version] = error if error is not None else (message.partition(),
+                                                            message.offset())
 
     for version in range(published + 1, current + 1):
         message = release(settings.model_name, after=version - 1, upto=version)
         producer.produce(settings.model_topic, key=settings.model_name.encode(),
-                         value=message.model_dump_json().encode(), on_delivery=on_delivery)
-    if producer.flush(settings.connect_timeout) == 0 and delivered:
-        partition, offset = delivered[-1]
-        return {"version": current, "partition": partition, "offset": offset}
-    return None
+                         value=message.model_dump_json().encode(),
+                         on_delivery=functools.partial(on_delivery, version))
+    producer.flush(settings.connect_timeout)
+    record = None
+    for version in range(published + 1, current + 1):
+        result = outcome.get(version)
+        if isinstance(result, KafkaError):  # librdkafka reports it after its own retries
+            raise PublishFailed(version, record, result.str())
+        if result is None:  # still queued when the flush timed out: sent again next time
+            break
+        record = {"version": version, "partition": result[0], "offset": result[1]}
+    return record
+
+
+class PublishFailed(RenyiboostError):
+    """A model version was not delivered (too large, not authorised, timed out after the
+    client's retries): the trainer records what was delivered before it and stops, since
+    every follower would wait at the version before it; a restart sends it again."""
+
+    def __init__(self, version: int, delivered: dict[str, int] | None, reason: str) -> None:
+        super().__init__(f"model version {version} could not be published to the model "
+                         f"topic: {reason}; the versions before it are published, and the "
+                         "trainer stops so that followers do not wait at a gap")
+        self.version, self.delivered, self.reason = version, delivered, reason
+
+    def __reduce__(self) -> tuple[type, tuple[int, dict[str, int] | None, str]]:
+        return type(self), (self.version, self.delivered, self.reason)  # as built
 
 
 def _shard_trainer(settings: KafkaSettings, event_format: EventFormat | None,
@@ -697,8 +733,14 @@ class ShardedKafkaTrainer(_Loop):
             self._record_published()
         if engine.release_version <= self._published["version"]:
             return
-        published = publish_versions(self.producer, self.settings, engine.release,
-                                     self._published["version"], engine.release_version)
+        try:
+            published = publish_versions(self.producer, self.settings, engine.release,
+                                         self._published["version"], engine.release_version)
+        except PublishFailed as failed:
+            if failed.delivered is not None:
+                self._published = failed.delivered
+                self._record_published()
+            raise
         if published is not None:
             self._published = published
             self._record_published()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 import uuid
 import warnings
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from conftest import create_topic, read_topic
 
+from renyiboost.connectors.events import EventFormat, EventParser
 from renyiboost.connectors.kafka import (
     DEAD_LETTER_HEAD_BYTES,
     KafkaSettings,
@@ -424,3 +426,30 @@ def test_a_version_the_broker_did_not_take_is_never_recorded_as_published(queued
             publish_versions(producer, settings, engine.release, 0, engine.release_version)
         assert failed.value.delivered["version"] == 1
     assert 3 in producer.sent
+
+
+def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -> None:
+    """A shard takes whole partitions, and the producer picks a partition from the message
+    key's bytes: a payload key (``key_field``) or a key sent in another spelling than its
+    canonical one ("Zoë" decomposed) put one person on two shards, each charging its own
+    budget (about 2B spent). The first is refused, the second dead-lettered (``key``)."""
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True),
+                          coordinated=True)
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
+    with pytest.raises(ValueError, match="key_field = 'user' is refused"):
+        KafkaTrainer(engine, settings, EventFormat(key_field="user"), shard=0,
+                     partition_map={"t": [0, 1]})
+    composed, decomposed = (unicodedata.normalize(form, "Zoë") for form in ("NFC", "NFD"))
+    keys = [composed.encode(), decomposed.encode(), b"p1"]
+    values = [event_json(key.decode(), {"a": 0.5}, 0.5) for key in keys]
+    messages = [Message(topic="t", partition=0, offset=i, key=key, value=value)
+                for i, (key, value) in enumerate(zip(keys, values, strict=True))]
+    batch = EventParser(engine.validator).parse_batch(values, keys)
+    assert batch.keys == [composed, composed, "p1"]  # one person, two spellings
+    kept = KafkaTrainer._one_spelling(batch, messages)
+    assert kept.index == [0, 2] and kept.keys == [composed, "p1"] and len(kept.rows) == 2
+    assert [(i, why.reason) for i, why in kept.rejected] == [(1, "key")]
+    engine.close()

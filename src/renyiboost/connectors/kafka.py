@@ -9,11 +9,13 @@
 * **One key, one ledger** (DEVELOPERS invariant 5). A trainer refuses to start (with a
   :class:`~renyiboost.exceptions.LedgerConflict` that says why) when its store is not
   durable; when the partitions of its topics changed since the store first recorded them;
-  when its consumer group has active members or committed offsets beyond the store's (another
-  trainer, or a newer copy of this store, consumed those events with its own ledger); and
-  when the model topic holds releases of this model from another store, or versions newer
-  than its own store has committed (published trees beyond the ledger are under-charged
-  keys).
+  when its consumer group has committed offsets beyond the store's (another trainer, or a
+  newer copy of this store, consumed those events with its own ledger); and when the model
+  topic holds releases of this model from another store, or versions newer than its own
+  store has committed (published trees beyond the ledger are under-charged keys). These
+  checks run at start: a second trainer started beside a running one before either has
+  committed or published, or on a copy of its live store, is not refused (README, a known
+  gap; the group-membership check sees nobody, since ``assign`` joins no group).
 * **Sharded** (:mod:`renyiboost.stream.sharded`): :meth:`KafkaTrainer.for_shard` makes the
   trainer of one shard, which ``assign()``s only the partitions the partition map gives it
   (:func:`partition_map_for`: partition ``p`` to shard ``p mod n``), records that map in its
@@ -76,6 +78,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from renyiboost.connectors.events import (
     EventFormat,
     EventParser,
+    ParsedBatch,
     Rejected,
     cycle_collector_paused,
     event_json,
@@ -247,6 +250,18 @@ class KafkaTrainer(_Loop):
         #: gives it and publishes nothing (its coordinator publishes the global model).
         self.shard = shard
         self.partition_map = partition_map
+        #: Shards split the keys by partition, which the producer picks from the message
+        #: key's bytes: a key must arrive as those bytes, in its one canonical spelling
+        #: (:meth:`_one_spelling`), or one person would keep a ledger on several shards.
+        self.keys_place_shards = partition_map is not None and len(
+            {owner for owners in partition_map.values() for owner in owners}) > 1
+        if self.keys_place_shards and event_format is not None and (
+                event_format.key_field is not None):
+            raise ValueError(
+                "with several shards a record's shard is its partition, which the producer "
+                "chooses from the message key: the key must be the message key, so "
+                f"[events] key_field = {event_format.key_field!r} is refused (one person's "
+                "events would reach several shards, each with a budget of its own)")
         if not engine.store.durable:
             raise LedgerConflict(
                 "the Kafka trainer needs a durable state store: with a memory store a restart "
@@ -402,12 +417,39 @@ class KafkaTrainer(_Loop):
             return
         batch = self.parser.parse_batch(list(map(Message.value, messages)),
                                         list(map(Message.key, messages)))
+        if self.keys_place_shards:
+            batch = self._one_spelling(batch, messages)
         positions = self._positions(messages)
         if batch.rejected:
             self._dead_letter_batch(messages, batch.rejected, positions)
         index = np.asarray(batch.index, dtype=np.int64)
         self.engine.add(batch.rows, batch.labels, batch.keys, positions, event_index=index,
                         n_events=len(messages), labels_checked=True)  # the parser checked them
+
+    @staticmethod
+    def _one_spelling(batch: ParsedBatch, messages: list[Message]) -> ParsedBatch:
+        """A shard's valid events whose message key is not its key's canonical form
+        (:func:`~renyiboost.validation.normalise_key`: ``"Zoë"`` sent decomposed, say) move
+        to the dead letters (reason ``key``): the producer placed them by bytes that another
+        spelling of the same key does not share, so the same person could reach a second
+        shard and a second ledger."""
+        stray = [j for j, (i, key) in enumerate(zip(batch.index, batch.keys, strict=True))
+                 if messages[i].key() != key.encode()]
+        if not stray:
+            return batch
+        keep = np.ones(len(batch.index), dtype=bool)
+        keep[stray] = False
+        why = Rejected("key", "with several shards the message key must be the key in its "
+                              "canonical form (NFC, as renyiboost normalises it): the producer "
+                              "partitions by its bytes, and another spelling of the same key "
+                              "could reach another shard")
+        rejected = sorted([*batch.rejected, *((batch.index[j], why) for j in stray)],
+                          key=lambda item: item[0])
+        return ParsedBatch([i for i, k in zip(batch.index, keep, strict=True) if k],
+                           [key for key, k in zip(batch.keys, keep, strict=True) if k],
+                           batch.rows[keep],
+                           [label for label, k in zip(batch.labels, keep, strict=True) if k],
+                           rejected)
 
     def _without_errors(self, messages: list[Message]) -> list[Message]:
         for message in messages:

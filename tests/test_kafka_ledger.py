@@ -275,3 +275,24 @@ def test_neighbouring_topics_publish_the_same_messages_with_shards(kafka_bootstr
         engine.close()
     assert len(shapes[0]) == len(shapes[1]) >= 5
     assert shapes[0] == shapes[1]
+
+
+def test_a_second_trainer_for_the_model_fences_the_first(kafka_bootstrap, tmp_path):
+    """Both pass the start's checks (nothing is published yet); the second's publisher
+    fences the first's, whose next publish stops it with LedgerConflict, so only one ledger
+    ever reaches the model topic. Two trainers once trained and published side by side."""
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    first_engine = _engine(SQLiteStore(tmp_path / "a.db", create=True))
+    second_engine = _engine(SQLiteStore(tmp_path / "b.db", create=True))
+    first = KafkaTrainer(first_engine, _settings(kafka_bootstrap, topic))
+    second = KafkaTrainer(second_engine, _settings(kafka_bootstrap, topic, "other-group"))
+    with pytest.raises(LedgerConflict, match="fenced"):
+        first.run(max_idle=2.0)
+    second.run(max_idle=2.0)
+    releases = [json.loads(m.value()) for m in read_topic(
+        kafka_bootstrap, f"{topic}.models", second_engine.release_version)]
+    assert {r["store_id"] for r in releases} == {second_engine.store.identity.store_id}
+    assert [r["version"] for r in releases] == list(range(1, second_engine.release_version + 1))
+    first_engine.close()
+    second_engine.close()

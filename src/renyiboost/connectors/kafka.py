@@ -13,9 +13,10 @@
   newer copy of this store, consumed those events with its own ledger); and when the model
   topic holds releases of this model from another store, or versions newer than its own
   store has committed (published trees beyond the ledger are under-charged keys). These
-  checks run at start: a second trainer started beside a running one before either has
-  committed or published, or on a copy of its live store, is not refused (README, a known
-  gap; the group-membership check sees nobody, since ``assign`` joins no group).
+  checks run at start, and ``assign`` joins no group, so a second trainer started beside a
+  running one (before either has committed or published, or on a copy of its live store)
+  passes them: the model topic's transactional producer (:func:`model_publisher`) then
+  fences the first one's, which stops at its next publish.
 * **Sharded** (:mod:`renyiboost.stream.sharded`): :meth:`KafkaTrainer.for_shard` makes the
   trainer of one shard, which ``assign()``s only the partitions the partition map gives it
   (:func:`partition_map_for`: partition ``p`` to shard ``p mod n``), records that map in its
@@ -60,7 +61,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -290,6 +292,10 @@ class KafkaTrainer(_Loop):
         self._undelivered: list[str] = []
         try:
             self._partitions = self._claim_partitions()
+            #: The model topic's fenced publisher (:func:`model_publisher`); a shard
+            #: publishes nothing.
+            self.publisher = (None if shard is not None
+                              else model_publisher(settings, self._check_model_topic))
         except BaseException:
             self.consumer.close()
             raise
@@ -584,6 +590,8 @@ class KafkaTrainer(_Loop):
             self.publish()
         finally:
             self.producer.flush(10)
+            if self.publisher is not None:
+                self.publisher.flush(10)
             self.consumer.close()
 
     # ------------------------------------------------------------------ publishing
@@ -596,9 +604,9 @@ class KafkaTrainer(_Loop):
         if not self._unpublished:
             return
         try:
-            published = publish_versions(self.producer, self.settings, self.engine.release,
+            published = publish_versions(self.publisher, self.settings, self.engine.release,
                                          self._published["version"],
-                                         self.engine.release_version)
+                                         self.engine.release_version, transactional=True)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self.engine.store.set_meta("published", failed.delivered)
@@ -648,9 +656,54 @@ def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_
             "running (or ran later)")
 
 
+def model_publisher(settings: KafkaSettings, check: Callable[[], None]) -> Producer:
+    """The model topic's producer: transactional, with one ``transactional.id`` a model
+    topic and model name, so that the broker fences the publisher of any trainer started
+    earlier for the model (its next publish fails, and it stops with
+    :class:`~renyiboost.exceptions.LedgerConflict`): two trainers never both publish, whether
+    the second came with a store of its own or a copy of the first's live store. ``check``
+    (the start's model-topic check) runs again once the fence is up, so nothing the fenced
+    trainer published before it goes unseen."""
+    producer = Producer(settings.client(**{
+        "transactional.id": f"renyiboost.{settings.model_topic}.{settings.model_name}",
+        "linger.ms": 5}))
+    try:
+        producer.init_transactions(settings.connect_timeout)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    check()
+    return producer
+
+
+@contextmanager
+def _transaction(producer: Producer, settings: KafkaSettings,
+                 transactional: bool) -> Iterator[None]:
+    """The block's messages in one transaction (when ``transactional``): a fenced publisher
+    (another trainer has started for the model) is a :class:`LedgerConflict`; a commit that
+    fails otherwise is aborted, so a reader that reads committed messages sees none of it."""
+    if not transactional:
+        yield
+        return
+    try:
+        producer.begin_transaction()
+        yield
+        producer.commit_transaction(settings.connect_timeout)
+    except KafkaException as failure:
+        error = failure.args[0]
+        if error.code() == KafkaError._FENCED or error.fatal():
+            raise LedgerConflict(
+                f"another trainer has started for model {settings.model_name!r} on "
+                f"{settings.model_topic!r} and fenced this one's publisher: two trainers "
+                "would each spend their own ledger on the same people. This trainer stops; "
+                "its versions not yet published stay unpublished.") from None
+        if error.txn_requires_abort():
+            producer.abort_transaction(settings.connect_timeout)
+        raise
+
+
 def publish_versions(producer: Producer, settings: KafkaSettings,
                      release: Callable[..., ModelRelease], published: int,
-                     current: int) -> dict[str, int] | None:
+                     current: int, transactional: bool = False) -> dict[str, int] | None:
     """Produce versions ``published + 1 … current`` of the model (``release(model, after,
     upto)``) to the model topic, one message each; returns the new ``published`` record
     (version, partition, offset of the last) for the versions delivered *without a gap*
@@ -668,12 +721,16 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
         outcome[version] = error if error is not None else (message.partition(),
                                                             message.offset())
 
-    for version in range(published + 1, current + 1):
-        message = release(settings.model_name, after=version - 1, upto=version)
-        producer.produce(settings.model_topic, key=settings.model_name.encode(),
-                         value=message.model_dump_json().encode(),
-                         on_delivery=functools.partial(on_delivery, version))
-    producer.flush(settings.connect_timeout)
+    try:
+        with _transaction(producer, settings, transactional):
+            for version in range(published + 1, current + 1):
+                message = release(settings.model_name, after=version - 1, upto=version)
+                producer.produce(settings.model_topic, key=settings.model_name.encode(),
+                                 value=message.model_dump_json().encode(),
+                                 on_delivery=functools.partial(on_delivery, version))
+            producer.flush(settings.connect_timeout)
+    except KafkaException as failure:  # the transaction is aborted: none of it is visible
+        raise PublishFailed(published + 1, None, failure.args[0].str()) from None
     record = None
     for version in range(published + 1, current + 1):
         result = outcome.get(version)
@@ -754,11 +811,15 @@ class ShardedKafkaTrainer(_Loop):
         self.settings = settings
         self.stopping = False
         self.consumed = 0
-        self.producer = Producer(settings.client(**{"enable.idempotence": True,
-                                                    "linger.ms": 5}))
         self._published: dict[str, int] = (engine.shards.one(0, "get_meta", "published")
                                            or {"version": 0})
-        check_model_topic(settings, engine.identity, engine.release_version, self._published)
+
+        def check() -> None:
+            check_model_topic(settings, engine.identity, engine.release_version,
+                              self._published)
+
+        check()
+        self.producer = model_publisher(settings, check)
         self._unrecorded = False
 
     def poll_once(self) -> int:
@@ -777,7 +838,8 @@ class ShardedKafkaTrainer(_Loop):
             return
         try:
             published = publish_versions(self.producer, self.settings, engine.release,
-                                         self._published["version"], engine.release_version)
+                                         self._published["version"], engine.release_version,
+                                         transactional=True)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self._published = failed.delivered
@@ -851,6 +913,7 @@ class ModelFollower:
             "group.id": f"renyiboost-follower-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
+            "isolation.level": "read_committed",  # an aborted publish is never applied
         })
         self.consumer.subscribe([model_topic])
 

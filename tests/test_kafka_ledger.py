@@ -14,8 +14,8 @@ import warnings
 
 import numpy as np
 import pytest
-from confluent_kafka import Producer
-from conftest import read_topic
+from confluent_kafka import Message, Producer
+from conftest import create_topic, read_topic
 
 from renyiboost.cli import main as cli
 from renyiboost.connectors.events import EventFormat, event_json
@@ -296,3 +296,34 @@ def test_a_second_trainer_for_the_model_fences_the_first(kafka_bootstrap, tmp_pa
     assert [r["version"] for r in releases] == list(range(1, second_engine.release_version + 1))
     first_engine.close()
     second_engine.close()
+
+
+def test_offsets_without_a_message_are_positions(kafka_bootstrap, tmp_path):
+    """On a compacted topic the offsets that compaction removed depend on who upserted: a
+    person's superseded records vanish, and as tombstones all of them do. Positions once
+    counted delivered messages, so two neighbouring compacted topics read to the same
+    offset stood at 150 and 149 positions and released differently. Every offset is a
+    position now, holding a message or not."""
+    events = _events()[:200]
+    person = (10, 60, 118)  # one person's upserts
+
+    def delivered(neighbour: bool) -> list[tuple[int, bytes, bytes]]:
+        return [(offset, key, value) for offset, (key, value) in enumerate(events)
+                if offset not in person or (not neighbour and offset == person[-1])]
+
+    seen = []
+    for neighbour in (False, True):
+        topic = _topic()
+        create_topic(kafka_bootstrap, topic)
+        engine = _engine(SQLiteStore(tmp_path / f"{neighbour}.db", create=True))
+        trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+        messages = [Message(topic=topic, partition=0, offset=offset, key=key, value=value)
+                    for offset, key, value in delivered(neighbour) if offset <= 151]
+        with engine.group_commit():
+            trainer._process(messages)
+        seen.append((engine.positions, engine.release_version))
+        engine.flush()
+        assert engine.offsets == {f"{topic}:0": 152}  # the offsets are positions too
+        trainer.close()
+        engine.close()
+    assert seen[0] == seen[1] and seen[0][0] == 152

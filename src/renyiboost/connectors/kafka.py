@@ -290,6 +290,8 @@ class KafkaTrainer(_Loop):
         self._published: dict[str, int] = store.get_meta("published") or {"version": 0}
         self._dead_lettered: dict[str, int] = dict(store.get_meta("dead_lettered") or {})
         self._undelivered: list[str] = []
+        #: Per partition, the offset the next message should have (:meth:`_positions`).
+        self._expected: dict[str, int] = {}
         try:
             self._partitions = self._claim_partitions()
             #: The model topic's fenced publisher (:func:`model_publisher`); a shard
@@ -334,8 +336,11 @@ class KafkaTrainer(_Loop):
             engine.store.set_meta("partitions", counts)
         offsets = engine.offsets
         for tp in owned:
-            stored = offsets.get(f"{tp.topic}:{tp.partition}")
+            name = f"{tp.topic}:{tp.partition}"
+            stored = offsets.get(name)
             tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING
+            if stored is not None:
+                self._expected[name] = int(stored)
         self.consumer.assign(owned)
         return owned
 
@@ -428,9 +433,34 @@ class KafkaTrainer(_Loop):
         positions = self._positions(messages)
         if batch.rejected:
             self._dead_letter_batch(messages, batch.rejected, positions)
-        index = np.asarray(batch.index, dtype=np.int64)
-        self.engine.add(batch.rows, batch.labels, batch.keys, positions, event_index=index,
-                        n_events=len(messages), labels_checked=True)  # the parser checked them
+        events, at = self._offset_positions(messages)
+        index = at[np.asarray(batch.index, dtype=np.int64)]
+        self.engine.add(batch.rows, batch.labels, batch.keys, events, event_index=index,
+                        n_events=len(events), labels_checked=True)  # the parser checked them
+
+    def _offset_positions(self, messages: list[Message]) -> tuple[list[tuple[str, int]],
+                                                                   np.ndarray]:
+        """The stream positions of a batch, one an *offset*: ``(partition, next offset)``
+        for every offset from the one expected to each message's, and each message's index
+        among them. An offset that holds no message (compaction removed it, a transaction
+        marker, retention passed it while the trainer was down) is an empty position: the
+        public clock is the offsets, and compaction removes offsets according to who
+        upserted, so counting delivered messages made it depend on the data."""
+        events: list[tuple[str, int]] = []
+        at = np.empty(len(messages), dtype=np.int64)
+        expected = self._expected
+        for i, message in enumerate(messages):
+            name, offset = f"{message.topic()}:{message.partition()}", message.offset()
+            first = expected.get(name, offset)
+            if first > offset:
+                log.warning("%s went back from offset %d to %d; counting on from there",
+                            name, first, offset)
+                first = offset
+            events.extend((name, skipped + 1) for skipped in range(first, offset))
+            at[i] = len(events)
+            events.append((name, offset + 1))
+            expected[name] = offset + 1
+        return events, at
 
     @staticmethod
     def _one_spelling(batch: ParsedBatch, messages: list[Message]) -> ParsedBatch:

@@ -923,15 +923,6 @@ class ModelFollower:
     :attr:`stalled` until a release continues it (a re-publish, a full release).
     """
 
-    #: Why the follower cannot move past :attr:`version` (the model topic lacks the versions
-    #: after it), or ``None``; ``renyiboost serve`` answers 503 with it.
-    stalled: str | None = None
-    #: Messages under the model's key that were not releases and were skipped (messages of the
-    #: public model topic, not counts of data).
-    not_releases: int = 0
-    #: The version at which the follower last re-read the topic to find a missing version.
-    _reread_at: int | None = None
-
     def __init__(
         self, bootstrap_servers: str, model_topic: str, model_name: str = "model",
         extra: Mapping[str, str] | None = None,
@@ -966,6 +957,14 @@ class ModelFollower:
         self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
         self._spans: list[float] | None = None  # the release's smoothing spans
+        #: Why the follower cannot move past :attr:`version` (the model topic lacks the
+        #: versions after it), or ``None``; ``renyiboost serve`` answers 503 with it.
+        self.stalled: str | None = None
+        #: Messages under the model's key that were not releases and were skipped (messages
+        #: of the public model topic, not counts of data).
+        self.not_releases = 0
+        #: The version at which the follower last re-read the topic for a missing version.
+        self._reread_at: int | None = None
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
         """Apply the releases available now; returns how many were applied (see the class

@@ -42,6 +42,23 @@ def test_charges_add_up_and_an_overspend_is_refused_without_a_trace() -> None:
     assert budget.remaining_epsilon == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.parametrize(("epsilon", "delta", "message"), [
+    (True, 1e-6, "epsilon must be a finite number > 0, got True"),
+    ("1", 1e-6, "epsilon must be"),
+    (float("inf"), 1e-6, "epsilon must be"),
+    (1.0, 0.5, "delta must be at most 0.01"),
+    (1.0, -1e-9, "0 <= delta < 1"),
+    (1.0, "1e-6", "0 <= delta < 1"),
+])
+def test_a_total_is_checked_as_a_learner_checks_its_target(epsilon, delta, message) -> None:
+    """The accountant reads ε and δ through the learners' checks (accounting/inputs.py): a
+    bool is not ε = 1 and a δ that no learner accepts is no total either. δ = 0 stays a
+    valid total, for pure-DP mechanisms only."""
+    with pytest.raises(ValueError, match=message):
+        PrivacyAccountant(epsilon=epsilon, delta=delta)
+    assert PrivacyAccountant(epsilon=1, delta=0).delta == 0.0
+
+
 def test_every_fit_of_a_batch_model_draws_and_a_refused_fit_reads_nothing(monkeypatch) -> None:
     budget = PrivacyAccountant(epsilon=2.5, delta=1e-5)
     first = SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=3, depth=1,

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from renyiboost import SGBDTClassifier, SGBDTRegressor
+from renyiboost.accounting.inputs import MAX_DELTA, check_delta, check_epsilon
 from renyiboost.cli import main
 from renyiboost.connectors.events import EventFormat
 from renyiboost.connectors.service import load_config
@@ -22,13 +23,10 @@ from renyiboost.exceptions import PrivacyLeakWarning
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.defaults import (
-    MAX_DELTA,
     PRIOR_RECORDS,
     STREAM_MIN_INTERVAL,
     STREAM_TRIGGER_GROWTH,
     STREAM_WARMUP,
-    check_delta,
-    check_epsilon,
     check_privacy_inputs,
     default_params,
     final_burst,

@@ -71,7 +71,7 @@ class CommaList(click.ParamType):
 def _epsilon(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """An ``--epsilon``: a finite number > 0 (click's ``FloatRange`` lets inf and nan
     through), checked by the policy's own rule before anything runs."""
-    from renyiboost.models.defaults import check_epsilon
+    from renyiboost.accounting.inputs import check_epsilon
 
     try:
         return None if value is None else check_epsilon(value, allow_none=False)
@@ -81,7 +81,7 @@ def _epsilon(ctx: click.Context, param: click.Parameter, value: float | None) ->
 
 def _delta(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """A ``--delta``: a finite number in (0, 0.01], far below 1/n (the policy's rule)."""
-    from renyiboost.models.defaults import check_delta
+    from renyiboost.accounting.inputs import check_delta
 
     try:
         return None if value is None else check_delta(value)

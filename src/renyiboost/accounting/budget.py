@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.exceptions import BudgetExceeded, LedgerConflict
 
 #: Relative slack for floating-point sums: a model planned at exactly what is left fits.
@@ -62,11 +63,8 @@ class PrivacyAccountant:
     """
 
     def __init__(self, epsilon: float, delta: float) -> None:
-        if not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-        if not 0 <= delta < 1:
-            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.epsilon = check_epsilon(epsilon, allow_none=False)
+        self.delta = check_delta(delta, allow_zero=True)
         self.charges: list[Charge] = []
 
     @property

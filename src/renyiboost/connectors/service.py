@@ -39,10 +39,10 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.connectors.events import EventFormat
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError
 from renyiboost.models.booster import SGBDTParams
-from renyiboost.models.defaults import check_delta, check_epsilon
 from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.experiments.evaluation import replay, rounded
-from renyiboost.models.defaults import check_delta, check_epsilon
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import (

@@ -43,8 +43,8 @@ from renyiboost.accounting import (
     calibrate,
     stage_calibrations,
 )
+from renyiboost.accounting.inputs import MAX_DELTA, check_delta, check_epsilon
 from renyiboost.models import kernels
-from renyiboost.models.defaults import MAX_DELTA, check_delta, check_epsilon
 from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from renyiboost.models.trees import (
@@ -65,8 +65,8 @@ class SGBDTParams(BaseModel):
 
     Every number must be finite (``allow_inf_nan=False``): an infinite learning rate,
     clip or λ has no meaning. ε is a finite number > 0 or ``None``, δ a finite number in
-    (0, :data:`~renyiboost.models.defaults.MAX_DELTA`] (:func:`~renyiboost.models.defaults.
-    check_epsilon`, :func:`~renyiboost.models.defaults.check_delta`); neither may be a bool
+    (0, :data:`~renyiboost.accounting.inputs.MAX_DELTA`] (:func:`~renyiboost.accounting.inputs.
+    check_epsilon`, :func:`~renyiboost.accounting.inputs.check_delta`); neither may be a bool
     or a string.
     """
 

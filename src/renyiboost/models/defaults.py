@@ -62,6 +62,7 @@ import numbers
 import warnings
 from typing import Any
 
+from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.exceptions import PrivacyLeakWarning
 from renyiboost.stream.schedule import TriggerSchedule
 
@@ -344,67 +345,6 @@ _REGRESSION: dict[str, Any] = {
     "split_candidates": None,
     "feature_selection": "random",
 }
-
-
-#: The largest δ a learner accepts. δ is the probability with which the guarantee may fail
-#: outright (a mechanism that publishes one random key's records verbatim satisfies
-#: (ε, δ)-DP with δ = 1/n), so it must be far below 1/n: README uses 10⁻⁶. A δ above 1 %
-#: is not even below 1/n for a hundred records, and no DP use is served by it, so it is
-#: refused; a smaller one that is not below 1/n of the expected size is warned about
-#: (:func:`check_privacy_inputs`).
-MAX_DELTA = 0.01
-
-
-def _as_real(value: Any) -> float:
-    """``value`` as a float if it is a real number (not a bool, a string or a complex);
-    NaN otherwise, so that every range check fails on it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond the float range
-        return math.inf if value > 0 else -math.inf
-
-
-def check_epsilon(epsilon: Any, *, allow_none: bool = True) -> float | None:
-    """ε as a float, checked at the boundary (scikit-learn style): a real number, not a
-    bool or a string, finite and > 0, or ``None`` (no privacy) where ``allow_none``.
-
-    >>> check_epsilon(1)
-    1.0
-    >>> check_epsilon(float("nan"))
-    Traceback (most recent call last):
-    ...
-    ValueError: epsilon must be a finite number > 0 (or None: no privacy), got nan
-    """
-    if epsilon is None and allow_none:
-        return None
-    value = _as_real(epsilon)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"epsilon must be a finite number > 0"
-                         f"{' (or None: no privacy)' if allow_none else ''}, got {epsilon!r}")
-    return value
-
-
-def check_delta(delta: Any) -> float:
-    """δ as a float, checked at the boundary: a real number, not a bool or a string, with
-    0 < δ < 1, and at most :data:`MAX_DELTA`.
-
-    >>> check_delta(1e-6)
-    1e-06
-    >>> check_delta(float("inf"))
-    Traceback (most recent call last):
-    ...
-    ValueError: delta must be a finite number with 0 < delta < 1, got inf
-    """
-    value = _as_real(delta)
-    if not (math.isfinite(value) and 0 < value < 1):
-        raise ValueError(f"delta must be a finite number with 0 < delta < 1, got {delta!r}")
-    if value > MAX_DELTA:
-        raise ValueError(f"delta must be at most {MAX_DELTA:g}, got {delta!r}: δ is the "
-                         "probability that the guarantee fails and should be far below 1/n "
-                         "for n records (e.g. 1e-6); no DP use is served by a larger one")
-    return value
 
 
 def expected_records_hint(value: Any) -> int:
@@ -690,7 +630,6 @@ __all__ = [
     "LAMBDA_NOISE_STDS",
     "LEAF_SNR",
     "MAINS_CYCLES",
-    "MAX_DELTA",
     "NOISE_STAGE_ENDS",
     "NON_PRIVATE_EFFECTIVE_SIZE",
     "PAIR_TREES_SIZE",
@@ -704,8 +643,6 @@ __all__ = [
     "STREAM_TRIGGER_GROWTH",
     "STREAM_WARMUP",
     "Policy",
-    "check_delta",
-    "check_epsilon",
     "check_privacy_inputs",
     "default_depth",
     "default_params",

@@ -9,6 +9,7 @@ import logging
 import shutil
 import sqlite3
 import time
+import tracemalloc
 import uuid
 import warnings
 
@@ -49,9 +50,9 @@ def _produce(bootstrap: str, topic: str, events) -> None:
     assert producer.flush(30) == 0
 
 
-def _engine(store) -> StreamEngine:
+def _engine(store, max_rounds: int | None = None) -> StreamEngine:
     params = SGBDTParams(task="regression", epsilon=1.0, rounds=4, depth=3, sampling_rate=0.5,
-                         learning_rate=0.3, reg_lambda=20.0)
+                         learning_rate=0.3, reg_lambda=20.0, max_rounds=max_rounds)
     config = EngineConfig(public_schema=SOURCE.schema, params=params, train_every=50,
                           trees_per_trigger=2, warmup=120)
     return StreamEngine(config, store=store, seed=3)
@@ -327,3 +328,34 @@ def test_offsets_without_a_message_are_positions(kafka_bootstrap, tmp_path):
         trainer.close()
         engine.close()
     assert seen[0] == seen[1] and seen[0][0] == 152
+
+
+def test_a_long_stretch_of_empty_offsets_is_one_run(kafka_bootstrap, tmp_path, caplog):
+    """A trainer down while retention deleted a million unread messages reads on a million
+    offsets later: each is an empty position, committed as such, and the gap is logged and
+    counted in the operator telemetry. Spelled out as a tuple per offset that gap took
+    over 100 MB (a gigabyte for ten million); as a run it takes a few numbers."""
+    topic, gap = _topic(), 1_000_000
+    create_topic(kafka_bootstrap, topic)
+    # a few rounds: an unbounded stream releases a tree at every trigger of the gap too
+    engine = _engine(SQLiteStore(tmp_path / "gap.db", create=True), max_rounds=6)
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    (key, value), offsets = _events()[0], [*range(10), 400, 401 + gap]
+    messages = [Message(topic=topic, partition=0, offset=offset, key=key, value=value)
+                for offset in offsets]
+    with engine.group_commit():  # past the warmup: the rounds' kernels are compiled
+        trainer._process(messages[:-1])
+    tracemalloc.start()
+    with caplog.at_level(logging.WARNING, "renyiboost.kafka"), engine.group_commit():
+        trainer._process(messages[-1:])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    engine.flush()
+    assert engine.positions == gap + 402
+    assert engine.offsets == {f"{topic}:0": gap + 402}
+    assert trainer.telemetry()["empty_positions"] == gap + 390
+    assert f"offsets 401 to {gap + 400} hold no message" in caplog.text
+    assert "offsets 10 to 399" not in caplog.text  # shorter than EMPTY_RUN_WARNING
+    assert peak < 20e6, peak
+    trainer.close()
+    engine.close()

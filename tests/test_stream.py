@@ -30,6 +30,7 @@ from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.positions import PositionRuns, latest_offsets
 from renyiboost.stream.store import SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -757,3 +758,26 @@ def test_learn_many_names_what_it_takes_when_given_rows_without_names(X) -> None
     with pytest.raises(TypeError, match="X must be a pandas DataFrame or a mapping"):
         model.predict_many(X)
     assert model.engine.positions == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["t:0", "t:1"]), st.integers(0, 5)), min_size=1,
+                max_size=12), st.data())
+def test_position_runs_read_as_the_list_of_positions_they_stand_for(runs, data) -> None:
+    """A batch's positions as runs (a Kafka gap is one run, not a tuple per offset) must
+    name every position as the spelled-out list does, and give a dict of each source's
+    latest offset the same value over any stretch: else a restart would read on from
+    another offset than the one committed."""
+    positions, spelled, next_offset = PositionRuns(), [], {"t:0": 1, "t:1": 1}
+    for source, length in runs:
+        first = next_offset[source]
+        positions.extend(source, first, length)
+        spelled += [(source, first + i) for i in range(length)]
+        next_offset[source] = first + length
+    assert len(positions) == len(spelled)
+    assert [positions[i] for i in range(len(spelled))] == spelled
+    assert list(positions) == spelled and positions[-1:] == spelled[-1:]
+    start = data.draw(st.integers(0, len(spelled)))
+    stop = data.draw(st.integers(start, len(spelled)))
+    assert dict(latest_offsets(positions, start, stop)) == dict(spelled[start:stop])
+    assert dict(latest_offsets(spelled, start, stop)) == dict(spelled[start:stop])

@@ -96,6 +96,7 @@ from renyiboost.models.trees import Ensemble, input_shifts
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
+from renyiboost.stream.positions import PositionRuns
 from renyiboost.stream.sharded import ShardedEngine, default_partition_map
 from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta, score_value
 from renyiboost.validation import RecordValidator
@@ -111,6 +112,10 @@ _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 #: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
 #: cannot be delivered stops the trainer before the batch commits, on every restart.
 DEAD_LETTER_HEAD_BYTES = 1024
+#: A stretch of offsets without a message this long is logged (:meth:`KafkaTrainer.
+#: _offset_positions`): a transaction marker leaves one, and a compacted or retained topic a
+#: few; thousands mean the trainer was down while retention deleted what it had not read.
+EMPTY_RUN_WARNING = 1_000
 
 
 class KafkaSettings(BaseModel):
@@ -274,6 +279,8 @@ class KafkaTrainer(_Loop):
         self.dead_letters: Counter[str] = Counter()
         self.dead_letters_repeated = 0
         self.consumed = 0
+        #: Offsets read past that held no message (:meth:`_offset_positions`).
+        self.empty_positions = 0
         self.stopping = False
         self._down_since: float | None = None
         self._fatal: KafkaError | None = None
@@ -438,15 +445,17 @@ class KafkaTrainer(_Loop):
         self.engine.add(batch.rows, batch.labels, batch.keys, events, event_index=index,
                         n_events=len(events), labels_checked=True)  # the parser checked them
 
-    def _offset_positions(self, messages: list[Message]) -> tuple[list[tuple[str, int]],
-                                                                   np.ndarray]:
+    def _offset_positions(self, messages: list[Message]) -> tuple[PositionRuns, np.ndarray]:
         """The stream positions of a batch, one an *offset*: ``(partition, next offset)``
         for every offset from the one expected to each message's, and each message's index
         among them. An offset that holds no message (compaction removed it, a transaction
         marker, retention passed it while the trainer was down) is an empty position: the
         public clock is the offsets, and compaction removes offsets according to who
-        upserted, so counting delivered messages made it depend on the data."""
-        events: list[tuple[str, int]] = []
+        upserted, so counting delivered messages made it depend on the data. A stretch of
+        empty positions is one run (:class:`~renyiboost.stream.positions.PositionRuns`),
+        however long; one of :data:`EMPTY_RUN_WARNING` or more is logged, and all are
+        counted in the operator telemetry (``empty_positions``)."""
+        events = PositionRuns()
         at = np.empty(len(messages), dtype=np.int64)
         expected = self._expected
         for i, message in enumerate(messages):
@@ -456,9 +465,15 @@ class KafkaTrainer(_Loop):
                 log.warning("%s went back from offset %d to %d; counting on from there",
                             name, first, offset)
                 first = offset
-            events.extend((name, skipped + 1) for skipped in range(first, offset))
+            if offset - first >= EMPTY_RUN_WARNING:
+                log.warning("%s: offsets %d to %d hold no message (retention or compaction "
+                            "removed them, or they are transaction markers); they count as "
+                            "%d empty stream positions", name, first, offset - 1,
+                            offset - first)
+            self.empty_positions += offset - first
+            events.extend(name, first + 1, offset - first)
             at[i] = len(events)
-            events.append((name, offset + 1))
+            events.extend(name, offset + 1, 1)
             expected[name] = offset + 1
         return events, at
 
@@ -654,6 +669,7 @@ class KafkaTrainer(_Loop):
         return {"channel": "operator-telemetry", "consumed": self.consumed,
                 "dead_letters": dict(self.dead_letters),
                 "dead_letters_repeated": self.dead_letters_repeated,
+                "empty_positions": self.empty_positions,
                 "published_version": self._published["version"],
                 "engine": self.engine.operator_telemetry().model_dump()}
 

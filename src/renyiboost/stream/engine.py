@@ -115,6 +115,7 @@ from renyiboost.models.recalibration import (
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
+from renyiboost.stream.positions import latest_offsets
 from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
     GRID_META,
@@ -858,7 +859,7 @@ class StreamEngine:
                 self._n_pending += self._pending_uids[-1].size
                 self._pending_chunked = True
             if positions is not None:
-                self._pending_offsets.update(positions[start:stop])
+                self._pending_offsets.update(latest_offsets(positions, start, stop))
             self._count_positions(stop - start)
             start, row = stop, row_stop
 

@@ -81,3 +81,39 @@ def test_the_metrics_are_scikit_learns_under_our_units() -> None:
     assert r2_score(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0])) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="both classes"):
         roc_auc(np.ones(3), np.arange(3.0))
+
+
+def test_the_demo_replaces_only_its_own_store(tmp_path) -> None:
+    """The demo once unlinked whatever lay at --state: a production store with its keys'
+    spent budgets, even one a trainer held (its files were gone once the holder closed).
+    Now it replaces only a store it created, refuses anything else before it writes, and
+    checks its output paths before it replays."""
+    from renyiboost.exceptions import StoreLocked
+    from renyiboost.stream.store import SQLiteStore
+
+    def run(state, **options) -> None:
+        demo.run_demo("abalone", "iid", batch_size=2000, state=str(state),
+                      plot_path=str(options.pop("plot", tmp_path / "d.png")), **options)
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    with pytest.raises(ValueError, match="not a state store that the demo created"):
+        run(precious)
+    assert precious.read_text() == "precious"
+    production = SQLiteStore(tmp_path / "prod.db", create=True)
+    production.set_meta("published", {"version": 7})
+    with pytest.raises(StoreLocked):  # a trainer holds it
+        run(tmp_path / "prod.db")
+    production.close()
+    with pytest.raises(ValueError, match="not a state store that the demo created"):
+        run(tmp_path / "prod.db")
+    reopened = SQLiteStore(tmp_path / "prod.db")
+    assert reopened.get_meta("published") == {"version": 7}
+    reopened.close()
+    run(tmp_path / "demo.db")
+    run(tmp_path / "demo.db")  # its own store: replaced
+    with pytest.raises(ValueError, match="extension must name an image format"):
+        run(tmp_path / "new.db", plot=tmp_path / "d.txt")
+    with pytest.raises(ValueError, match="is a directory"):
+        run(tmp_path / "new.db", json_path=str(tmp_path))
+    assert not (tmp_path / "new.db").exists()

@@ -13,11 +13,13 @@ public schedule). The metric is computed on the demo's public data set.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
+from renyiboost.exceptions import StateStoreError, StoreLocked
 from renyiboost.experiments.evaluation import replay, rounded
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -62,6 +64,65 @@ def plot(history: list[dict[str, Any]], path: Path, title: str,
     return legend
 
 
+#: The side value that marks a state store as the demo's own (:func:`remove_demo_store`).
+DEMO_MARK = "demo"
+
+
+def remove_demo_store(path: Path) -> None:
+    """Remove the store an earlier demo left at ``path``, and nothing else.
+
+    The demo starts a new model at each run, so it replaces its store; it once unlinked
+    whatever was at ``--state``, a production store and its keys' budgets included, even
+    one a trainer held. Now the file must open as a state store that is not in use
+    (:class:`~renyiboost.exceptions.StoreLocked` otherwise) and carry the demo's mark,
+    written when the demo created it; anything else is refused, naming the path.
+    """
+    if not any(Path(f"{path}{suffix}").exists() for suffix in ("", "-wal")):
+        return
+    refused = (f"--state {path} exists and is not a state store that the demo created; the "
+               "demo replaces only its own stores (a state store's file holds its keys' "
+               "spent budgets). Choose another --state, or pass --resume to continue it")
+    if path.is_dir() or not _is_sqlite(path):
+        raise ValueError(refused)
+    try:
+        old = SQLiteStore(path)
+    except StoreLocked:
+        raise
+    except (sqlite3.Error, StateStoreError) as error:  # a SQLite file, not a store
+        raise ValueError(f"{refused} ({error})") from None
+    if old.get_meta(DEMO_MARK) is not True:
+        old.close()
+        raise ValueError(refused)
+    old._remove()
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a file that starts as every SQLite database does."""
+    try:
+        with path.open("rb") as file:
+            return file.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def check_outputs(plot_path: Path, json_path: Path | None) -> None:
+    """Refuse output paths the demo could not write, before it replays anything: a
+    directory, or a plot format matplotlib does not write (it was found after the run)."""
+    for option, path in (("--plot", plot_path), ("--json", json_path)):
+        if path is not None and path.is_dir():
+            raise ValueError(f"{option} {path} is a directory; give a file path")
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # the plot is skipped, with a word, after the run
+        return
+    formats = Figure().canvas.get_supported_filetypes()
+    suffix = plot_path.suffix.removeprefix(".").lower()
+    if suffix not in formats:
+        raise ValueError(f"--plot {plot_path}: the file's extension must name an image "
+                         f"format ({', '.join(sorted(formats))}), got {suffix or 'none'!r}")
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
+
+
 def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 1.0,
              delta: float = 1e-6, batch_size: int = 250, expected_records: int | None = None,
              train_every: int | None = None, trees_per_trigger: int | None = None,
@@ -80,11 +141,12 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
         triggers["trees_per_trigger"] = trees_per_trigger
     config = EngineConfig.from_defaults(source.schema, task, epsilon, delta,
                                         expected_records, **triggers)
-    state_path = Path(state)
-    if not resume:  # the demo starts a new model, so it creates a new store on purpose
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(state_path) + suffix).unlink(missing_ok=True)
-    store = str(state_path) if resume else SQLiteStore(state_path, create=True)
+    state_path, plot_path = Path(state), Path(plot_path)
+    check_outputs(plot_path, None if json_path is None else Path(json_path))
+    if not resume:  # the demo starts a new model, so it replaces its own earlier store
+        remove_demo_store(state_path)
+    store = (str(state_path) if resume
+             else SQLiteStore(state_path, create=True, meta={DEMO_MARK: True}))
     engine = StreamEngine(config, store=store, seed=seed)
     late_name = (LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
                  if scenario == "late" else None)
@@ -113,8 +175,6 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
     print("operator telemetry (exact counts: not for release):")
     for name, value in engine.operator_telemetry().model_dump(exclude={"channel"}).items():
         print(f"  {name:28s} {rounded(value)}")
-    plot_path = Path(plot_path)
-    plot_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         plot(history, plot_path, f"{source.data.name}, scenario '{scenario}', "
              f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)

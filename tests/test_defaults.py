@@ -378,6 +378,12 @@ def test_a_private_selection_releases_one_run_at_the_accounted_budget() -> None:
     assert result.params == candidates[result.candidate]
     assert budget.order / (2 * score_noise_std(budget) ** 2) == pytest.approx(budget.run_rdp)
     assert SelectionBudget.split(1.0, 1e-6, budget.order, 3.0) == budget
+    # the chosen model's release and export state the selection's total, not its run's ε
+    # alone (0.596 of a total 1.0 before), and keep it through a JSON round trip
+    stated = result.model.release().guarantee
+    assert (stated.epsilon, stated.delta) == (budget.epsilon, budget.delta)
+    assert budget.run_epsilon < 0.7 * budget.epsilon
+    assert SGBDT.from_json(result.model.to_json()).privacy_guarantee() == stated
     with pytest.raises(ValueError, match="leaves"):
         private_tune(schema, X, y, "classification", 1.0, candidates=[{"depth": 2}])
 

@@ -279,6 +279,10 @@ class SGBDT(MarginModel):
         #: The guarantee a model read by :meth:`from_json` was released with (it has no
         #: booster to derive one from); ``None`` for a model fitted here.
         self.imported_guarantee: PrivacyGuarantee | None = None
+        #: The total guarantee of the private selection that chose this fit
+        #: (:func:`~renyiboost.models.tuning.private_tune`), which its release states: the
+        #: selection paid for the choice as well as for this run. ``None`` otherwise.
+        self.selection_guarantee: PrivacyGuarantee | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
@@ -322,6 +326,7 @@ class SGBDT(MarginModel):
         check_privacy_inputs(self._given.epsilon, self._given.delta,
                              len(y) if self.expected_records is None else self.expected_records)
         self.size_estimate_epsilon = self.size_estimate_ = None
+        self.selection_guarantee = None  # a new fit is no longer the selection's choice
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():
             if self._given.private:
@@ -358,7 +363,10 @@ class SGBDT(MarginModel):
     # ------------------------------------------------------------------ prediction
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:
-        """ε, δ, α̂, σ and B per row (public: functions of the parameters only)."""
+        """ε, δ, α̂, σ and B per row (public: functions of the parameters only); for the
+        choice of a private selection, the selection's total ε and δ."""
+        if self.selection_guarantee is not None:
+            return self.selection_guarantee
         booster = self.booster
         if booster is None and self.imported_guarantee is not None:
             return self.imported_guarantee  # read from a release: it is what was promised

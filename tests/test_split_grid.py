@@ -386,3 +386,25 @@ def test_a_restart_after_the_ends_grid_charges_it_once(tmp_path, snapshot_ratio:
                                   straight.booster.grower.quantile_map.cdf)
     np.testing.assert_array_equal(again.active_pool().spent, straight.active_pool().spent)
     np.testing.assert_array_equal(again.ensemble.thresholds, straight.ensemble.thresholds)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+def test_no_grid_and_no_charge_after_the_last_round(sharded: bool) -> None:
+    """A grid reaches the model topic with the next version's tree, and after
+    ``max_rounds`` there is none: ``finish()`` once bought one anyway, so every key paid
+    for spans that changed the answers of a version the topic already held (59 of 200
+    rows answered otherwise). Would fail if the end's grid ignored ``max_rounds``."""
+    from renyiboost.stream.sharded import ShardedEngine
+
+    X, y = _skewed(1500, 12)
+    config = EngineConfig.from_defaults(SCHEMA, "classification", 1.0, rounds=8, max_rounds=8,
+                                        train_every=50, warmup=50)
+    engine = (ShardedEngine(config, [None, None], seed=0) if sharded
+              else StreamEngine(config, seed=0))
+    engine.add(X, y, [str(i) for i in range(1500)])
+    before = engine.release()
+    assert len(before.trees) == 8 and before.smoothing_spans is None
+    spent = engine.operator_budget_of("1400").spent_rdp
+    assert engine.finish() == 0
+    after = engine.release()
+    assert after == before and engine.operator_budget_of("1400").spent_rdp == spent

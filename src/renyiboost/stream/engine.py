@@ -376,8 +376,10 @@ def hinted_grid_charge(config: EngineConfig, booster: SGBDTBooster,
                        positions: int) -> float | None:
     """The charge of the split grid a stream releases now, or ``None``: the one its
     ``grid_share`` reserved, at the first trigger from its hinted end on, before the end
-    burst, once (a function of the positions and parameters: public)."""
-    if (config.params.grid_share > 0 and config.final_at is not None
+    burst, once (a function of the positions and parameters: public). None once
+    ``max_rounds`` is reached (:func:`end_grid_charge`)."""
+    if (rounds_left(config, booster) and config.params.grid_share > 0
+            and config.final_at is not None
             and positions >= config.final_at and booster.grower.quantile_map is None):
         return _charge_of(booster, None)
     return None
@@ -387,8 +389,14 @@ def end_grid_charge(config: EngineConfig, booster: SGBDTBooster,
                     split_grid: bool | None) -> float | None:
     """The charge of the split grid :meth:`StreamEngine.finish` releases before its burst,
     or ``None`` (see there): the reserved one, or one bought from the unspent budget at
-    :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE` of B. Public inputs only."""
-    if (split_grid is False or booster.grower.quantile_map is not None
+    :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE` of B. Public inputs only.
+
+    None once ``max_rounds`` is reached, as for a refit (:func:`recalibration_due`): a grid
+    reaches the model topic with the next version's tree, and after the last round there is
+    none, so the keys paid for spans that changed the answers of a version number the topic
+    already holds (59 of 200 rows answered otherwise), with no tree to use the grid."""
+    if (split_grid is False or not rounds_left(config, booster)
+            or booster.grower.quantile_map is not None
             or config.public_schema.n_numeric == 0):
         return None
     if config.params.grid_share > 0:

@@ -12,6 +12,7 @@ import threading
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from river import checks
 
 from renyiboost import SGBDTClassifier, SGBDTRegressor
 from renyiboost.exceptions import (
+    EngineClosed,
     InvalidRecord,
     LedgerConflict,
     SchemaMismatchWarning,
@@ -241,6 +243,46 @@ def test_a_clean_close_leaves_nothing_to_replay(tmp_path) -> None:
     db.close()
     again = _regressor(store=SQLiteStore(path))
     assert {k: again.operator_budget_of(k) for k in range(50)} == ledger
+
+
+def test_learn_one_takes_key_and_no_other_keyword() -> None:
+    """A weight or a misspelt key once vanished into ``**kwargs``: ``w=100`` was ignored and
+    ``user_id="alice"`` left the record keyless (a fresh budget per record, not per
+    person). River's Pipeline routes by the signature, so ``key`` still reaches the model."""
+    from river import compose
+
+    model = _regressor()
+    x, y = _stream(1)[0]
+    for keyword in ({"w": 100.0}, {"user_id": "alice"}, {"keys": "bob"}):
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            model.learn_one(x, y, **keyword)
+    assert model.engine.positions == 0
+    pipeline = compose.Select("a", "b") | model
+    pipeline.learn_one(x, y, key="alice")
+    assert model.operator_budget_of("alice").status != "unknown"
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "sqlite"])
+def test_a_closed_model_answers_but_learns_no_more(tmp_path, durable: bool) -> None:
+    """``close()`` releases the store and its lock; a closed model once went on accepting
+    records (in memory it kept training; on SQLite it lost them and then failed with
+    "cannot schedule new futures after shutdown"). Now it refuses at once, and answers."""
+    store = SQLiteStore(tmp_path / "state.db", create=True) if durable else None
+    model = _regressor(store=store)
+    data = _stream(300)
+    _fill(model, data, list(range(300)))
+    answer = model.predict_one(data[0][0])
+    model.close()
+    for learn in (lambda: model.learn_one(*data[0], key=1),
+                  lambda: model.learn_many(pd.DataFrame([data[0][0]]), [data[0][1]]),
+                  model.train, model.finish):
+        with pytest.raises(EngineClosed, match="closed"):
+            learn()
+    assert model.predict_one(data[0][0]) == answer
+    if durable:  # the store is free for the next engine, which holds all 300 records
+        again = _regressor(store=SQLiteStore(tmp_path / "state.db"))
+        assert again.engine.positions == 300
+        again.close()
 
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 0.3, 1e9], ids=["every", "some", "never"])

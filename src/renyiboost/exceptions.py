@@ -69,6 +69,11 @@ class StoreLocked(StateStoreError):
     """Another process holds the state store."""
 
 
+class EngineClosed(StateStoreError):
+    """The model was closed: it answers, but learns no more (its store and lock are
+    released, and another engine may hold them now)."""
+
+
 class LedgerConflict(StateStoreError):
     """Going on would give some key a second budget or re-base its budget (refused)."""
 

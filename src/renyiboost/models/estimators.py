@@ -215,7 +215,7 @@ class _SGBDTEstimator:
             frame = frame.f_back
 
     # ------------------------------------------------------------------ learning
-    def learn_one(self, x: dict, y: Any, *, key: Any = None, **kwargs: Any) -> None:
+    def learn_one(self, x: dict, y: Any, *, key: Any = None) -> None:
         """Buffer a copy of ``x`` under ``key`` (a new sequence id if None); may run rounds.
 
         Raises :class:`~renyiboost.exceptions.InvalidRecord` (a ``ValueError``) for a
@@ -223,6 +223,11 @@ class _SGBDTEstimator:
         feature, a label outside the public domain or a bad key; the record is then not
         learned, but its call still counts as one stream position (the public schedule must
         not depend on whether a record was valid).
+
+        ``key`` is the only keyword: a sample weight (River's ``w``) would change a record's
+        sensitivity, which the accounting fixes, and a misspelt key (``user_id=``) once fell
+        silently into ``**kwargs``, leaving the record keyless. River's ``Pipeline`` reads
+        the signature and forwards ``key`` alone.
         """
         if not self._wrapper_checked:
             self._check_wrapper()

@@ -71,6 +71,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import (
+    EngineClosed,
     LedgerConflict,
     PrivacyLeakWarning,
     SchemaMismatchWarning,
@@ -659,8 +660,15 @@ class StreamEngine:
         self._store.claim(self)  # the copy's own store
 
     def _may_learn(self) -> None:
-        """Refuse to learn in a broken engine or in a copy of a ledger (see above)."""
+        """Refuse to learn in a broken or closed engine or in a copy of a ledger (see
+        above)."""
         self._usable()
+        if self._closed:
+            raise EngineClosed(
+                "this engine was closed (close()): it answers, but learns no more. Its store "
+                "and lock were released, so records learned here would never be committed, "
+                "and another engine may hold the store now; reopen the store by its location "
+                "to go on learning.")
         if self._copied_ledger:
             raise LedgerConflict(
                 "this engine is a copy (pickle, copy.deepcopy) of one that had already learned; "

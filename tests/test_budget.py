@@ -6,6 +6,7 @@ data, or if a refit were free? Each is asserted."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -113,6 +114,29 @@ def test_a_stream_draws_its_lifetime_guarantee_once() -> None:
     with pytest.raises(BudgetExceeded, match="would spend"):
         third.draw_from(budget)
     assert budget.spent_epsilon == pytest.approx(2 * first.privacy_guarantee().epsilon)
+
+
+def test_a_draw_comes_before_learning_and_a_copy_that_may_learn_draws_too() -> None:
+    """A model that had read 500 records could still draw, after the fact; and a deepcopy of
+    a drawn model learned on the original's one charge (two models at ε = 1 on the same
+    records, one ε = 1 charged). Now a late draw is refused, and a copy that may learn
+    draws for itself or is refused; a copy of a model that learned cannot learn (no draw)."""
+    budget = PrivacyAccountant(epsilon=2.5, delta=1e-5)
+    late, drawn = _phishing_candidates(2)
+    for x, y in datasets.Phishing().take(20):
+        late.learn_one(x, y)
+    with pytest.raises(ValueError, match="before the first learn_one"):
+        late.draw_from(budget)
+    assert budget.charges == []
+    drawn.draw_from(budget)
+    copy.deepcopy(drawn)  # may learn: it draws
+    assert budget.spent_epsilon == pytest.approx(2 * drawn.privacy_guarantee().epsilon)
+    with pytest.raises(BudgetExceeded, match="would spend"):
+        copy.deepcopy(drawn)
+    for x, y in datasets.Phishing().take(20):
+        drawn.learn_one(x, y)
+    copy.deepcopy(drawn)  # a copy of a ledger answers only: nothing to draw
+    assert len(budget.charges) == 2
 
 
 def test_river_model_selection_over_private_candidates_warns_unless_they_share_a_budget(

@@ -177,15 +177,33 @@ class _SGBDTEstimator:
     def draw_from(self, accountant: PrivacyAccountant, name: str | None = None) -> Any:
         """Charge this stream's lifetime per-key (ε, δ) to ``accountant``, a budget shared
         by the models trained on the same records; refused (``BudgetExceeded``) if it would
-        overspend, and a second time for the same estimator. Call it before learning."""
+        overspend, a second time for the same estimator, and once it has read a record (a
+        shared budget is checked before the records are read, not after)."""
         if self._drawn_from is not None:
             raise BudgetExceeded("this estimator already drew its budget; a stream's (ε, δ) "
                                  "covers its whole life")
+        if self._engine.positions:
+            raise ValueError(
+                "draw_from must come before the first learn_one: this estimator has already "
+                "read records, which the shared budget never checked. Draw a new estimator "
+                "before it learns.")
+        self._charge(accountant, name)
+        return self
+
+    def _charge(self, accountant: PrivacyAccountant, name: str | None) -> None:
         guarantee = self.privacy_guarantee()
         accountant.charge(name or f"{type(self).__name__} {len(accountant.charges) + 1}",
                           guarantee.epsilon, guarantee.delta)
         self._drawn_from = accountant
-        return self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy (``copy.deepcopy``) of an estimator that drew from a shared budget and may
+        still learn is a second model on the same records: it draws for itself, from the
+        same accountant (shared by the copy), or the copy is refused with
+        ``BudgetExceeded``. Before, it learned on the original's one charge."""
+        self.__dict__.update(state)
+        if self._drawn_from is not None and self._engine.may_learn:
+            self._charge(self._drawn_from, None)
 
     def _check_wrapper(self) -> None:
         """Warn once when a River model-selection wrapper drives this estimator: each

@@ -659,6 +659,11 @@ class StreamEngine:
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
 
+    @property
+    def may_learn(self) -> bool:
+        """Whether this engine may still learn (:meth:`_may_learn` would not refuse)."""
+        return self._broken is None and not self._closed and not self._copied_ledger
+
     def _may_learn(self) -> None:
         """Refuse to learn in a broken or closed engine or in a copy of a ledger (see
         above)."""

@@ -134,6 +134,11 @@ def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
     assert bad.json()["detail"]["reason"] == "schema" and "row 1" in bad.json()["detail"]["detail"]
     assert client.post("/predict", json={"rows": [{"a": "high"}]}).status_code == 422
     assert client.post("/predict", json={"rows": []}).status_code == 422
+    # a key beside rows is refused, not ignored; the API description is served (it was a
+    # 500: /health's return type did not resolve)
+    assert client.post("/predict", json={"rows": probe[:1], "row": {}}).status_code == 422
+    api = client.get("/openapi.json")
+    assert api.status_code == 200 and "/predict" in api.json()["paths"]
 
 
 def test_serve_gives_labels_and_probabilities_of_a_multiclass_model(server,

@@ -37,7 +37,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.exceptions import InvalidRecord
 
@@ -48,8 +48,9 @@ MAX_ROWS = 10_000
 
 
 class PredictRequest(BaseModel):
-    """The body of ``POST /predict``."""
+    """The body of ``POST /predict`` (a key other than ``rows`` is refused, not ignored)."""
 
+    model_config = ConfigDict(extra="forbid")
     rows: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_ROWS)
 
 
@@ -204,7 +205,7 @@ def create_app(service: FollowerService) -> Any:
         except LookupError as why:
             raise HTTPException(status_code=503, detail=str(why)) from None
 
-    @app.get("/health")
+    @app.get("/health", response_model=None)  # a JSONResponse: its status code varies
     def health() -> JSONResponse:
         with service.lock:
             version, refused = service.follower.version, service.refusal()

@@ -185,6 +185,18 @@ def test_an_infinite_trigger_growth_is_a_value_error() -> None:
                                    train_every=5, trigger_growth=math.inf)
 
 
+def test_options_that_would_be_silently_unused_and_malformed_features_are_refused() -> None:
+    """``final_trees`` without a hint had no end to run at and was stored and never run;
+    ``features`` that are not a mapping failed in ``dict()`` with a message about
+    "dictionary update sequence element #0"."""
+    with pytest.raises(ValueError, match="final_trees .*without a hint"):
+        _regressor(final_trees=100)
+    assert _regressor(final_trees=100, expected_records=5_000).engine.config.final_trees == 100
+    for features in (["a", "b"], "ab", None, {}):
+        with pytest.raises(ValueError, match="features must be a non-empty mapping"):
+            SGBDTRegressor(features, target_bounds=(0.0, 1.0))
+
+
 # ------------------------------------------------------------------ short hints (bug 5)
 @pytest.mark.parametrize("hint", [1, 2, 30, 60, 99])
 def test_a_hint_below_the_warmup_still_trains_at_its_end(hint) -> None:

@@ -125,6 +125,10 @@ class _SGBDTEstimator:
         if self._task == "regression" and labels is not None:
             raise ValueError("labels is a classifier's public label set; a regressor takes "
                              "target_bounds")
+        if not isinstance(features, Mapping) or not features:
+            raise ValueError("features must be a non-empty mapping of name to (lo, hi) for a "
+                             "numeric feature or to the list of its values for a categorical "
+                             f"one, got {type(features).__name__} {features!r:.80}")
         schema = PublicSchema(
             features=dict(features),
             target_bounds=target_bounds if self._task == "regression" else None,

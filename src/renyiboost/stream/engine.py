@@ -225,6 +225,12 @@ class EngineConfig(BaseModel):
                              "histograms at the end its expected_records hint names, before "
                              "the end burst; without a hint leave grid_share at 0 (finish() "
                              "buys one from the budget the records left unspent)")
+        if self.final_trees > 0 and self.final_at is None:
+            raise ValueError("final_trees (the end burst's rounds) run at the end an "
+                             "expected_records hint names; without a hint there is no end "
+                             "to run them at, and they were silently never run. Call "
+                             "finish() when the stream ends (its burst is a share of the "
+                             "nominal rounds), or give expected_records")
         return self
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -93,6 +94,25 @@ def test_options_a_mode_does_not_read_are_refused_instead_of_ignored(capsys) -> 
     assert "--methods does not apply to --preset field" in capsys.readouterr().err
     assert main(["experiment", "--preset", "paper", "--config", "grid.toml"]) == 2
     assert "--config does not apply to --preset paper" in capsys.readouterr().err
+    # a memory: source trains once and publishes nothing: --model-topic went unread
+    config = str(Path(__file__).parents[1] / "examples" / "abalone.toml")
+    assert main(["train", "--config", config, "--source", "memory:abalone", "--state",
+                 "unused.db", "--model-topic", "t", "--max-idle", "1"]) == 2
+    assert ("--model-topic, --max-idle do not apply to a memory: source"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--config", "c.toml", "--max-idle", "nan"],
+    ["train", "--config", "c.toml", "--max-idle", "-1"],
+    ["replay", "abalone", "--to", "kafka://127.0.0.1:1/t", "--rate", "-5"],
+    ["replay", "abalone", "--to", "kafka://127.0.0.1:1/t", "--connect-timeout", "inf"],
+])
+def test_seconds_and_rates_are_finite_and_positive(argv, capsys) -> None:
+    """``--max-idle nan`` never stopped and ``--rate -5`` produced: refused as usage errors
+    before anything connects."""
+    assert main(argv) == 2
+    assert "Invalid value for" in capsys.readouterr().err
 
 
 def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) -> None:

@@ -329,3 +329,22 @@ def test_a_config_with_a_bad_event_format_is_refused_when_read(tmp_path) -> None
     with pytest.raises(ValueError, match="events: .*features_field and key_field"):
         load_config(config)
     assert EventFormat(key_field="user", features_field="f", label_field="l").key_field == "user"
+
+
+@pytest.mark.parametrize(("setting", "value", "message"), [
+    ("extra", {"bootstrap.servers": "127.0.0.1:1"}, "renyiboost sets itself"),
+    ("extra", {"group.id": "other", "transactional.id": "x"}, "group.id"),
+    ("connect_timeout", math.inf, "finite"),
+    ("poll_timeout", math.nan, "poll_timeout"),
+])
+def test_kafka_settings_refuse_what_would_replace_the_managed_ones(setting, value,
+                                                                  message) -> None:
+    """``[kafka] extra = {"bootstrap.servers" = ...}`` once connected elsewhere than
+    ``--source`` named (and the error named the wrong broker); an infinite timeout never
+    timed out."""
+    from renyiboost.connectors.kafka import KafkaSettings
+
+    with pytest.raises(ValueError, match=message):
+        KafkaSettings(bootstrap_servers="127.0.0.1:9092", topics=["t"], **{setting: value})
+    assert KafkaSettings(bootstrap_servers="b:1", topics=["t"],
+                         extra={"security.protocol": "SSL"}).extra == {"security.protocol": "SSL"}

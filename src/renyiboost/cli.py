@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,6 +88,14 @@ def _delta(ctx: click.Context, param: click.Parameter, value: float | None) -> f
         return None if value is None else check_delta(value)
     except ValueError as error:
         raise click.BadParameter(str(error), ctx, param) from None
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A number of seconds or events per second: finite (``FloatRange`` lets inf and nan
+    through; ``--max-idle nan`` never stopped)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}", ctx, param)
+    return value
 
 
 def _stream_datasets() -> Sequence[str]:
@@ -202,7 +211,9 @@ def _load_config(path: str, overrides: dict[str, Any]) -> Any:
               "config's)")
 @click.option("--model-name", default=None, help="the releases' message key (default: the "
               "config's)")
-@click.option("--max-idle", type=float, default=None, help="stop after this many idle seconds")
+@click.option("--max-idle", type=click.FloatRange(min=0, min_open=True), default=None,
+              callback=_finite,
+              help="stop after this many idle seconds")
 @click.option("--json", "as_json", is_flag=True,
               help="operator telemetry as JSON lines on standard output")
 @_shards_option(SHARDS_HELP)
@@ -220,6 +231,10 @@ def train(config: str, source: str | None, state: str | None, new_state: bool,
         raise click.UsageError("--ray needs --shards")
     loaded = _load_config(config, {"source": source, "state": state,
                                    "model_topic": model_topic, "model_name": model_name})
+    if loaded.source.startswith("memory:"):
+        refuse_unread_options(["model_topic", "model_name", "max_idle"],
+                              "a memory: source (it trains on the data set once and "
+                              "publishes nothing)")
     return run_train(loaded, max_idle=max_idle, as_json=as_json, new_state=new_state,
                      shards=shards, ray_address=ray_address)
 
@@ -300,13 +315,13 @@ def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
 @click.argument("dataset", type=LazyChoice(_stream_datasets))
 @click.option("--scenario", type=LazyChoice(_scenarios), default="iid", help="drift scenario")
 @click.option("--to", "target", required=True, help="kafka://host:port/topic")
-@click.option("--rate", type=float, default=0.0, help="events per second (0: as fast as "
-              "possible)")
+@click.option("--rate", type=click.FloatRange(min=0), default=0.0, callback=_finite,
+              help="events per second (0: as fast as possible)")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="events to produce (none: all)")
 @click.option("--seed", type=int, default=0, help="shuffle seed of the scenario")
-@click.option("--connect-timeout", type=float, default=30.0,
-              help="seconds to wait for the cluster before giving up")
+@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              callback=_finite, help="seconds to wait for the cluster before giving up")
 def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | None,
            seed: int, connect_timeout: float) -> int:
     """Produce a bundled data set under a drift scenario into a Kafka topic."""

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import uuid
 from collections import Counter
@@ -75,7 +76,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from renyiboost.connectors.events import (
     EventFormat,
@@ -117,6 +118,13 @@ DEAD_LETTER_HEAD_BYTES = 1024
 #: few; thousands mean the trainer was down while retention deleted what it had not read.
 EMPTY_RUN_WARNING = 1_000
 
+#: librdkafka settings the trainer, the publisher and the follower set themselves
+#: (:class:`KafkaSettings` refuses them in ``extra``).
+MANAGED_CLIENT_SETTINGS = frozenset({
+    "bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
+    "auto.offset.reset", "isolation.level", "transactional.id", "enable.idempotence",
+    "enable.partition.eof", "logger", "error_cb", "on_delivery", "stats_cb", "throttle_cb"})
+
 
 class KafkaSettings(BaseModel):
     """Connection and topics. ``extra`` is passed through to librdkafka (security etc.)."""
@@ -136,6 +144,27 @@ class KafkaSettings(BaseModel):
     dlq_timeout: float = Field(
         30.0, gt=0, description="seconds to wait for a batch's dead letters to be delivered")
     extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("poll_timeout", "connect_timeout", "dlq_timeout")
+    @classmethod
+    def _finite(cls, value: float, info: ValidationInfo) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be a finite number of seconds")
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _not_managed(cls, value: dict[str, str]) -> dict[str, str]:
+        """librdkafka settings renyiboost sets itself are refused in ``extra``: one there
+        once replaced them silently (``bootstrap.servers`` connected elsewhere than
+        ``--source`` named, and the error then named the wrong broker)."""
+        managed = sorted(value.keys() & MANAGED_CLIENT_SETTINGS)
+        if managed:
+            raise ValueError(f"extra sets {managed}, which renyiboost sets itself (the broker "
+                             "from bootstrap_servers or --source, the group from group_id, "
+                             "offsets committed with the state, fenced transactions); "
+                             "remove them from [kafka] extra")
+        return value
 
     def client(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers, "logger": log, **self.extra,

@@ -106,8 +106,16 @@ def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
     for i, x in enumerate(rows[:200]):
         model.learn_one(x, float(np.clip(2 * x["a"] + (x["c"] == "y"), -1, 4)), key=i)
     first = model.engine.release_version
+    # another model's releases: the server waited in silence; now /health names them
+    _publish(kafka_bootstrap, topic, model, "other", range(1, 2))
+    deadline = time.monotonic() + 60
+    while "other" not in client.get("/health").json().get("reason", ""):
+        assert time.monotonic() < deadline, client.get("/health").json()
+        time.sleep(0.2)
+    assert client.get("/health").status_code == 503
     _publish(kafka_bootstrap, topic, model, "m", range(1, first + 1))
     _wait(client, "/health", first)
+    assert "reason" not in client.get("/health").json()
     probe = rows[:50]
     answer = client.post("/predict", json={"rows": probe}).json()
     assert answer["version"] == first and answer["model"] == "m"

@@ -1010,6 +1010,9 @@ class ModelFollower:
         self.not_releases = 0
         #: The version at which the follower last re-read the topic for a missing version.
         self._reread_at: int | None = None
+        #: Other models' names seen on the topic (message keys, public): a follower of a
+        #: misspelt name waited in silence; now it logs them and ``/health`` names them.
+        self.other_models: set[str] = set()
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
         """Apply the releases available now; returns how many were applied (see the class
@@ -1017,7 +1020,10 @@ class ModelFollower:
         applied = 0
         name = self.model_name.encode()
         for message in self.consumer.consume(max_messages, timeout):
-            if message.error() or message.key() != name:
+            if message.error():
+                continue
+            if message.key() != name:
+                self._other_model(message.key())
                 continue
             release = self._release_of(message)
             if release is None:
@@ -1036,6 +1042,21 @@ class ModelFollower:
                 continue
             applied += 1
         return applied
+
+    def _other_model(self, key: bytes | None) -> None:
+        """Note a release of another model on the topic (logged once a name, a few names)."""
+        other = (key or b"").decode("utf-8", "replace")[:100]
+        if other not in self.other_models and len(self.other_models) < 20:
+            self.other_models.add(other)
+            log.warning("the model topic holds releases of %r; this follower follows %r "
+                        "(--model-name)", other, self.model_name)
+
+    def waiting_reason(self) -> str | None:
+        """Why no version arrived yet, where the topic says more than "nothing yet"."""
+        if self.version or not self.other_models:
+            return None
+        return (f"no release of {self.model_name!r} on the model topic yet; it holds releases "
+                f"of {sorted(self.other_models)!r}: check --model-name")
 
     def _release_of(self, message: Message) -> ModelRelease | None:
         """The release in ``message``, or ``None`` (logged) for a message that is not one: one

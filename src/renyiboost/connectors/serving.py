@@ -209,10 +209,13 @@ def create_app(service: FollowerService) -> Any:
     def health() -> JSONResponse:
         with service.lock:
             version, refused = service.follower.version, service.refusal()
+            waiting = service.follower.waiting_reason()
         if refused is None:
             return JSONResponse({"status": "ready", "version": version})
         if version == 0 and service.follower.stalled is None:
-            return JSONResponse({"status": "waiting", "version": 0}, status_code=503)
+            return JSONResponse({"status": "waiting", "version": 0}
+                                | ({} if waiting is None else {"reason": waiting}),
+                                status_code=503)
         return JSONResponse({"status": "not serving", "version": version, "reason": refused},
                             status_code=503)
 

@@ -245,6 +245,36 @@ def test_a_clean_close_leaves_nothing_to_replay(tmp_path) -> None:
     assert {k: again.operator_budget_of(k) for k in range(50)} == ledger
 
 
+def test_a_dataframe_marks_missing_values_as_pandas_does() -> None:
+    """``pd.DataFrame(dicts)`` puts NaN where a dict lacked a key, stores integer categories
+    with a gap as floats, and extension columns hold ``pd.NA``: learn_many refused all of
+    these (the integer categories on every row that had a value) while the learn_one loop
+    over the same dicts learned them. Both now build the same model and answer alike."""
+    features = {"a": (0.0, 1.0), "grade": [1, 2, 3], "c": ["x", "y"]}
+    rows = [{"a": 0.2, "grade": 1, "c": "x"}, {"grade": 2, "c": "y"}, {"a": 0.7, "c": "x"},
+            {"a": 0.9, "grade": 3}] * 30
+    labels = [0.1, 0.5, 0.3, 0.9] * 30
+    keys = [str(i) for i in range(len(rows))]
+
+    def model() -> SGBDTRegressor:
+        return SGBDTRegressor(features, target_bounds=(0.0, 1.0), epsilon=1.0, seed=4,
+                              warmup=20, train_every=20)
+
+    one, many = model(), model()
+    for x, y, key in zip(rows, labels, keys, strict=True):
+        one.learn_one(x, y, key=key)
+    frame = pd.DataFrame(rows)
+    assert frame["a"].isna().any() and frame["grade"].dtype == float
+    many.learn_many(frame, pd.Series(labels), keys=keys)
+    assert one.release().trees == many.release().trees and one.release().trees
+    expected = [one.predict_one(x) for x in rows[:4]]
+    assert list(many.predict_many(frame[:4])) == expected
+    extension = frame[:4].astype({"a": "Float64", "grade": "Int64"})  # pd.NA
+    assert list(many.predict_many(extension)) == expected
+    with pytest.raises(InvalidRecord, match="'a' is inf"):
+        many.learn_many(pd.DataFrame({"a": [np.inf]}), [0.5])
+
+
 def test_learn_one_takes_key_and_no_other_keyword() -> None:
     """A weight or a misspelt key once vanished into ``**kwargs``: ``w=100`` was ignored and
     ``user_id="alice"`` left the record keyless (a fresh budget per record, not per

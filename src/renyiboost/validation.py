@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -265,11 +266,13 @@ class RecordValidator:
         """Encoded rows of a column mapping (a DataFrame's columns) and why each bad row is
         refused. Rows are judged one by one, exactly as :meth:`features` would judge the
         row's dict without its missing values; bad rows come back as all-NaN rows. A
-        DataFrame marks a missing category with ``None`` or NaN (pandas turns one into the
-        other), so both are missing in a categorical column; a NaN in a numeric column is
-        refused, as in :meth:`features`. Rows in ``exclude`` (refused for another reason) are
-        not judged; with ``count``, the accepted rows' values outside the public bounds or
-        domain are noted (:meth:`note_outside`)."""
+        DataFrame cannot leave a value out, so it marks one missing with ``None``, NaN or
+        pandas' ``NA`` (``pd.DataFrame(dicts)`` puts NaN where a dict lacked a key): all
+        three are missing here, in any column, where a dict leaves the key out (a NaN in a
+        dict is refused, as ±inf is everywhere). A whole-number float in a categorical column
+        is its integer (pandas stores integer categories with a gap as floats). Rows in
+        ``exclude`` (refused for another reason) are not judged; with ``count``, the accepted
+        rows' values outside the public bounds or domain are noted (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
         skip = set(exclude)
         if not all(type(name) is str for name in columns):
@@ -298,14 +301,22 @@ class RecordValidator:
             else:
                 suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
             copied = False
+            missing_marker = getattr(sys.modules.get("pandas"), "NA", None)
             for i in np.flatnonzero(suspects).tolist():
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]
                 if categorical and type(value) is str:
                     continue  # the common case of an object column, without ABC checks
-                if categorical and isinstance(value, float) and math.isnan(value):
-                    if not copied:
-                        values, copied = values.copy(), True  # never write into the caller's
-                    value = values[i] = None
+                nan = isinstance(value, float) and math.isnan(value)
+                if nan and not categorical and values.dtype.kind == "f":
+                    continue  # missing: a numeric NaN is what the encoding reads as missing
+                whole = (categorical and isinstance(value, float) and not nan
+                         and value.is_integer())
+                if nan or whole or (missing_marker is not None and value is missing_marker):
+                    if not copied:  # never write into the caller's; a float column holds
+                        copied = True  # integers and None as objects
+                        values = (values.astype(object) if values.dtype.kind == "f"
+                                  else values.copy())
+                    value = values[i] = int(value) if whole else None
                 if i not in bad and i not in skip and value is not None:
                     try:
                         self._check_value(name, value)

@@ -162,3 +162,28 @@ def test_river_model_selection_over_private_candidates_warns_unless_they_share_a
         for x, y in datasets.Phishing().take(5):
             model.learn_one(x, y)
     assert not [w for w in caught if "BanditClassifier" in str(w.message)]
+
+
+def test_river_compositions_the_guarantee_does_not_cover_warn() -> None:
+    """A scaler before the model moves every later record's features by its running mean;
+    an ensemble's members (bagging: a record several times, fresh ids each) spend the sum of
+    their ε. Both ran with no privacy warning; a stateless step stays quiet."""
+    from river import compose, ensemble, preprocessing
+
+    def leaks(wrapped) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for x, y in datasets.Phishing().take(5):
+                wrapped.learn_one(x, y)
+        return [str(w.message) for w in caught if issubclass(w.category, PrivacyLeakWarning)
+                and "keyless" not in str(w.message) and "without a key" not in str(w.message)]
+
+    scaled = leaks(preprocessing.StandardScaler() | _phishing_candidates(1)[0])
+    assert len(scaled) == 1 and "StandardScaler" in scaled[0]
+    union = compose.TransformerUnion(compose.Select("empty_server_form_handler"),
+                                     preprocessing.MinMaxScaler())
+    assert "MinMaxScaler" in leaks(union | _phishing_candidates(1)[0])[0]
+    names = list(next(iter(datasets.Phishing()))[0])
+    assert not leaks(compose.Select(*names) | _phishing_candidates(1)[0])
+    bagged = leaks(ensemble.BaggingClassifier(_phishing_candidates(1)[0], n_models=3, seed=1))
+    assert bagged and "BaggingClassifier" in bagged[0]

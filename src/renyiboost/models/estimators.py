@@ -39,6 +39,54 @@ _POLICY_ARGUMENTS = (
 )
 
 
+def _learned_steps(steps: Any, model: Any) -> list[str]:
+    """Names of the steps before ``model`` in a River pipeline's ``steps`` whose
+    ``learn_one`` learns from the data (any but River's stateless ``Transformer.learn_one``;
+    a ``TransformerUnion`` by its members)."""
+    from river import base, compose
+
+    learned = []
+    for name, step in steps.items():
+        if step is model:
+            break
+        if isinstance(step, compose.TransformerUnion):
+            learned += [f"{name}: {inner}" for inner in
+                        _learned_steps(dict(step.transformers), None)]
+        elif getattr(type(step), "learn_one", base.Transformer.learn_one) is not (
+                base.Transformer.learn_one):
+            learned.append(str(name))
+    return learned
+
+
+def _composition_risk(wrapper: Any, model: Any) -> str | None:
+    """Why River's ``wrapper`` driving ``model`` spends more than ``model``'s ε says, or
+    ``None`` (see :meth:`_SGBDTEstimator._check_wrapper`)."""
+    from river.compose import Pipeline
+    from river.model_selection.base import ModelSelector
+
+    kind = type(wrapper).__name__
+    if isinstance(wrapper, ModelSelector):
+        if model._drawn_from is not None:
+            return None
+        return (f"is a candidate of River's {kind}: every candidate learns from the same "
+                "records, so together they spend the sum of their ε, not the ε each reports. "
+                "Draw them from one renyiboost.accounting.budget.PrivacyAccountant "
+                "(draw_from), or select privately with `renyiboost tune --private`.")
+    module = type(wrapper).__module__ or ""
+    if module.startswith(("river.ensemble", "river.multiclass", "river.forest")):
+        return (f"is a member of River's {kind}: every member learns from the same records, "
+                "so together they spend the sum of their ε, not the ε each reports, and a "
+                "member that sees a record several times (bagging) gives it a fresh budget "
+                "each time. Train one renyiboost model instead (multiclass: labels=[...]).")
+    if isinstance(wrapper, Pipeline) and (learned := _learned_steps(wrapper.steps, model)):
+        return (f"follows learned steps of a River pipeline ({', '.join(learned)}): their "
+                "running statistics change every later record's features, which the "
+                "per-record accounting does not cover. Only stateless transforms "
+                "(compose.Select, FuncTransformer, ...) may precede the model; scale with "
+                "public constants instead.")
+    return None
+
+
 class _SGBDTEstimator:
     """Shared constructor, learning and reporting of the two estimators."""
 
@@ -210,14 +258,15 @@ class _SGBDTEstimator:
             self._charge(self._drawn_from, None)
 
     def _check_wrapper(self) -> None:
-        """Warn once when a River model-selection wrapper drives this estimator: each
-        candidate reports its own ε, but all candidates learn from the same records, so
-        together (and the selection among them) they spend the sum."""
+        """Warn once when a River wrapper drives this estimator in a way its ε does not
+        cover (:func:`_composition_risk`): a model-selection wrapper or an ensemble (every
+        candidate or member learns from the same records, so together they spend the sum of
+        their ε; a bagging member also sees a record several times under fresh ids), or a
+        pipeline whose earlier step learns from the data (a scaler's running mean moves
+        every later record's features, which the per-record accounting does not cover)."""
         self._wrapper_checked = True
-        if self._engine.booster.calibration is None or self._drawn_from is not None:
+        if self._engine.booster.calibration is None:
             return
-        from river.model_selection.base import ModelSelector
-
         try:
             frame: FrameType | None = sys._getframe(2)
         except ValueError:  # called with no caller to look at (a thread's entry point)
@@ -225,14 +274,10 @@ class _SGBDTEstimator:
         for _ in range(8):  # the wrapper calls learn_one from its own learn_one
             if frame is None:
                 return
-            if isinstance(frame.f_locals.get("self"), ModelSelector):
-                warnings.warn(
-                    f"a private {type(self).__name__} is a candidate of River's "
-                    f"{type(frame.f_locals['self']).__name__}: every candidate learns from the "
-                    "same records, so together they spend the sum of their ε, not the ε each "
-                    "reports. Draw them from one renyiboost.accounting.budget."
-                    "PrivacyAccountant (draw_from), or select privately with `renyiboost tune "
-                    "--private`.", PrivacyLeakWarning, stacklevel=3)
+            risk = _composition_risk(frame.f_locals.get("self"), self)
+            if risk is not None:
+                warnings.warn(f"a private {type(self).__name__} {risk}", PrivacyLeakWarning,
+                              stacklevel=3)
                 return
             frame = frame.f_back
 

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
-from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
+from renyiboost.exceptions import InvalidRecord, LedgerConflict, TestingOnlyWarning
 from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge, noise_stage_at
@@ -212,20 +212,42 @@ def test_a_shards_store_and_a_single_engines_store_keep_to_their_kind(tmp_path) 
                                SQLiteStore(tmp_path / "new2.db", create=True)])
     StreamEngine(config, store=SQLiteStore(tmp_path / "one.db")).close()  # still its own
 
-def test_a_bad_batch_is_refused_before_any_shard_takes_a_row() -> None:
+def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> None:
     """A label outside the public bounds (it would widen the initial score's sensitivity)
-    or a row of the wrong width is refused by the coordinator: no shard counts a position."""
+    is not learned, but its row keeps its position, as an empty event: the call once raised
+    with no position counted, so one record's label moved the public schedule of every other
+    row in the call (neighbouring streams then released 6 and 7 versions). The other rows
+    are learned, single or sharded. A row of the wrong width changes no shard."""
+    rows = np.array([[0.5, 0.0, 1.0], [0.2, 1.0, 0.0], [0.7, 0.5, 2.0]])
+    for engine in (ShardedEngine(_config("regression"), [None, None]),
+                   StreamEngine(_config("regression"))):
+        with pytest.raises(ValueError, match="shape"):
+            engine.add(rows[:, :2], [1.0, 2.0, 1.5], ["a", "b", "c"])
+        assert engine.positions == 0
+        with pytest.raises(InvalidRecord, match="1 of 3 rows were not learned; row 1"):
+            engine.add(rows, [1.0, 30.0, 1.5], ["a", "b", "c"])
+        assert engine.positions == 3
+        assert [engine.operator_budget_of(k).status for k in "abc"] == [
+            "pending", "unknown", "pending"]
     sharded = ShardedEngine(_config("regression"), [None, None])
-    rows = np.array([[0.5, 0.0, 1.0], [0.2, 1.0, 0.0]])
-    with pytest.raises(ValueError, match="outside|bounds"):
-        sharded.add(rows, [1.0, 30.0], ["a", "b"])
-    with pytest.raises(ValueError, match="shape"):
-        sharded.add(rows[:, :2], [1.0, 2.0], ["a", "b"])
-    assert sharded.positions == 0
     assert [state.positions for state in sharded.shards.all("state")] == [0, 0]
-    sharded.add(rows, [1.0, 2.0], ["a", "b"])
-    assert sharded.positions == 2
-    assert sharded.operator_budget_of("b").status == "pending"
+
+    def versions(engine, bad: bool) -> tuple[int, int]:
+        records = _records("regression", 400, seed=2)
+        for start in range(0, 400, 100):
+            X = np.array([r[0] for r in records[start:start + 100]])
+            y = [r[1] for r in records[start:start + 100]]
+            if bad and start == 100:
+                y[7] = 30.0  # neighbouring stream: one label out of bounds
+            try:
+                engine.add(X, y, [r[2] for r in records[start:start + 100]])
+            except InvalidRecord:
+                pass
+        return engine.positions, engine.release_version
+
+    for make in (lambda: StreamEngine(_config("regression"), seed=1),
+                 lambda: ShardedEngine(_config("regression"), [None, None], seed=1)):
+        assert versions(make(), True) == versions(make(), False)
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])

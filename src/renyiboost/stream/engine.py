@@ -72,6 +72,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import (
     EngineClosed,
+    InvalidRecord,
     LedgerConflict,
     PrivacyLeakWarning,
     SchemaMismatchWarning,
@@ -849,10 +850,30 @@ class StreamEngine:
         held (see the module docstring). ``positions`` gives, per *event*, ``(source
         partition, next offset)``; the offsets reached by the records merged into a round
         are committed with it. ``targets`` are raw labels, checked here unless
-        ``labels_checked``. Rows are copied; ``learn_many`` equals a ``learn_one`` loop.
+        ``labels_checked``: a row with a bad label is not learned but keeps its position
+        (an empty one), the others are learned, and then an ``InvalidRecord`` names the
+        first bad row, as ``learn_many`` does. (A bad label once lost the whole call's
+        positions, so the schedule depended on one record's label.) Rows are copied;
+        ``learn_many`` equals a ``learn_one`` loop.
         """
         self._may_learn()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
+        if not labels_checked and (bad := self.validator.bad_labels(targets)):
+            raw = np.asarray(targets).reshape(-1)
+            if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
+                raise ValueError(f"got {len(rows)} rows and {raw.size} labels"
+                                 + ("" if keys is None else f" and {len(keys)} keys"))
+            good = np.ones(raw.size, dtype=bool)
+            good[[i for i, _ in bad]] = False
+            at = (np.arange(raw.size) if event_index is None
+                  else np.asarray(event_index, dtype=np.int64).reshape(-1))
+            self.add(rows[good], self.validator.labels(raw[good]),
+                     None if keys is None else [k for k, g in zip(keys, good, strict=True) if g],
+                     positions, event_index=at[good] if at.size == raw.size else at,
+                     n_events=raw.size if n_events is None else n_events, labels_checked=True)
+            first, why = bad[0]
+            raise InvalidRecord(why.reason, f"{len(bad)} of {raw.size} rows were not learned; "
+                                            f"row {first}: {why.detail}")
         labels = (np.asarray(targets, dtype=float).reshape(-1) if labels_checked
                   else self.validator.labels(targets))
         n = len(labels)

@@ -60,7 +60,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from renyiboost.exceptions import LedgerConflict, RenyiboostError, ShardUnavailable
+from renyiboost.exceptions import InvalidRecord, LedgerConflict, RenyiboostError, ShardUnavailable
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.grid import QuantileMap
 from renyiboost.models.recalibration import (
@@ -568,8 +568,27 @@ class ShardedEngine:
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
         """Encoded rows, each at the next position, to the shards that own their keys (rows
         without a key go to the shards in turn); triggers fire at the same positions as in a
-        single engine."""
-        # Checked here, before any shard takes a row: a bad batch changes no shard.
+        single engine. A row with a bad label is not learned but keeps its position (an
+        empty event), the others are learned, and then an ``InvalidRecord`` names the first
+        bad row, as a single engine does (a bad label once lost the whole call's positions).
+        """
+        if bad := self.validator.bad_labels(targets):
+            raw = np.asarray(targets).reshape(-1)
+            if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
+                raise ValueError(f"got {len(rows)} rows and {raw.size} labels"
+                                 + ("" if keys is None else f" and {len(keys)} keys"))
+            rows = np.asarray(rows, dtype=float)
+            start = 0
+            for i in [*(i for i, _ in bad), raw.size]:  # the good runs between the bad rows
+                if i > start:
+                    self.add(rows[start:i], raw[start:i],
+                             None if keys is None else list(keys[start:i]))
+                if i < raw.size:
+                    self.empty_event()
+                start = i + 1
+            first, why = bad[0]
+            raise InvalidRecord(why.reason, f"{len(bad)} of {raw.size} rows were not learned; "
+                                            f"row {first}: {why.detail}")
         targets = self.validator.labels(targets)
         n, n_shards = len(targets), self.shards.n
         rows = np.asarray(rows, dtype=float)

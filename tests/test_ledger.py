@@ -126,6 +126,27 @@ def test_a_second_holder_is_refused_with_the_holders_name(tmp_path) -> None:
     _model(str(path)).engine.close()  # released on close
 
 
+def test_another_name_of_a_held_store_is_refused(tmp_path) -> None:
+    """The lock was found by the path's name: a symbolic link, a hard link (with a WAL of
+    its own) or a lock file removed as stale let a second engine open the same ledger while
+    the first held it (a released round then vanished from the store). Every name of the
+    file is refused now."""
+    import os
+
+    path = tmp_path / "s.db"
+    first = _model(SQLiteStore(path, create=True))
+    (tmp_path / "soft.db").symlink_to(path)
+    os.link(path, tmp_path / "hard.db")
+    for other in ("soft.db", "hard.db"):
+        with pytest.raises(StoreLocked, match="in use"):
+            SQLiteStore(tmp_path / other)
+    (tmp_path / "s.db.lock").unlink()  # removed by hand as "stale"
+    with pytest.raises(StoreLocked, match="under another name"):
+        SQLiteStore(path)
+    first.engine.close()
+    SQLiteStore(tmp_path / "soft.db").close()  # free again, under any name
+
+
 def test_a_killed_holder_releases_the_lock(tmp_path) -> None:
     path = tmp_path / "s.db"
     SQLiteStore(path, create=True).close()

@@ -76,3 +76,54 @@ def test_the_memory_store_and_its_estimator_copy_as_before() -> None:
     assert pickle.loads(pickle.dumps(store)).get_meta("published") == 3
     model = SGBDTClassifier({"a": (0.0, 1.0)})
     assert isinstance(model.clone(), SGBDTClassifier)
+
+
+def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path) -> None:
+    """``multiprocessing``'s default start on Linux forks: the child inherits the open
+    engine, its store's connection and its lock, and no copy guard runs. A forked child
+    learned and released version 6 on the parent's ledger, and the parent's clean close then
+    overwrote it with its own snapshot (the store fell back to version 0). Now the child is
+    refused at once, and its close leaves the parent's store alone."""
+    import os
+
+    import numpy as np
+
+    path = tmp_path / "state.db"
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(path, create=True),
+                            train_every=20, warmup=20, seed=1)
+    rng = np.random.default_rng(0)
+    for i in range(60):
+        model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
+    released = model.engine.release_version
+    child = os.fork()
+    if child == 0:  # the child: report through the exit status only
+        status = 0
+        try:
+            model.learn_one({"a": 0.5}, True, key="k0")
+            status = 1  # learned: wrong
+        except LedgerConflict:
+            pass
+        except BaseException:
+            status = 2
+        try:
+            model.engine.store.commit([])
+            status = status or 3  # wrote: wrong
+        except LedgerConflict:
+            pass
+        except BaseException:
+            status = status or 4
+        model.close()  # must not commit, nor unlock the parent's store
+        os._exit(status)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for i in range(60, 100):  # the parent goes on, still holding its lock
+        model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
+    with pytest.raises(Exception, match="in use by"):
+        SQLiteStore(path)
+    version = model.engine.release_version
+    assert version > released
+    model.close()
+    again = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(path), train_every=20,
+                            warmup=20, seed=1)
+    assert again.engine.release_version == version
+    again.close()

@@ -368,7 +368,8 @@ class _SGBDTEstimator:
         call does nothing."""
         engine = self._engine
         if not engine.closed:
-            engine.flush()
+            if engine.may_learn:  # a forked child or a copy has nothing of its own to commit
+                engine.flush()
             engine.close()
 
     # ------------------------------------------------------------------ public release

@@ -59,6 +59,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -131,6 +132,7 @@ from renyiboost.stream.store import (
     Snapshot,
     StateStore,
     StoreIdentity,
+    check_forked,
     grid_digest,
     open_store,
     pin_meta,
@@ -618,6 +620,7 @@ class StreamEngine:
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
         self._broken: BaseException | None = None
         self._copied_ledger = False  # a copy of a ledger may not learn (__setstate__)
+        self._pid = os.getpid()  # a forked child may not learn (check_forked)
         self._closed = False
         self._warned_keyless = False
         self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
@@ -663,17 +666,20 @@ class StreamEngine:
         model, as River's ``clone`` gives."""
         self.__dict__.update(state)
         self._drain_lock = threading.RLock()
+        self._pid = os.getpid()
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
 
     @property
     def may_learn(self) -> bool:
         """Whether this engine may still learn (:meth:`_may_learn` would not refuse)."""
-        return self._broken is None and not self._closed and not self._copied_ledger
+        return (self._broken is None and not self._closed and not self._copied_ledger
+                and os.getpid() == self._pid)
 
     def _may_learn(self) -> None:
         """Refuse to learn in a broken or closed engine or in a copy of a ledger (see
         above)."""
+        check_forked(self._pid, "this engine")
         self._usable()
         if self._closed:
             raise EngineClosed(
@@ -1755,6 +1761,8 @@ class StreamEngine:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:  # a forked child: the store, its lock and any commit
+            return  # in flight are the parent's (check_forked)
         try:
             self._drain()
             if self._broken is None and self._deferred is None and self._store.durable:

@@ -381,6 +381,19 @@ def _crc(*parts: bytes | str | None) -> int:
     return value
 
 
+def check_forked(opened_by: int, what: str) -> None:
+    """Refuse to write from a process forked from ``opened_by`` (``multiprocessing``'s
+    default start on Linux copies an open engine, its store's connection and its lock into
+    every worker). No pickling happens, so the copy guard never ran: a forked child learned
+    and released on the parent's one ledger, and the parent's clean close then overwrote the
+    child's commits with its own snapshot (a released version vanished from the store)."""
+    if os.getpid() != opened_by:
+        raise LedgerConflict(
+            f"{what} was opened by process {opened_by} and this process ({os.getpid()}) was "
+            "forked from it: the store's one ledger stays with that process. Open a store of "
+            "its own here, or start workers with the 'spawn' method and pass them releases.")
+
+
 class _FileLock:
     """An exclusive ``flock`` on ``<store>.lock`` that records who holds it.
 
@@ -408,7 +421,26 @@ class _FileLock:
                          f"({' '.join(sys.argv[:2]) or 'python'})")
         self._file.flush()
 
+    def hold_inode(self, database: Path) -> None:
+        """Also ``flock`` the database file itself, which every name of it shares: the lock
+        file is found by name, and a hard link (or a lock file deleted as stale) once let a
+        second process open the same database under another name, with a WAL of its own.
+        (``flock`` and SQLite's POSIX locks do not interact; this descriptor is closed only
+        after SQLite's connection, since closing one drops the process's POSIX locks.)"""
+        self._inode = open(database, "rb")  # noqa: SIM115 - held for the store's lifetime
+        try:
+            fcntl.flock(self._inode, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._inode.close()
+            raise StoreLocked(
+                f"the state store {database} is in use by another process under another name "
+                "(a hard link to its file, or a lock file removed by hand); one process at a "
+                "time may hold a store") from None
+
     def release(self) -> None:
+        inode = getattr(self, "_inode", None)
+        if inode is not None and not inode.closed:
+            inode.close()
         if not self._file.closed:
             self._file.close()  # closing drops the flock
 
@@ -487,6 +519,7 @@ class SQLStateStore(StateStore):
                meta: Mapping[str, Any] | None = None) -> None:
         """After connecting and locking: check (or create) the identity, count what the
         snapshot policy weighs."""
+        self._opened_by = os.getpid()
         self.identity = self._open(create, continues, meta)
         self._event_bytes = 0
         for kind, info, length in self._execute("SELECT kind, info, LENGTH(data) FROM events"):
@@ -703,7 +736,9 @@ class SQLStateStore(StateStore):
 
     def _transaction(self, write: Any) -> None:
         """Run ``write()`` in one transaction; a failure rolls all of it back and is
-        reported with its cause (SQLite may already have rolled back, e.g. when full)."""
+        reported with its cause (SQLite may already have rolled back, e.g. when full).
+        Refused in a process forked from the one that opened the store (:func:`check_forked`)."""
+        check_forked(self._opened_by, f"the state store {self.location}")
         try:
             self._begin()
             write()
@@ -876,11 +911,14 @@ class SQLiteStore(SQLStateStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         else:
             self._check_present()
-        self._lock = _FileLock(Path(f"{self.path}.lock"))
+        # The lock file of the real path: a symbolic link to the file once had a lock of
+        # its own, and a second process trained on the same ledger through it.
+        self._lock = _FileLock(Path(f"{os.path.realpath(self.path)}.lock"))
         try:
             if create:  # again under the lock: another process may have created it meanwhile
                 self._check_absent()
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._lock.hold_inode(self.path)
             if create:  # before the first write; an existing store keeps its page size
                 self._db.execute(f"PRAGMA page_size={int(page_size)}")
             self._db.execute("PRAGMA journal_mode=WAL")

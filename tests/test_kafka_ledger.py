@@ -359,3 +359,24 @@ def test_a_long_stretch_of_empty_offsets_is_one_run(kafka_bootstrap, tmp_path, c
     assert peak < 20e6, peak
     trainer.close()
     engine.close()
+
+
+def test_the_key_source_is_pinned_for_the_ledgers_life(kafka_bootstrap, tmp_path):
+    """``[events] key_field = "user"`` at one start and the message key at the next made
+    one person two keys, each with a budget (0.88 spent against a budget of 0.48)."""
+    topic = _topic()
+    create_topic(kafka_bootstrap, topic)
+    store = tmp_path / "keys.db"
+    engine = _engine(SQLiteStore(store, create=True))
+    KafkaTrainer(engine, _settings(kafka_bootstrap, topic),
+                 EventFormat(key_field="user")).close()
+    engine.close()
+    for event_format in (None, EventFormat(key_field="account")):
+        engine = _engine(SQLiteStore(store))
+        with pytest.raises(LedgerConflict, match="payload field 'user'"):
+            KafkaTrainer(engine, _settings(kafka_bootstrap, topic), event_format)
+        engine.close()
+    engine = _engine(SQLiteStore(store))
+    KafkaTrainer(engine, _settings(kafka_bootstrap, topic),
+                 EventFormat(key_field="user")).close()
+    engine.close()

@@ -248,3 +248,27 @@ def test_the_command_line_trains_into_a_postgres_store(postgres_server, tmp_path
     assert cli(["state", "info", "--config", str(config), "--state", state]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["channel"] == "operator-telemetry" and info["positions"] == 4177
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_shard_stores_are_created_together_and_one_count_per_place(
+        postgres_server, tmp_path, backend) -> None:
+    """A refused ``state init --shards 2`` (its second store existed) left a new first
+    store behind, which a deployment that had lost its first store then opened with fresh
+    budgets; and PostgreSQL schemas of another shard count were never checked, so a second
+    deployment of 3 shards gave every key a second ledger beside one of 2."""
+    from renyiboost.stream.sharded import create_shard_stores, shard_locations
+    from test_sharded import _config
+
+    state = (str(tmp_path / "shards") if backend == "sqlite"
+             else f"{postgres_server.url}?schema={_schema()}")
+    config = _config("regression")
+    two = shard_locations(state, 2)
+    create_shard_stores(config, two[1:])  # the second exists, the first was lost
+    with pytest.raises(LedgerConflict, match="created together or not at all"):
+        create_shard_stores(config, two)
+    with pytest.raises(StoreNotFound):  # nothing was created at the first
+        open_store(two[0])
+    with pytest.raises(LedgerConflict, match="deployment of 2 shards, not 3"):
+        shard_locations(state, 3)
+    assert len(shard_locations(state, 3, alone=False)) == 3  # reshard's view

@@ -91,6 +91,28 @@ def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=urlencode(rest))), name
 
 
+def stores_in(url: str, prefix: str, *, live: bool = False) -> list[str]:
+    """The schemas of ``url``'s database whose names start with ``prefix`` and hold a state
+    store (a ``meta`` table), read without opening them (no lock, no epoch): what a
+    deployment of shards must check before it creates or opens its own. With ``live``,
+    stores that ``renyiboost reshard`` retired (they stay, tombstoned) are left out."""
+    base, _ = split_url(url)
+    pattern = prefix.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%"
+    try:
+        with _psycopg().connect(base, autocommit=True) as db:
+            names = sorted(row[0] for row in db.execute(
+                "SELECT table_schema FROM information_schema.tables "
+                "WHERE table_name = 'meta' AND table_schema LIKE %s", (pattern,)).fetchall())
+            if live:
+                names = [name for name in names if _SCHEMA_NAME.fullmatch(name) and db.execute(
+                    f'SELECT 1 FROM "{name}".meta WHERE name = %s',  # a checked name
+                    ("side:resharded",)).fetchone() is None]
+    except _psycopg().Error as error:
+        raise StateStoreError(f"cannot list the state stores at {without_password(base)}: "
+                              f"{error}".strip()) from error
+    return names
+
+
 def without_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -88,6 +89,7 @@ from renyiboost.stream.engine import (
     trees_due,
     trigger_schedule,
 )
+from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
     GridEvent,
     StateStore,
@@ -113,20 +115,43 @@ def shard_locations(state: str, n_shards: int, *, alone: bool = True) -> list[st
     A directory that also holds the stores of another number of shards is refused unless
     ``alone`` is false (``renyiboost reshard``, which moves them away when it is done)."""
     if is_postgres_location(state):
-        from renyiboost.stream.postgres import split_url
+        from renyiboost.stream.postgres import split_url, stores_in
 
         base, schema = split_url(state)
         join = "&" if "?" in base else "?"
+        if alone:  # a deployment of another size beside it: refused, as for a directory
+            shapes = (re.fullmatch(rf"{re.escape(schema)}_shard_\d+_of_(\d+)", name)
+                      for name in stores_in(state, f"{schema}_shard_", live=True))
+            _refuse_other_counts(state, {m.group(1) for m in shapes if m}, n_shards)
         return [f"{base}{join}schema={schema}_shard_{k}_of_{n_shards}" for k in range(n_shards)]
     directory = Path(state)
-    others = sorted({path.name.rsplit("-of-", 1)[1].removesuffix(".db")
-                     for path in directory.glob("shard-*-of-*.db")} - {str(n_shards)})
-    if others and alone:
-        raise LedgerConflict(
-            f"{directory} holds the stores of a deployment of {' and '.join(others)} shards, "
-            f"not {n_shards}: changing the number of shards needs `renyiboost reshard`, "
-            "which moves the affected ledgers")
+    if alone:
+        _refuse_other_counts(str(directory), {
+            path.name.rsplit("-of-", 1)[1].removesuffix(".db")
+            for path in directory.glob("shard-*-of-*.db")}, n_shards)
     return [str(directory / f"shard-{k}-of-{n_shards}.db") for k in range(n_shards)]
+
+
+def _refuse_other_counts(state: str, counts: set[str], n_shards: int) -> None:
+    """Refuse a deployment of ``n_shards`` where stores of other shard ``counts`` are (a
+    second deployment of the same keys would give each a second ledger; PostgreSQL schemas
+    were once not checked at all)."""
+    others = sorted(counts - {str(n_shards)})
+    if others:
+        raise LedgerConflict(
+            f"{without_password(state)} holds the stores of a deployment of "
+            f"{' and '.join(others)} shards, not {n_shards}: changing the number of shards "
+            "needs `renyiboost reshard`, which moves the affected ledgers")
+
+
+def _store_present(location: str) -> bool:
+    """Whether a state store is at ``location`` (read without opening it)."""
+    if is_postgres_location(location):
+        from renyiboost.stream.postgres import split_url, stores_in
+
+        schema = split_url(location)[1]
+        return schema in stores_in(location, schema)
+    return any(Path(f"{location}{suffix}").exists() for suffix in ("", "-wal"))
 
 
 def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, list[int]]:
@@ -146,7 +171,16 @@ def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, li
 
 def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[StoreIdentity]:
     """Create the stores of a new deployment (each refused if it exists) and pin the
-    configuration and calibration in each: ``renyiboost state init --shards N``."""
+    configuration and calibration in each: ``renyiboost state init --shards N``. All are
+    checked absent first: a refusal at the second once left a new first behind, which a
+    deployment whose first store was lost then opened with fresh budgets for its keys."""
+    present = [location for location in locations if _store_present(location)]
+    if present:
+        raise LedgerConflict(
+            f"state stores already exist at {', '.join(map(without_password, present))}; a "
+            "deployment's stores are created together or not at all (a new store beside old "
+            "ones would restart its keys' budgets). Open them instead, or choose a new "
+            "location.")
     identities = []
     for location in locations:
         engine = StreamEngine(config, store=store_at(location, create=True), coordinated=True)

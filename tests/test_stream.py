@@ -651,10 +651,17 @@ def test_a_group_commit_is_all_or_nothing(tmp_path) -> None:
         _fill(model, data[:60], list(range(60)))  # initial score and three rounds: one commit
         with pytest.raises(RuntimeError, match="group commit"):
             model.predict_one(data[0][0])
+        # the version and the trees inside were the engine's, ahead of the store
+        for read in (lambda: engine.release_version, lambda: engine.ensemble):
+            with pytest.raises(RuntimeError, match="group commit is durable"):
+                read()
     assert store.calls == 1 and len(announced) == 4
+    held = engine.ensemble  # a copy: a failed round later does not show in it
+    assert held is not engine.booster.ensemble and held.n_trees == 3
     with pytest.raises(OSError, match="injected"), engine.group_commit():
         _fill(model, data[60:120], list(range(60, 120)))
     assert len(announced) == 4  # the failed group announced nothing
+    assert held.n_trees == 3
     engine.close()
     again = _regressor(store=SQLiteStore(tmp_path / "g.db"), train_every=20, warmup=20)
     assert again.engine.booster.rounds_done == 3 and again.engine.ensemble.n_trees == 3

@@ -714,9 +714,21 @@ class StreamEngine:
     # ------------------------------------------------------------------ properties
     @property
     def ensemble(self) -> Ensemble:
-        """The committed model (waits for a commit in flight; refuses after a failed one)."""
+        """A copy of the committed model (waits for a commit in flight; refuses after a
+        failed one and inside a group commit). A copy, since the engine's own object grows
+        with every round: a reference taken while durable once showed the tree of a round
+        whose commit then failed, and answered with it."""
+        self._refuse_in_group("the model")
         self.wait_durable()
-        return self.booster.ensemble
+        return copy.deepcopy(self.booster.ensemble)
+
+    def _refuse_in_group(self, what: str) -> None:
+        """Refuse to show ``what`` inside :meth:`group_commit`: its rounds are not durable
+        until the block ends (the version and trees inside were those of the engine, ahead
+        of the store)."""
+        if self._deferred:  # outputs of the block wait for its commit
+            raise RuntimeError(f"{what} waits until the group commit is durable (read it "
+                               "after the group_commit block)")
 
     @property
     def store(self) -> StateStore:
@@ -746,7 +758,9 @@ class StreamEngine:
 
     @property
     def release_version(self) -> int:
-        """Outputs released and committed so far: the initial score, then one per round."""
+        """Outputs released and committed so far: the initial score, then one per round
+        (refused inside a group commit: :meth:`_refuse_in_group`)."""
+        self._refuse_in_group("the release version")
         self.wait_durable()
         return self._version()
 
@@ -1659,8 +1673,7 @@ class StreamEngine:
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """The committed model's margin for encoded rows (never an uncommitted tree)."""
-        if self._deferred:
-            raise RuntimeError("predictions wait until the group commit is durable")
+        self._refuse_in_group("a prediction")
         self.wait_durable()
         return self._predict(X)
 
@@ -1682,8 +1695,7 @@ class StreamEngine:
         version ``r + 2`` the tree of round ``r``; trees already dropped by ``max_trees`` are
         not in it.
         """
-        if self._deferred:
-            raise RuntimeError("the release waits until the group commit is durable")
+        self._refuse_in_group("the release")
         self.wait_durable()
         return model_release(self.config, self.booster, self._store.identity, model, after,
                              self.release_version if upto is None

@@ -474,3 +474,26 @@ def test_a_store_created_meanwhile_by_another_process_is_not_created_over(
     reopened = SQLiteStore(path)
     assert reopened.identity.store_id == identity.store_id  # each open starts an epoch
     reopened.close()
+
+
+def test_a_store_behind_an_epoch_it_reached_is_refused(tmp_path) -> None:
+    """Restoring an older copy of the file (or losing the -wal that held the last commits)
+    opened without a word: the keys' spent budgets went back while what they paid for was
+    already released. The epoch each open reaches is now recorded beside the file."""
+    import shutil
+
+    path, model = _fed(tmp_path, 60)
+    model.engine.close()
+    shutil.copy(path, tmp_path / "backup.db")  # closed: the WAL is checkpointed
+    again = _model(SQLiteStore(path))
+    _feed(again, 60, start=60)
+    spent = again.operator_budget_of("k3").spent_rdp
+    again.engine.close()
+    shutil.copy(tmp_path / "backup.db", path)  # the older copy restored over it
+    with pytest.raises(LedgerConflict, match="behind epoch"):
+        SQLiteStore(path)
+    with pytest.raises(LedgerConflict, match="behind epoch"):  # the refusal moved nothing on
+        SQLiteStore(path)
+    shutil.copy(tmp_path / "backup.db", tmp_path / "elsewhere.db")
+    SQLiteStore(tmp_path / "elsewhere.db").close()  # no record at a new path: not known here
+    assert spent > 0

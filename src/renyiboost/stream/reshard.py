@@ -364,7 +364,7 @@ def _archive(sources: Sequence[str]) -> None:
     archive = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
     archive.mkdir()
     for path in paths:
-        for suffix in ("", "-wal", "-shm", ".lock"):
+        for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
             old = Path(f"{path}{suffix}")
             if old.exists():
                 shutil.move(old, archive / old.name)

@@ -565,12 +565,15 @@ class SQLStateStore(StateStore):
                 # Added within format 3: a store written before keeps its rows (no origins);
                 # older renyiboost versions ignore the column.
                 self._execute("ALTER TABLE keys ADD COLUMN origins TEXT")
+            if not create:
+                self._check_not_behind(identity["store_id"], int(self._meta("epoch")))
             epoch = int(self._meta("epoch")) + 1
             self._write_meta({"epoch": epoch})
             self._db.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
+        self._record_epoch(identity["store_id"], epoch)
         log.info("%s the state store %s (store %s, epoch %d)",
                  "created" if create else "opened", self.location, identity["store_id"], epoch)
         return StoreIdentity(str(identity["store_id"]), epoch)
@@ -728,6 +731,13 @@ class SQLStateStore(StateStore):
 
     def set_meta(self, name: str, value: Any) -> None:
         self._transaction(lambda: self._write_meta({f"side:{name}": value}))
+
+    def _check_not_behind(self, store_id: str, epoch: int) -> None:
+        """Refuse a store that is behind an epoch it once reached (a store with a record
+        of its epochs outside the database: :class:`SQLiteStore`)."""
+
+    def _record_epoch(self, store_id: str, epoch: int) -> None:
+        """Record, outside the database, the epoch the store just moved to."""
 
     def _write_meta(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
@@ -956,6 +966,44 @@ class SQLiteStore(SQLStateStore):
                     "over an old one (its keys' budgets would restart). Open it instead, or "
                     "choose a new path.")
 
+    @property
+    def _epoch_path(self) -> Path:
+        return Path(f"{os.path.realpath(self.path)}.epoch")
+
+    def _check_not_behind(self, store_id: str, epoch: int) -> None:
+        """Refuse the store if it is behind the epoch recorded beside it at its last open:
+        the file was restored from an older copy, or lost the write-ahead log that held its
+        last commits. Either way its keys' spent budgets went back while what they paid for
+        was already visible, so every key would spend them again. (A store copied to a new
+        path has no record there; the Kafka trainer's model-topic check covers that.)"""
+        try:
+            recorded = json.loads(self._epoch_path.read_text())
+        except (OSError, ValueError):
+            return  # no record (a store from before it, or the record was lost): nothing known
+        if recorded.get("store_id") == store_id and int(recorded.get("epoch", 0)) > epoch:
+            raise LedgerConflict(
+                f"the state store {self.path} is at epoch {epoch}, behind epoch "
+                f"{recorded['epoch']} that it reached before: it was restored from an older "
+                "copy or lost its write-ahead log (-wal), so its keys' spent budgets went "
+                "back while what they paid for was already released. Restore the newest copy "
+                "with its -wal file; a store never resumes from an older one.")
+
+    def _record_epoch(self, store_id: str, epoch: int) -> None:
+        """Write ``{store_id, epoch}`` beside the database, durably (a temporary file, fsync,
+        rename, fsync of the directory), after the epoch's commit."""
+        target = self._epoch_path
+        temporary = target.with_name(f"{target.name}.tmp")
+        with open(temporary, "w") as file:
+            file.write(json.dumps({"store_id": store_id, "epoch": epoch}))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+        directory = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
     def _check_present(self) -> None:
         if not self.path.exists():
             raise StoreNotFound(f"no state store at {self.path}. {NEVER_IMPLICIT}")
@@ -969,7 +1017,7 @@ class SQLiteStore(SQLStateStore):
 
     def _remove(self) -> None:
         self.close()
-        for suffix in ("", "-wal", "-shm", ".lock"):
+        for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
 

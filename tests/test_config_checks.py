@@ -257,8 +257,10 @@ def test_state_init_refuses_a_bad_epsilon_and_leaves_no_store(tmp_path, capsys, 
         load_config(config)
     for command in (["state", "init"], ["train", "--new-state"]):
         state = tmp_path / "x.db"
-        assert main([*command, "--config", str(config), "--state", str(state)]) == 2
-        assert "must be" in capsys.readouterr().err
+        # a bad file is an error (1), as a value the engine refuses is, not a usage error
+        assert main([*command, "--config", str(config), "--state", str(state)]) == 1
+        err = capsys.readouterr().err
+        assert "must be" in err and err.startswith(f"renyiboost: error: {config}: model.")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
 
 

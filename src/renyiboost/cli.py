@@ -193,10 +193,7 @@ SHARDS_HELP = ("a key-sharded deployment of N shards: --state is then a director
 def _load_config(path: str, overrides: dict[str, Any]) -> Any:
     from renyiboost.connectors.service import load_config
 
-    try:
-        return load_config(path, overrides)
-    except ValueError as error:
-        raise click.UsageError(str(error)) from None
+    return load_config(path, overrides)  # a bad file is an error (1), not a usage error (2)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -132,8 +132,12 @@ class ServiceConfig(BaseModel):
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ServiceConfig:
-    """Read and validate a TOML config; raises ``ValueError`` naming what is wrong."""
-    data = tomllib.loads(Path(path).read_text())
+    """Read and validate a TOML config; raises ``ValueError`` naming the file and what is
+    wrong (a TOML syntax error and a file that is not UTF-8 once did not name the file)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a valid TOML file: {error}") from None
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return ServiceConfig(**data)

@@ -112,6 +112,16 @@ def test_a_label_set_may_be_a_list_or_a_tuple() -> None:
             "no", "yes"]
 
 
+@pytest.mark.parametrize("labels", [[0.5, 1.5, 2.5], [1.0, 2.0], [None, "a"], [["a"], "b"]])
+def test_a_label_set_holds_strings_integers_or_booleans(labels) -> None:
+    """``[1.0, 2.0]`` became the classes 1 and 2 (answers keyed otherwise than given) and
+    ``[0.5, 1.5, 2.5]`` a nine-error pydantic dump; numpy integers stay welcome."""
+    with pytest.raises(ValueError, match="labels must be strings, integers or booleans"):
+        PublicSchema(features={"a": (0.0, 1.0)}, labels=labels)
+    assert PublicSchema(features={"a": (0.0, 1.0)},
+                        labels=[np.int64(1), np.int64(2)]).labels == [1, 2]
+
+
 @pytest.mark.parametrize("labels", [{"no", "yes"}, "yes"])
 def test_a_classifier_refuses_a_label_set_without_an_order(labels) -> None:
     """The estimator must hand its ``labels`` to the schema as given: ``list(labels)``

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
@@ -135,10 +136,19 @@ class PublicSchema(BaseModel):
         """Only a list or tuple has the fixed order a label set needs: a set's order
         depends on the hash seed (the positive class would change between runs, and a
         store would refuse the restart), and a string would be read letter by letter."""
-        if value is None or isinstance(value, list | tuple):
+        if value is None:
             return value
-        raise ValueError(f"labels must be a list or tuple of the classes in a fixed order, "
-                         f"got {type(value).__name__} {value!r:.80}")
+        if not isinstance(value, list | tuple):  # a ValueError: what pydantic reports
+            raise ValueError(  # noqa: TRY004
+                f"labels must be a list or tuple of the classes in a fixed order, got "
+                f"{type(value).__name__} {value!r:.80}")
+        odd = [label for label in value  # a bool is an integer; numpy scalars are welcome
+               if not isinstance(label, str | numbers.Integral | np.bool_)]
+        if odd:  # a float (2.0 became the class 2, 0.5 a nine-error dump), None, a list, ...
+            raise ValueError(f"labels must be strings, integers or booleans, got "
+                             f"{type(odd[0]).__name__} {odd[0]!r:.40}: a class is matched "
+                             "exactly, and a float label set has no exact match")
+        return value
 
     @field_validator("labels")
     @classmethod

@@ -318,3 +318,20 @@ def test_rows_without_any_feature_answer_as_predict_one_does() -> None:
     assert list(model.predict_many(empty)) == [model.predict_one({})] * 2
     model.learn_many(empty, [True, False], keys=["k1", "k2"])
     assert model.engine.positions == 2
+
+
+def test_store_and_schema_mistakes_say_what_is_wrong(tmp_path) -> None:
+    """A shard directory opened as one store said "unable to open database file"; a file
+    given as a shard directory gave "[Errno 17] File exists"; ``[0]`` (a missing upper
+    bound) was read as a categorical feature of one value, dead-lettering every event."""
+    from renyiboost.exceptions import StoreNotFound
+    from renyiboost.stream.sharded import shard_locations
+    from renyiboost.stream.store import SQLiteStore
+
+    with pytest.raises(StoreNotFound, match="is a directory.*--shards"):
+        SQLiteStore(tmp_path)
+    (tmp_path / "one.db").write_bytes(b"")
+    with pytest.raises(StoreNotFound, match="is a file: a sharded deployment"):
+        shard_locations(str(tmp_path / "one.db"), 2)
+    with pytest.raises(ValueError, match="at least two values"):
+        PublicSchema(features={"length": [0]})

@@ -109,6 +109,10 @@ class PublicSchema(BaseModel):
                         f"feature {name!r}: bounds must be finite with lo < hi, got {spec!r}"
                     )
                 normalised[key] = (lo, hi)
+            elif isinstance(spec, list | tuple) and len(spec) == 1:
+                raise ValueError(
+                    f"feature {name!r}: a categorical feature needs at least two values, got "
+                    f"{spec!r} (one value cannot split; a numeric feature takes (lo, hi))")
             elif isinstance(spec, list | tuple) and len(spec) > 0:
                 values = list(spec)
                 if len(set(values)) != len(values):

@@ -61,7 +61,13 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from renyiboost.exceptions import InvalidRecord, LedgerConflict, RenyiboostError, ShardUnavailable
+from renyiboost.exceptions import (
+    InvalidRecord,
+    LedgerConflict,
+    RenyiboostError,
+    ShardUnavailable,
+    StoreNotFound,
+)
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
 from renyiboost.models.grid import QuantileMap
 from renyiboost.models.recalibration import (
@@ -125,6 +131,9 @@ def shard_locations(state: str, n_shards: int, *, alone: bool = True) -> list[st
             _refuse_other_counts(state, {m.group(1) for m in shapes if m}, n_shards)
         return [f"{base}{join}schema={schema}_shard_{k}_of_{n_shards}" for k in range(n_shards)]
     directory = Path(state)
+    if directory.exists() and not directory.is_dir():
+        raise StoreNotFound(f"{directory} is a file: a sharded deployment keeps its stores "
+                            "in a directory, one a shard (a single store needs no --shards)")
     if alone:
         _refuse_other_counts(str(directory), {
             path.name.rsplit("-of-", 1)[1].removesuffix(".db")

@@ -1005,6 +1005,9 @@ class SQLiteStore(SQLStateStore):
             os.close(directory)
 
     def _check_present(self) -> None:
+        if self.path.is_dir():
+            raise StoreNotFound(f"{self.path} is a directory, not a state store file; a sharded "
+                                "deployment keeps one store a shard there: pass --shards N")
         if not self.path.exists():
             raise StoreNotFound(f"no state store at {self.path}. {NEVER_IMPLICIT}")
         if self.path.stat().st_size == 0:

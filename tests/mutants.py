@@ -436,6 +436,41 @@ MUTATIONS = [
              '"seeded_for_testing": self.seeded_for_testing}',
              '"seeded_for_testing": self.seeded_for_testing, "runs": self.operator_runs}',
              ["tests/test_defaults.py::test_the_cli_runs_a_private_selection"]),
+    Mutation("a tuned model states its run's epsilon", "src/renyiboost/models/tuning.py",
+             "    model.selection_guarantee = model.privacy_guarantee().model_copy(",
+             "    _unused = model.privacy_guarantee().model_copy(",
+             [("tests/test_defaults.py::test_a_private_selection_releases_one_run_at_the_"
+               "accounted_budget")]),
+    Mutation("finish() buys a grid after the last round", "src/renyiboost/stream/engine.py",
+             "    if (split_grid is False or not rounds_left(config, booster)\n",
+             "    if (split_grid is False\n",
+             ["tests/test_split_grid.py::test_no_grid_and_no_charge_after_the_last_round"]),
+    Mutation("a forked child learns on its parent's ledger", "src/renyiboost/stream/store.py",
+             "    if os.getpid() != opened_by:\n        raise LedgerConflict(",
+             "    if False:\n        raise LedgerConflict(",
+             [("tests/test_store_copy.py::test_a_forked_child_neither_learns_nor_writes_on_its_"
+               "parents_ledger")]),
+    Mutation("a hard link opens a held store", "src/renyiboost/stream/store.py",
+             "            self._lock.hold_inode(self.path)\n", "            pass\n",
+             ["tests/test_ledger.py::test_another_name_of_a_held_store_is_refused"]),
+    Mutation("a store restored from an older copy opens", "src/renyiboost/stream/store.py",
+             "and int(recorded.get(\"epoch\", 0)) > epoch:",
+             "and int(recorded.get(\"epoch\", 0)) > epoch + 10**9:",
+             ["tests/test_ledger.py::test_a_store_behind_an_epoch_it_reached_is_refused"]),
+    Mutation("a copy of a drawn model learns on one charge", "src/renyiboost/models/estimators.py",
+             "        if self._drawn_from is not None and self._engine.may_learn:\n",
+             "        if False:\n",
+             [("tests/test_budget.py::test_a_draw_comes_before_learning_and_a_copy_that_may_"
+               "learn_draws_too")]),
+    Mutation("a bad label erases the call's positions", "src/renyiboost/stream/engine.py",
+             "        if not labels_checked and (bad := self.validator.bad_labels(targets)):",
+             "        if False and (bad := self.validator.bad_labels(targets)):",
+             [("tests/test_sharded.py::test_a_bad_label_keeps_its_position_and_a_bad_shape_"
+               "changes_no_shard")]),
+    Mutation("the Kafka key source is not pinned", "src/renyiboost/connectors/kafka.py",
+             "        pin_meta(engine.store, \"key_source\", key_source, lambda recorded: (",
+             "        (lambda *_: None)(engine.store, \"key_source\", key_source, lambda recorded: (",
+             ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
 ]
 
 

@@ -257,8 +257,9 @@ def test_shard_stores_are_created_together_and_one_count_per_place(
     store behind, which a deployment that had lost its first store then opened with fresh
     budgets; and PostgreSQL schemas of another shard count were never checked, so a second
     deployment of 3 shards gave every key a second ledger beside one of 2."""
-    from renyiboost.stream.sharded import create_shard_stores, shard_locations
     from test_sharded import _config
+
+    from renyiboost.stream.sharded import create_shard_stores, shard_locations
 
     state = (str(tmp_path / "shards") if backend == "sqlite"
              else f"{postgres_server.url}?schema={_schema()}")

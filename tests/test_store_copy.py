@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import pickle
+import signal
+import time
 import uuid
 import warnings
 from collections.abc import Callable
@@ -103,19 +105,25 @@ def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path
             status = 1  # learned: wrong
         except LedgerConflict:
             pass
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the child reports through its status
             status = 2
         try:
             model.engine.store.commit([])
             status = status or 3  # wrote: wrong
         except LedgerConflict:
             pass
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the child reports through its status
             status = status or 4
         model.close()  # must not commit, nor unlock the parent's store
         os._exit(status)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 60  # a child that learned may hang on its dead committer
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child hung: it went on learning on its parent's store")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
     for i in range(60, 100):  # the parent goes on, still holding its lock
         model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
     with pytest.raises(Exception, match="in use by"):

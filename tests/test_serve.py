@@ -165,3 +165,40 @@ def test_serve_gives_labels_and_probabilities_of_a_multiclass_model(server,
     for served, x in zip(answer["probabilities"], rows[:20], strict=True):
         expected = model.predict_proba_one(x)
         assert served == pytest.approx({k: v for k, v in expected.items()}, rel=1e-12)
+
+
+def test_a_follower_says_why_it_cannot_read_the_topic() -> None:
+    """With no broker at its address, ``serve`` answered "waiting" forever, with no word of
+    why; the client's error is now the waiting reason (and ``/health`` gives it)."""
+    from renyiboost.connectors.kafka import ModelFollower
+
+    follower = ModelFollower(f"127.0.0.1:{_free_port()}", "models", "m",
+                             extra={"reconnect.backoff.max.ms": "200"})
+    try:
+        deadline = time.monotonic() + 30
+        while follower.waiting_reason() is None and time.monotonic() < deadline:
+            follower.poll(0.2)
+        reason = follower.waiting_reason()
+        assert reason is not None and "cannot be read yet" in reason, reason
+        follower.client_error = (follower.client_error[0], time.monotonic() - 60)
+        assert follower.waiting_reason() is None  # an old error explains nothing now
+    finally:
+        follower.consumer.close()
+
+
+def test_serve_on_a_port_in_use_is_one_error_line() -> None:
+    """uvicorn exited with its own code 3 when it could not bind; ``serve`` now says so in
+    one line and exits 1, as every renyiboost error does."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "renyiboost", "serve", "--bootstrap", "127.0.0.1:1",
+             "--model-topic", "t", "--port", str(taken.getsockname()[1])],
+            capture_output=True, text=True, timeout=60, env={**os.environ,
+                                                             "PYTHONWARNINGS": "ignore"})
+    finally:
+        taken.close()
+    assert done.returncode == 1
+    assert "renyiboost: error: cannot serve on http://127.0.0.1:" in done.stderr

@@ -117,6 +117,9 @@ DEAD_LETTER_HEAD_BYTES = 1024
 #: _offset_positions`): a transaction marker leaves one, and a compacted or retained topic a
 #: few; thousands mean the trainer was down while retention deleted what it had not read.
 EMPTY_RUN_WARNING = 1_000
+#: Seconds for which a follower's last client error explains why it has no model yet
+#: (:meth:`ModelFollower.waiting_reason`); a client retries and reports again within them.
+CLIENT_ERROR_FRESH = 30.0
 
 #: librdkafka settings the trainer, the publisher and the follower set themselves
 #: (:class:`KafkaSettings` refuses them in ``extra``).
@@ -996,8 +999,14 @@ class ModelFollower:
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
             "isolation.level": "read_committed",  # an aborted publish is never applied
+            "error_cb": self._on_client_error,
         })
         self.consumer.subscribe([model_topic])
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """Keep the client's last error (an unreachable cluster, a missing topic) for
+        :meth:`waiting_reason`: ``serve`` once answered "waiting" with no word of it."""
+        self.client_error = (error.str(), time.monotonic())
 
     @classmethod
     def without_consumer(cls, model_name: str = "model") -> ModelFollower:
@@ -1029,6 +1038,9 @@ class ModelFollower:
         #: Other models' names seen on the topic (message keys, public): a follower of a
         #: misspelt name waited in silence; now it logs them and ``/health`` names them.
         self.other_models: set[str] = set()
+        #: The Kafka client's last error and when (cleared by a message; an error older
+        #: than :data:`CLIENT_ERROR_FRESH` seconds is not reported).
+        self.client_error: tuple[str, float] | None = None
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
         """Apply the releases available now; returns how many were applied (see the class
@@ -1037,7 +1049,10 @@ class ModelFollower:
         name = self.model_name.encode()
         for message in self.consumer.consume(max_messages, timeout):
             if message.error():
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    self.client_error = (message.error().str(), time.monotonic())
                 continue
+            self.client_error = None
             if message.key() != name:
                 self._other_model(message.key())
                 continue
@@ -1069,7 +1084,12 @@ class ModelFollower:
 
     def waiting_reason(self) -> str | None:
         """Why no version arrived yet, where the topic says more than "nothing yet"."""
-        if self.version or not self.other_models:
+        if self.version:
+            return None
+        error = self.client_error
+        if error is not None and time.monotonic() - error[1] < CLIENT_ERROR_FRESH:
+            return f"the model topic cannot be read yet: {error[0]}"
+        if not self.other_models:
             return None
         return (f"no release of {self.model_name!r} on the model topic yet; it holds releases "
                 f"of {sorted(self.other_models)!r}: check --model-name")

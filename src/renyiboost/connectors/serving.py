@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from renyiboost.exceptions import InvalidRecord
+from renyiboost.exceptions import InvalidRecord, RenyiboostError
 
 log = logging.getLogger("renyiboost.serve")
 
@@ -239,6 +239,12 @@ def run_serve(bootstrap: str, model_topic: str, model_name: str = "model",
     service = FollowerService(follower)
     log.info("following %s on %s; serving on http://%s:%d", model_topic, bootstrap, host, port)
     started = time.monotonic()
-    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    except SystemExit as stopped:  # uvicorn exits (code 3) when it cannot bind
+        if stopped.code in (0, None):
+            raise
+        raise RenyiboostError(f"cannot serve on http://{host}:{port} (is the port in use, or "
+                              "the host not this machine's?); see the error above") from None
     log.info("stopped after %.0f s", time.monotonic() - started)
     return 0

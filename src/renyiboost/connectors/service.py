@@ -102,8 +102,13 @@ def engine_config(model: Any) -> EngineConfig:
         include=set(_LEARNER_FIELDS) | set(_TRIGGER_FIELDS)).items() if value is not None}
     if explicit.get("recalibration") is False:
         explicit["recalibration"] = None
-    return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
-                                      model.expected_records, **explicit)
+    try:
+        return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
+                                          model.expected_records, **explicit)
+    except ValidationError as error:  # named as the file names them (it said "depth: ...")
+        raise ValueError("; ".join(
+            f"model.{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+            for e in error.errors(include_url=False))) from None
 
 
 class KafkaTable(BaseModel):

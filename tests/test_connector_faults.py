@@ -385,6 +385,12 @@ class _RefusingProducer:
     def __init__(self, refused: int, error: int | None) -> None:
         self.refused, self.error, self.queue, self.sent = refused, error, [], []
 
+    def begin_transaction(self) -> None:
+        pass
+
+    def commit_transaction(self, timeout=None) -> None:
+        pass
+
     def produce(self, topic, key=None, value=None, on_delivery=None) -> None:
         self.queue.append((topic, key, value, on_delivery))
 

@@ -699,7 +699,7 @@ class KafkaTrainer(_Loop):
         try:
             published = publish_versions(self.publisher, self.settings, self.engine.release,
                                          self._published["version"],
-                                         self.engine.release_version, transactional=True)
+                                         self.engine.release_version)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self.engine.store.set_meta("published", failed.delivered)
@@ -770,14 +770,10 @@ def model_publisher(settings: KafkaSettings, check: Callable[[], None]) -> Produ
 
 
 @contextmanager
-def _transaction(producer: Producer, settings: KafkaSettings,
-                 transactional: bool) -> Iterator[None]:
-    """The block's messages in one transaction (when ``transactional``): a fenced publisher
-    (another trainer has started for the model) is a :class:`LedgerConflict`; a commit that
-    fails otherwise is aborted, so a reader that reads committed messages sees none of it."""
-    if not transactional:
-        yield
-        return
+def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
+    """The block's messages in one transaction: a fenced publisher (another trainer has
+    started for the model) is a :class:`LedgerConflict`; a commit that fails otherwise is
+    aborted, so a reader that reads committed messages sees none of it."""
     try:
         producer.begin_transaction()
         yield
@@ -797,9 +793,10 @@ def _transaction(producer: Producer, settings: KafkaSettings,
 
 def publish_versions(producer: Producer, settings: KafkaSettings,
                      release: Callable[..., ModelRelease], published: int,
-                     current: int, transactional: bool = False) -> dict[str, int] | None:
+                     current: int) -> dict[str, int] | None:
     """Produce versions ``published + 1 … current`` of the model (``release(model, after,
-    upto)``) to the model topic, one message each; returns the new ``published`` record
+    upto)``) to the model topic, one message each, in one transaction of ``producer`` (a
+    :func:`model_publisher`); returns the new ``published`` record
     (version, partition, offset of the last) for the versions delivered *without a gap*
     from ``published + 1`` on, else ``None``.
 
@@ -816,7 +813,7 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
                                                             message.offset())
 
     try:
-        with _transaction(producer, settings, transactional):
+        with _transaction(producer, settings):
             for version in range(published + 1, current + 1):
                 message = release(settings.model_name, after=version - 1, upto=version)
                 producer.produce(settings.model_topic, key=settings.model_name.encode(),
@@ -932,8 +929,7 @@ class ShardedKafkaTrainer(_Loop):
             return
         try:
             published = publish_versions(self.producer, self.settings, engine.release,
-                                         self._published["version"], engine.release_version,
-                                         transactional=True)
+                                         self._published["version"], engine.release_version)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self._published = failed.delivered

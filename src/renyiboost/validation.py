@@ -48,6 +48,16 @@ from renyiboost.schema import PublicSchema
 MAX_KEY_CHARS = 256
 
 
+def rows_not_learned(bad: Mapping[int, InvalidRecord] | Sequence[tuple[int, InvalidRecord]],
+                     n: int) -> InvalidRecord:
+    """The error a batch call raises after learning its valid rows: how many of ``n`` rows
+    were refused, and the first of them with its reason (``bad``: row → why)."""
+    items = sorted(bad.items() if isinstance(bad, Mapping) else bad, key=lambda item: item[0])
+    first, why = items[0]
+    return InvalidRecord(why.reason, f"{len(items)} of {n} rows were not learned; row {first}: "
+                                     f"{why.detail}")
+
+
 def normalise_key(key: Any) -> str:
     """The canonical string of a key (see the module docstring); raises ``InvalidRecord``.
 
@@ -296,8 +306,8 @@ class RecordValidator:
                 raise ValueError(f"column {name!r} has shape {values.shape}, expected ({n_rows},)")
             categorical = isinstance(self.schema.features[name], list)
             if values.dtype.kind in ("iub" if categorical else "iuf"):
-                suspects = (np.zeros(n_rows, bool) if categorical
-                            else ~np.isfinite(values.astype(float)))
+                suspects = (np.zeros(n_rows, bool) if categorical  # NaN: missing, ±inf:
+                            else np.isinf(values.astype(float)))  # refused, row by row
             else:
                 suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
             copied = False
@@ -307,8 +317,6 @@ class RecordValidator:
                 if categorical and type(value) is str:
                     continue  # the common case of an object column, without ABC checks
                 nan = isinstance(value, float) and math.isnan(value)
-                if nan and not categorical and values.dtype.kind == "f":
-                    continue  # missing: a numeric NaN is what the encoding reads as missing
                 whole = (categorical and isinstance(value, float) and not nan
                          and value.is_integer())
                 if nan or whole or (missing_marker is not None and value is missing_marker):

@@ -25,7 +25,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
 from renyiboost.stream.store import StateStore
-from renyiboost.validation import normalise_key
+from renyiboost.validation import normalise_key, rows_not_learned
 
 #: The keywords whose default is the policy's value (:data:`POLICY`); ``None`` keeps its own
 #: meaning for those that have one (``hess_clip=None``: count leaves, ``leaf_clip=None``: no
@@ -343,10 +343,7 @@ class _SGBDTEstimator:
                    None if names is None else [names[i] for i in index.tolist()],
                    event_index=index, n_events=n)
         if bad:
-            first = min(bad)
-            raise InvalidRecord(bad[first].reason,
-                                f"{len(bad)} of {n} rows were not learned; row {first}: "
-                                f"{bad[first].detail}")
+            raise rows_not_learned(bad, n)
 
     def train(self, rounds: int = 1) -> int:
         """Signal a batch boundary: merge buffered records and run ``rounds`` rounds now."""

@@ -73,7 +73,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import (
     EngineClosed,
-    InvalidRecord,
     LedgerConflict,
     PrivacyLeakWarning,
     SchemaMismatchWarning,
@@ -138,7 +137,12 @@ from renyiboost.stream.store import (
     pin_meta,
     score_value,
 )
-from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
+from renyiboost.validation import (
+    RecordValidator,
+    normalise_key,
+    normalise_keys,
+    rows_not_learned,
+)
 
 log = logging.getLogger("renyiboost.engine")
 
@@ -673,8 +677,11 @@ class StreamEngine:
     @property
     def may_learn(self) -> bool:
         """Whether this engine may still learn (:meth:`_may_learn` would not refuse)."""
-        return (self._broken is None and not self._closed and not self._copied_ledger
-                and os.getpid() == self._pid)
+        try:
+            self._may_learn()
+        except StateStoreError:  # broken, closed, forked or a copy of a ledger
+            return False
+        return True
 
     def _may_learn(self) -> None:
         """Refuse to learn in a broken or closed engine or in a copy of a ledger (see
@@ -891,9 +898,7 @@ class StreamEngine:
                      None if keys is None else [k for k, g in zip(keys, good, strict=True) if g],
                      positions, event_index=at[good] if at.size == raw.size else at,
                      n_events=raw.size if n_events is None else n_events, labels_checked=True)
-            first, why = bad[0]
-            raise InvalidRecord(why.reason, f"{len(bad)} of {raw.size} rows were not learned; "
-                                            f"row {first}: {why.detail}")
+            raise rows_not_learned(bad, raw.size)
         labels = (np.asarray(targets, dtype=float).reshape(-1) if labels_checked
                   else self.validator.labels(targets))
         n = len(labels)

@@ -49,7 +49,6 @@ before any shard committed the round loses it: it was never visible.
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import re
@@ -62,7 +61,6 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from renyiboost.exceptions import (
-    InvalidRecord,
     LedgerConflict,
     RenyiboostError,
     ShardUnavailable,
@@ -104,7 +102,12 @@ from renyiboost.stream.store import (
     pin_meta,
     store_at,
 )
-from renyiboost.validation import RecordValidator, normalise_key, normalise_keys
+from renyiboost.validation import (
+    RecordValidator,
+    normalise_key,
+    normalise_keys,
+    rows_not_learned,
+)
 
 
 def shard_of(key: Any, n_shards: int) -> int:
@@ -269,7 +272,7 @@ class ShardWorker:
 
     def ensemble(self) -> Ensemble:
         """A copy of the committed model (the coordinator's own, never the engine's)."""
-        return copy.deepcopy(self.engine.ensemble)
+        return self.engine.ensemble  # a copy already
 
     def get_meta(self, name: str) -> Any:
         return self.engine.store.get_meta(name)
@@ -629,9 +632,7 @@ class ShardedEngine:
                 if i < raw.size:
                     self.empty_event()
                 start = i + 1
-            first, why = bad[0]
-            raise InvalidRecord(why.reason, f"{len(bad)} of {raw.size} rows were not learned; "
-                                            f"row {first}: {why.detail}")
+            raise rows_not_learned(bad, raw.size)
         targets = self.validator.labels(targets)
         n, n_shards = len(targets), self.shards.n
         rows = np.asarray(rows, dtype=float)

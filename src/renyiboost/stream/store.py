@@ -1020,8 +1020,9 @@ class SQLiteStore(SQLStateStore):
 
     def _remove(self) -> None:
         self.close()
-        for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
+        for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._epoch_path.unlink(missing_ok=True)
 
 
 def config_differences(stored: Any, given: Any, path: str) -> list[str]:

@@ -471,6 +471,23 @@ MUTATIONS = [
              "        pin_meta(engine.store, \"key_source\", key_source, lambda recorded: (",
              "        (lambda *_: None)(engine.store, \"key_source\", key_source, lambda recorded: (",
              ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
+    Mutation("the start check trusts an offset the model topic lost",
+             "src/renyiboost/connectors/kafka.py",
+             "    if low <= offset < high:\n        return offset\n",
+             "    if True:\n        return offset\n",
+             [("tests/test_kafka_ledger.py::test_a_model_topic_without_the_published_offset_is"
+               "_read_from_its_start")]),
+    Mutation("the start check sees only the newest version's store and epoch",
+             "src/renyiboost/connectors/kafka.py",
+             "    foreign = next((r for r in releases if r.store_id != identity.store_id), None)",
+             "    foreign = next((r for r in releases[-1:] if r.store_id != identity.store_id "
+             "and r.version == max(x.version for x in releases)), None)",
+             [("tests/test_kafka_ledger.py::test_a_model_topic_without_the_published_offset_is"
+               "_read_from_its_start"),
+              "tests/test_kafka_ledger.py::test_a_release_of_a_later_epoch_of_the_store_is_refused"],
+             also=(("src/renyiboost/connectors/kafka.py",
+                    "    latest_epoch = max((r.epoch for r in releases if r.epoch is not None), "
+                    "default=None)", "    latest_epoch = newest.epoch"),)),
 ]
 
 

@@ -15,12 +15,12 @@ import warnings
 
 import numpy as np
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Message, Producer
 from conftest import create_topic, read_topic
 
 from renyiboost.cli import main as cli
 from renyiboost.connectors.events import EventFormat, event_json
-from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer
+from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, model_releases, start_within
 from renyiboost.connectors.local_broker import free_port
 from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
@@ -114,6 +114,66 @@ def test_an_old_copy_of_the_store_is_refused(kafka_bootstrap, tmp_path):
         _train(kafka_bootstrap, topic, str(path))
     with pytest.raises(LedgerConflict, match="lost commits"):
         _train(kafka_bootstrap, topic, str(path), group="a-fresh-group")
+
+
+def test_a_model_topic_without_the_published_offset_is_read_from_its_start(
+        kafka_bootstrap, tmp_path, caplog):
+    """The start check read the model topic from the offset of the store's last release.
+    Where the topic no longer held that offset (re-created, and another store published
+    there), the consumer's reset jumped to the end and the check saw nothing, so another
+    ledger's releases passed (against Tansu, which never says out of range, it waited for
+    the connect timeout instead). It now reads such a partition from its start. The other
+    store's release is its version 0: the check looks at every release, not only the
+    newest version."""
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    path = tmp_path / "s.db"
+    _train(kafka_bootstrap, topic, SQLiteStore(path, create=True)).close()
+    settings = _settings(kafka_bootstrap, topic)
+    foreign = model_releases(settings)[0].model_copy(update={"store_id": "another-store"})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(settings.model_topic, key=b"m", value=foreign.model_dump_json())
+    assert producer.flush(30) == 0
+    db = sqlite3.connect(path)
+    (published,) = db.execute("SELECT value FROM meta WHERE name = 'side:published'").fetchone()
+    db.execute("UPDATE meta SET value = ? WHERE name = 'side:published'",
+               (json.dumps({**json.loads(published), "offset": 10_000}),))
+    db.commit()
+    db.close()
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, "renyiboost.kafka"), \
+            pytest.raises(LedgerConflict, match="from state store another-store"):
+        _train(kafka_bootstrap, topic, str(path))
+    assert time.monotonic() - started < settings.connect_timeout
+    assert "no longer holds offset 10000" in caplog.text
+
+
+def test_a_release_of_a_later_epoch_of_the_store_is_refused(kafka_bootstrap, tmp_path):
+    """A copy of the store that opened a later epoch and published (even an old version
+    again, so that the newest version on the topic is still this store's) is another
+    ledger running beside this one."""
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    path = tmp_path / "s.db"
+    _train(kafka_bootstrap, topic, SQLiteStore(path, create=True)).close()
+    settings = _settings(kafka_bootstrap, topic)
+    first = model_releases(settings)[0]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(settings.model_topic, key=b"m",
+                     value=first.model_copy(update={"epoch": first.epoch + 5}).model_dump_json())
+    assert producer.flush(30) == 0
+    with pytest.raises(LedgerConflict, match=f"epoch {first.epoch + 5} of this store"):
+        _train(kafka_bootstrap, topic, str(path))
+
+
+@pytest.mark.parametrize(("offset", "retained", "start"), [
+    (12, (10, 20), 12), (10, (10, 20), 10), (19, (10, 20), 19),
+    (9, (10, 20), OFFSET_BEGINNING),  # retention deleted it
+    (20, (10, 20), OFFSET_BEGINNING), (5, (0, 0), OFFSET_BEGINNING)])  # re-created
+def test_the_start_check_reads_only_an_offset_the_partition_holds(offset, retained, start):
+    """Retention passing the published offset cannot be injected into Tansu (it has no
+    DeleteRecords and no retention in memory): the rule is checked on its own."""
+    assert start_within(offset, retained, "models:0") == start
 
 
 def test_changed_partitions_and_memory_stores_are_refused(kafka_bootstrap, tmp_path):

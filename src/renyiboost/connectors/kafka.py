@@ -51,7 +51,7 @@
   a :class:`~renyiboost.exceptions.BrokerUnavailable` error.
 
 Nothing here is broker-specific: plain Kafka ≥ 2.8 features (assign, keyed produce, headers,
-offset commits, metadata), never transactions.
+offset commits, metadata, watermarks, and transactions for the model topic's publisher).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_me
 from renyiboost.validation import RecordValidator
 
 __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTrainer", "event_json",
-           "last_release", "partition_map_for"]
+           "model_releases", "partition_map_for"]
 
 log = logging.getLogger("renyiboost.kafka")
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
@@ -206,10 +206,26 @@ def _scan(consumer: Consumer, assignment: list[TopicPartition], timeout: float,
                 raise RenyiboostError(f"reading the model topic failed: {error}")
 
 
-def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
-                 ) -> ModelRelease | None:
-    """The newest release of ``settings.model_name`` on the model topic. ``start`` maps
-    partitions to the offset to read from (others from the beginning)."""
+def start_within(offset: int, retained: tuple[int, int], where: str) -> int:
+    """The offset to read a partition from, ``offset`` if the partition still holds it:
+    retention may have deleted it (``offset`` below the low watermark), or the topic may
+    have been deleted and re-created (``offset`` at or past the high watermark). The
+    consumer's ``auto.offset.reset`` would then jump to the end and read nothing (and a
+    broker that never reports the offset out of range, like Tansu, would keep the read
+    waiting), so the check reads the partition from its first retained message instead."""
+    low, high = retained
+    if low <= offset < high:
+        return offset
+    log.warning("%s no longer holds offset %d of the last published release (it holds %d to "
+                "%d): retention deleted it, or the topic was re-created; reading the model "
+                "topic from its first retained message", where, offset, low, high - 1)
+    return OFFSET_BEGINNING
+
+
+def model_releases(settings: KafkaSettings, start: Mapping[int, int] | None = None
+                   ) -> list[ModelRelease]:
+    """The releases of ``settings.model_name`` on the model topic, in the order read.
+    ``start`` maps partitions to the offset to read from (others from the beginning)."""
     consumer = Consumer(settings.client(**{
         "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
         "enable.partition.eof": True}))
@@ -217,7 +233,7 @@ def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
         topic = settings.model_topic
         meta = consumer.list_topics(topic, timeout=settings.connect_timeout).topics.get(topic)
         if meta is None or meta.error is not None:
-            return None
+            return []
         name = settings.model_name.encode()
         found: list[ModelRelease] = []
 
@@ -230,9 +246,16 @@ def last_release(settings: KafkaSettings, start: Mapping[int, int] | None = None
                                 "release", topic, message.partition(), message.offset(),
                                 settings.model_name)
 
-        _scan(consumer, [TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING))
-                         for p in meta.partitions], settings.connect_timeout, keep)
-        return max(found, key=lambda r: r.version, default=None)
+        assignment = []
+        for partition in meta.partitions:
+            offset = (start or {}).get(partition, OFFSET_BEGINNING)
+            if offset != OFFSET_BEGINNING:
+                retained = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=settings.connect_timeout)
+                offset = start_within(offset, retained, f"{topic}:{partition}")
+            assignment.append(TopicPartition(topic, partition, offset))
+        _scan(consumer, assignment, settings.connect_timeout, keep)
+        return found
     except KafkaException as error:
         raise _unreachable(settings, error) from None
     finally:
@@ -726,26 +749,31 @@ def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_
                       published: Mapping[str, int]) -> None:
     """Refuse to train a model whose topic shows another ledger (see the module docstring):
     releases from another store, versions this store has not committed, or a later epoch."""
-    newest = last_release(settings, {published["partition"]: published["offset"]}
-                          if "offset" in published else None)
-    if newest is None:
+    releases = model_releases(settings, {published["partition"]: published["offset"]}
+                              if "offset" in published else None)
+    if not releases:
         return
-    if newest.store_id != identity.store_id:
+    # any release of another store since this one's last, not only the newest version: a
+    # store started later publishes from version 0 again
+    foreign = next((r for r in releases if r.store_id != identity.store_id), None)
+    if foreign is not None:
         raise LedgerConflict(
             f"the model topic {settings.model_topic!r} holds releases of model "
-            f"{settings.model_name!r} from state store {newest.store_id}, not from this "
+            f"{settings.model_name!r} from state store {foreign.store_id}, not from this "
             f"store ({identity.store_id}); their keys were charged in that store's ledger. "
             "Resume from that store, or publish a new model under a new name (which "
             "spends a new budget on the same people).")
+    newest = max(releases, key=lambda release: release.version)
     if newest.version > release_version:
         raise LedgerConflict(
             f"the model topic holds version {newest.version} of {settings.model_name!r} but "
             f"this store has committed only {release_version}: the store lost "
             "commits (an old backup, a lost write-ahead log), so published trees were "
             "paid from budgets it no longer records. Refusing to charge those keys again.")
-    if newest.epoch is not None and newest.epoch >= identity.epoch:
+    latest_epoch = max((r.epoch for r in releases if r.epoch is not None), default=None)
+    if latest_epoch is not None and latest_epoch >= identity.epoch:
         raise LedgerConflict(
-            f"the model topic holds a release of epoch {newest.epoch} of this store, and "
+            f"the model topic holds a release of epoch {latest_epoch} of this store, and "
             f"this process opened epoch {identity.epoch}: another copy of the store is "
             "running (or ran later)")
 

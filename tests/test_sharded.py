@@ -357,3 +357,31 @@ def test_a_restarted_deployment_resumes_its_finish_and_never_repeats_it(tmp_path
     assert finished.finish() == 0
     np.testing.assert_array_equal(finished.spent_rdp(), spent)
     finished.close()
+
+
+def test_a_shard_store_lost_and_created_again_is_refused(tmp_path) -> None:
+    """Shard 0's store is lost after the initial score and one round, and a new one is
+    created at its path. It looked like a shard one round behind and was reconciled: its
+    keys, fed again, got fresh budgets for what the lost store had charged them. Every store
+    now records the deployment's store ids, and a store they do not name is refused."""
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, sampling_rate=1.0, depth=3,
+                                        rounds=20, train_every=40, warmup=40,
+                                        trees_per_trigger=1)
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
+    _feed(sharded, _records("regression", 50))
+    assert [state.rounds_done for state in sharded.shards.all("state")] == [1, 1]
+    sharded.close()
+    for lost in tmp_path.glob("s0.db*"):
+        lost.unlink()
+    with pytest.raises(LedgerConflict, match=r"shard 1's store records .* shard 0 \("):
+        ShardedEngine(config, [SQLiteStore(paths[0], create=True), SQLiteStore(paths[1])])
+    # a record missing on some shards (a crash during the first one) is completed
+    fresh = [tmp_path / f"f{k}.db" for k in range(2)]
+    ShardedEngine(config, [SQLiteStore(path, create=True) for path in fresh]).close()
+    with sqlite3.connect(fresh[1]) as db:
+        db.execute("DELETE FROM meta WHERE name = 'side:deployment_stores'")
+    again = ShardedEngine(config, [SQLiteStore(path) for path in fresh])
+    assert again.shards.one(1, "get_meta", "deployment_stores") == [
+        identity.store_id for identity in again.shards.all("identity")]
+    again.close()

@@ -181,6 +181,10 @@ def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, li
     return {topic: [p % n_shards for p in range(count)] for topic, count in counts.items()}
 
 
+#: Store meta naming the ids of all the stores of a deployment, in shard order.
+MEMBERS_META = "deployment_stores"
+
+
 def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[StoreIdentity]:
     """Create the stores of a new deployment (each refused if it exists) and pin the
     configuration and calibration in each: ``renyiboost state init --shards N``. All are
@@ -491,6 +495,7 @@ class ShardedEngine:
         """Bring every shard to the furthest shard's round (see the module docstring). A
         shard is at most one round behind: a round starts only after every shard committed
         the one before."""
+        self._pin_members()
         states: list[ShardState] = self.shards.all("state")
         lead = max(range(len(states)), key=lambda k: states[k].rounds_done)
         leader = states[lead]
@@ -521,6 +526,30 @@ class ShardedEngine:
         self._initialized = leader.initialized
         self._positions = positions
         self._next_trigger = self.schedule.next_after(positions)
+
+    def _pin_members(self) -> None:
+        """Every shard's store records the ids of all the deployment's stores at their first
+        open together, and a store whose record names other stores is refused. A store lost
+        and re-created beside the others (a new id, empty) would otherwise be reconciled as
+        a shard one round behind: its keys, read again from the source, would get fresh
+        budgets for the initial score and the round its lost store had charged. A shard
+        without a record beside shards with one is a crash during the first record: it
+        gets the record if the others name it."""
+        ids = [identity.store_id for identity in self.shards.all("identity")]
+        recorded: list[list[str] | None] = self.shards.all("get_meta", MEMBERS_META)
+        for k, members in enumerate(recorded):
+            if members is not None and members != ids:
+                strangers = [f"shard {j} ({ids[j]})" for j in range(len(ids))
+                             if j >= len(members) or members[j] != ids[j]]
+                raise LedgerConflict(
+                    f"shard {k}'s store records the deployment's stores as {members}, but "
+                    f"{', '.join(strangers)} is another store: a store lost and re-created "
+                    "(or swapped for another) would give its keys fresh budgets. Restore "
+                    "the deployment's own stores; a deployment whose store is lost for good "
+                    "cannot resume.")
+        for k, members in enumerate(recorded):
+            if members is None:
+                self.shards.one(k, "set_meta", MEMBERS_META, ids)
 
     def _reconcile_grid(self) -> None:
         """A split grid that some shards committed (a crash between the shards' commits;

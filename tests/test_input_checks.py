@@ -12,7 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from renyiboost.exceptions import InvalidRecord, PrivacyLeakWarning, SchemaMismatchWarning
+from renyiboost.exceptions import (
+    InvalidRecord,
+    PrivacyLeakWarning,
+    SchemaMismatchWarning,
+    TestingOnlyWarning,
+)
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.estimators import SGBDTClassifier, SGBDTRegressor
 from renyiboost.models.explain import initial_term
@@ -335,3 +340,25 @@ def test_store_and_schema_mistakes_say_what_is_wrong(tmp_path) -> None:
         shard_locations(str(tmp_path / "one.db"), 2)
     with pytest.raises(ValueError, match="at least two values"):
         PublicSchema(features={"length": [0]})
+
+
+def test_mains_cycles_the_learner_never_reads_is_warned_about() -> None:
+    """``mains_cycles`` is read only by ``feature_selection='mains_then_pairs'``, which the
+    policy picks only for larger effective sizes: a small stream, a batch fit at small ε
+    or another selection ignored it without a word."""
+    features = {"a": (0.0, 1.0), "b": (0.0, 1.0)}
+    X, y = _rows()
+    unread = "mains_cycles=4 is read only by feature_selection='mains_then_pairs'"
+    with pytest.warns(UserWarning, match=unread):
+        SGBDTClassifier(features=features, labels=[0, 1], epsilon=0.1, expected_records=300,
+                        mains_cycles=4, seed=1).learn_one({"a": 0.1, "b": 0.2}, 1)
+    with pytest.warns(UserWarning, match=unread):
+        SGBDT(PublicSchema(features=features, labels=[0, 1]), task="classification",
+              epsilon=1.0, feature_selection="cyclic", mains_cycles=4, rounds=5,
+              seed=1).fit(X, (y > 1.5).astype(int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        SGBDTClassifier(features=features, labels=[0, 1], epsilon=1.0, mains_cycles=4,
+                        feature_selection="mains_then_pairs", seed=1).learn_one(
+            {"a": 0.1, "b": 0.2}, 1, key="p1")

@@ -21,6 +21,7 @@ from renyiboost.models.defaults import (
     default_params,
     expected_records_hint,
     policy_fields,
+    warn_unread,
 )
 from renyiboost.models.explain import feature_contributions, feature_importances, initial_term
 from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
@@ -299,13 +300,14 @@ class SGBDT(MarginModel):
         explicit = dict(self.explicit_params)
         if epsilon is not None:
             explicit["epsilon"] = epsilon
-        if not self._needs_size():
-            return SGBDTParams(**explicit)
-        policy = default_params(self._given.task, self._given.epsilon,
-                                PRIOR_RECORDS if records is None else records,
-                                self.schema.n_classes,
-                                n_numeric=self.schema.n_numeric)
-        return SGBDTParams(**(policy | explicit))
+        if self._needs_size():
+            policy = default_params(self._given.task, self._given.epsilon,
+                                    PRIOR_RECORDS if records is None else records,
+                                    self.schema.n_classes, n_numeric=self.schema.n_numeric)
+            explicit = policy | explicit
+        params = SGBDTParams(**explicit)
+        warn_unread(self.explicit_params, params.feature_selection)
+        return params
 
     # ------------------------------------------------------------------ training
     def fit(self, X: np.ndarray, y: np.ndarray) -> SGBDT:

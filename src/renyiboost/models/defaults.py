@@ -446,6 +446,19 @@ POLICY_FIELDS: frozenset[str] = frozenset(
     {"depth", "rounds", *_SHARED, *_CLASSIFICATION, *_REGRESSION})
 
 
+def warn_unread(explicit: dict[str, Any], feature_selection: str) -> None:
+    """Warn about a parameter given explicitly that the resolved learner never reads, as
+    scikit-learn warns about ``l1_ratio`` without an elastic-net penalty: ``mains_cycles``
+    is read only by ``feature_selection='mains_then_pairs'``, which the policy chooses only
+    from :data:`PAIR_TREES_SIZE` effective records on, so a small or low-ε classifier (or
+    one given another selection) ignored it without a word."""
+    if explicit.get("mains_cycles") is not None and feature_selection != "mains_then_pairs":
+        warnings.warn(f"mains_cycles={explicit['mains_cycles']} is read only by "
+                      "feature_selection='mains_then_pairs', and this model's is "
+                      f"{feature_selection!r} (yours, or the default policy's at this size and "
+                      "ε), so it has no effect", UserWarning, stacklevel=4)
+
+
 def policy_fields(task: str) -> frozenset[str]:
     """The parameters the policy decides for ``task`` (regression has no hessian clip)."""
     return POLICY_FIELDS - {"hess_clip"} if task == "regression" else POLICY_FIELDS

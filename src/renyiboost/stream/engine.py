@@ -102,6 +102,7 @@ from renyiboost.models.defaults import (
     stream_schedule,
     supported_depth,
     trees_per_trigger,
+    warn_unread,
 )
 from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.recalibration import (
@@ -275,6 +276,7 @@ class EngineConfig(BaseModel):
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
+        warn_unread(learner, params.feature_selection)
         if expected_records is not None:  # a public hint: the burst at its end
             triggers = final_burst(expected_records, params.rounds) | triggers
         if params.private and "noise_stages" not in triggers:  # short streams start precise

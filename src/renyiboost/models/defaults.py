@@ -671,6 +671,7 @@ __all__ = [
     "stream_schedule",
     "supported_depth",
     "trees_per_trigger",
+    "warn_unread",
 ]
 
 

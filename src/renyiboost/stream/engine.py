@@ -239,6 +239,15 @@ class EngineConfig(BaseModel):
                              "to run them at, and they were silently never run. Call "
                              "finish() when the stream ends (its burst is a share of the "
                              "nominal rounds), or give expected_records")
+        if self.final_trees > self.params.rounds:
+            warnings.warn(
+                f"final_trees={self.final_trees} is more than the {self.params.rounds} "
+                "rounds the stream is calibrated for (its params.rounds: without an explicit "
+                "rounds, the trees its triggers release up to the hinted end), and no key "
+                "affords more than those at their noise: the burst's later trees would have "
+                "noise-only leaves. Give rounds as well (rounds=final_trees calibrates for "
+                "the burst; a warmup at the hint then puts every tree at the end, as a batch "
+                "fit does)", UserWarning, stacklevel=2)
         return self
 
     @classmethod

@@ -5,6 +5,7 @@ model topic, and a label set whose probabilities cannot be answered as JSON."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import unicodedata
 import uuid
@@ -23,9 +24,12 @@ from renyiboost.connectors.kafka import (
     KafkaTrainer,
     ModelFollower,
     PublishFailed,
+    RepeatedClientLines,
     event_json,
     publish_versions,
 )
+from renyiboost.connectors.kafka import log as kafka_log
+from renyiboost.connectors.local_broker import free_port
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
 from renyiboost.release import ModelRelease
@@ -459,3 +463,26 @@ def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -
     assert kept.index == [0, 2] and kept.keys == [composed, "p1"] and len(kept.rows) == 2
     assert [(i, why.reason) for i, why in kept.rejected] == [(1, "key")]
     engine.close()
+
+
+def test_a_client_line_repeated_many_times_a_second_is_logged_once_a_window(caplog):
+    """Without a broker, a follower's client logged "Connection refused" about 20 times a
+    second (``serve``: 148 lines in 8 s); the filter lets one through per window and then
+    says how many it held back. Lines of renyiboost's own are never held back."""
+    client_filter = next(f for f in kafka_log.filters if isinstance(f, RepeatedClientLines))
+    client_filter.window = 1.0
+    client_filter._seen.clear()
+    follower = ModelFollower(f"127.0.0.1:{free_port()}", "models")
+    try:
+        with caplog.at_level(logging.ERROR, "renyiboost.kafka"):
+            started = time.monotonic()
+            while time.monotonic() - started < 1.6:
+                follower.poll(timeout=0.2)
+                kafka_log.error("a line of our own")
+    finally:
+        follower.consumer.close()
+        client_filter.window = 60.0
+    refused = [r.getMessage() for r in caplog.records if "Connection refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 3, refused  # one a second at most (about 30 without)
+    assert any("more like it in the last 1 s" in line for line in refused[1:]), refused
+    assert sum(r.getMessage() == "a line of our own" for r in caplog.records) >= 5

@@ -59,6 +59,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
+import threading
 import time
 import uuid
 from collections import Counter
@@ -106,6 +108,45 @@ __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTraine
            "model_releases", "partition_map_for"]
 
 log = logging.getLogger("renyiboost.kafka")
+
+
+class RepeatedClientLines(logging.Filter):
+    """Let one line of librdkafka's through per ``window`` seconds, however often the client
+    repeats it, and say how many were held back. Without a broker a follower's client logged
+    the same "Connection refused" about 20 times a second, burying every other line of
+    ``serve`` and ``train``. librdkafka's lines reach the logger as ``"%s [%s] %s"`` with its
+    facility, client name and text; the text's "(after N ms in state …)" is left out of
+    the comparison. Lines of renyiboost's own pass untouched."""
+
+    CLIENT_FORMAT = "%s [%s] %s"
+    _TIMING = re.compile(r"\(after \d+ms in state [^)]*\)")
+
+    def __init__(self, window: float = 60.0) -> None:
+        super().__init__()
+        self.window = window
+        self._seen: dict[str, tuple[float, int]] = {}  # line -> (when let through, held back)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self.CLIENT_FORMAT or not isinstance(record.args, tuple):
+            return True
+        line = self._TIMING.sub("", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            if len(self._seen) > 1_000:  # many distinct lines: forget those out of window
+                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window}
+            shown, held = self._seen.get(line, (-math.inf, 0))
+            if now - shown < self.window:
+                self._seen[line] = (shown, held + 1)
+                return False
+            self._seen[line] = (now, 0)
+        if held:
+            record.msg, record.args = "%s (and %d more like it in the last %g s)", (
+                record.getMessage(), held, self.window)
+        return True
+
+
+log.addFilter(RepeatedClientLines())
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
 #: Bytes of a rejected event's value (and key) that its dead letter keeps when the whole

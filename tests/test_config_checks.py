@@ -265,9 +265,11 @@ def test_state_init_refuses_a_bad_epsilon_and_leaves_no_store(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("line", ["learning_rate = inf", "grad_clip = nan",
-                                  "trigger_growth = inf"])
+                                  "trigger_growth = inf", "warmup = -3"])
 def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> None:
-    """The engine's configuration is built and validated before a store is created."""
+    """The engine's configuration is built and validated before a store is created, and its
+    error names the file and the table (a refused warmup once said only "train_every and
+    warmup must be >= 1 and growth >= 0", with neither)."""
     config = _toml(tmp_path, line)
     name = line.split(" ")[0]
     for command in (["state", "init"], ["train", "--new-state"],
@@ -275,10 +277,12 @@ def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> 
         state = tmp_path / "x.db"
         assert main([*command, "--config", str(config), "--state", str(state)]) == 1
         err = capsys.readouterr().err
-        assert name in err
-        if name != "trigger_growth":  # a pydantic field: named as the file names it
+        assert name in err and err.startswith(f"renyiboost: error: {config}: model")
+        if name not in ("trigger_growth", "warmup"):  # a pydantic field: as the file names it
             assert f"model.{name}:" in err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+    if name == "warmup":
+        assert "warmup must be >= 1, got -3" in err
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])

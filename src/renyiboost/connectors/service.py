@@ -33,6 +33,7 @@ import logging
 import signal
 import time
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -109,6 +110,8 @@ def engine_config(model: Any) -> EngineConfig:
         raise ValueError("; ".join(
             f"model.{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
             for e in error.errors(include_url=False))) from None
+    except ValueError as error:  # a check outside pydantic (the trigger schedule's, say)
+        raise ValueError(f"model: {error}") from None
 
 
 class KafkaTable(BaseModel):
@@ -145,11 +148,18 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
         raise ValueError(f"{path}: not a valid TOML file: {error}") from None
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return ServiceConfig(**data)
+        config = ServiceConfig(**data)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise ValueError(f"{path}: {problems}") from None
+    try:  # what the engine refuses is the file's error too (it once came without the path)
+        with warnings.catch_warnings():  # the commands' own engine_config warns, once
+            warnings.simplefilter("ignore")
+            engine_config(config.model)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    return config
 
 
 def parse_kafka_url(url: str) -> tuple[str, str]:

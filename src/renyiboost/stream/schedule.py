@@ -33,8 +33,10 @@ class TriggerSchedule:
 
     def __init__(self, train_every: int, warmup: int, growth: float = 0.0,
                  max_train_every: int | None = None, final_at: int | None = None) -> None:
-        if train_every < 1 or warmup < 1 or not growth >= 0:
-            raise ValueError("train_every and warmup must be >= 1 and growth >= 0")
+        for name, value, least in (("train_every", train_every, 1), ("warmup", warmup, 1),
+                                   ("trigger_growth", growth, 0)):
+            if not value >= least:  # a NaN growth too
+                raise ValueError(f"{name} must be >= {least}, got {value!r}")
         self.train_every = int(train_every)
         self.growth = float(growth)
         self.max_train_every = (self.train_every if max_train_every is None

@@ -437,7 +437,7 @@ MUTATIONS = [
              '"seeded_for_testing": self.seeded_for_testing, "runs": self.operator_runs}',
              ["tests/test_defaults.py::test_the_cli_runs_a_private_selection"]),
     Mutation("a tuned model states its run's epsilon", "src/renyiboost/models/tuning.py",
-             "    model.selection_guarantee = model.privacy_guarantee().model_copy(",
+             "    model.stated_guarantee = model.privacy_guarantee().model_copy(",
              "    _unused = model.privacy_guarantee().model_copy(",
              [("tests/test_defaults.py::test_a_private_selection_releases_one_run_at_the_"
                "accounted_budget")]),

@@ -393,7 +393,7 @@ def test_json_round_trip_predicts_identically() -> None:
         model = SGBDT(SCHEMA, seed=4, epsilon=1.0, rounds=10, depth=3).fit(X, y)
         again = SGBDT.from_json(model.to_json())
     np.testing.assert_array_equal(model.predict(X), again.predict(X))
-    assert again.imported_guarantee == model.privacy_guarantee()
+    assert again.stated_guarantee == model.privacy_guarantee()
     assert again.privacy_guarantee() == model.privacy_guarantee()
     assert again.to_json() == model.to_json()  # a re-export is the same release
     exported = json.loads(model.to_json())

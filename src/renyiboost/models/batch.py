@@ -277,13 +277,12 @@ class SGBDT(MarginModel):
         self.ensemble: Ensemble | None = None
         #: The smoothing spans of a private split grid (public; ``None``: public ranges).
         self.smoothing_spans_: list[float] | None = None
-        #: The guarantee a model read by :meth:`from_json` was released with (it has no
-        #: booster to derive one from); ``None`` for a model fitted here.
-        self.imported_guarantee: PrivacyGuarantee | None = None
-        #: The total guarantee of the private selection that chose this fit
-        #: (:func:`~renyiboost.models.tuning.private_tune`), which its release states: the
-        #: selection paid for the choice as well as for this run. ``None`` otherwise.
-        self.selection_guarantee: PrivacyGuarantee | None = None
+        #: The guarantee the model is released under when its own fit does not give it:
+        #: the one a model read by :meth:`from_json` was released with (it has no booster
+        #: to derive one from), or the total of the private selection that chose this fit
+        #: (:func:`~renyiboost.models.tuning.private_tune`: it paid for the choice as well
+        #: as for this run). ``None`` for a model fitted here; a new fit clears it.
+        self.stated_guarantee: PrivacyGuarantee | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
@@ -328,7 +327,7 @@ class SGBDT(MarginModel):
         check_privacy_inputs(self._given.epsilon, self._given.delta,
                              len(y) if self.expected_records is None else self.expected_records)
         self.size_estimate_epsilon = self.size_estimate_ = None
-        self.selection_guarantee = None  # a new fit is no longer the selection's choice
+        self.stated_guarantee = None  # a new fit is neither the release read nor the choice
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():
             if self._given.private:
@@ -367,11 +366,9 @@ class SGBDT(MarginModel):
     def privacy_guarantee(self) -> PrivacyGuarantee:
         """ε, δ, α̂, σ and B per row (public: functions of the parameters only); for the
         choice of a private selection, the selection's total ε and δ."""
-        if self.selection_guarantee is not None:
-            return self.selection_guarantee
+        if self.stated_guarantee is not None:
+            return self.stated_guarantee
         booster = self.booster
-        if booster is None and self.imported_guarantee is not None:
-            return self.imported_guarantee  # read from a release: it is what was promised
         cal = booster.calibration if booster is not None else None
         if cal is None and self.params.private:
             raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")
@@ -413,5 +410,5 @@ class SGBDT(MarginModel):
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),
                                   np.asarray(tree.leaves, dtype=float))
-        model.imported_guarantee = release.guarantee
+        model.stated_guarantee = release.guarantee
         return model

@@ -158,7 +158,7 @@ def private_tune(
     score, index, model = best
     # The chosen model is released under the selection's total, not its run's ε alone (its
     # export once stated 0.596 of a total 1.0).
-    model.selection_guarantee = model.privacy_guarantee().model_copy(
+    model.stated_guarantee = model.privacy_guarantee().model_copy(
         update={"epsilon": budget.epsilon, "delta": budget.delta})
     return PrivateTuningResult(candidate=index, params=dict(pool[index]), noisy_score=score,
                                model=model, budget=budget,

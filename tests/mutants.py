@@ -489,8 +489,8 @@ MUTATIONS = [
                "_read_from_its_start"),
               "tests/test_kafka_ledger.py::test_a_release_of_a_later_epoch_of_the_store_is_refused"],
              also=(("src/renyiboost/connectors/kafka.py",
-                    "    latest_epoch = max((r.epoch for r in releases if r.epoch is not None), "
-                    "default=None)", "    latest_epoch = newest.epoch"),)),
+                    ("    latest_epoch = max((r.epoch for r in releases if r.epoch is not None), "
+                     "default=None)"), "    latest_epoch = newest.epoch"),)),
 ]
 
 

@@ -6,6 +6,7 @@ Each test names the rule it pins; each failed before the rule was enforced every
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import numpy as np
@@ -381,3 +382,28 @@ def test_an_end_burst_longer_than_the_calibrated_rounds_is_warned_about() -> Non
                        seed=0).learn_one({"a": 0.3}, 0.5, key="k")
         SGBDTRegressor(features, target_bounds=(0.0, 1.0), epsilon=1.0, expected_records=hint,
                        seed=0).learn_one({"a": 0.3}, 0.5, key="k")  # the policy's half burst
+
+
+def test_a_float_category_column_is_read_as_its_rows_would_be() -> None:
+    """A float column of an integer categorical feature (pandas' storage of integer
+    categories with a gap) is read without a Python step per row, and gives what each
+    row's dict gives: NaN missing, a whole number its category, a fraction, ±inf or an
+    unknown whole number as the dict path judges it."""
+    schema = PublicSchema(features={"grade": [1, 2, 3], "a": (0.0, 1.0)},
+                          target_bounds=(0.0, 1.0))
+    validator = RecordValidator(schema, "regression")
+    grades = np.array([1.0, np.nan, 3.0, 2.5, np.inf, -np.inf, 7.0, 2.0**60, -0.0, 2.0])
+    a = np.linspace(0, 1, grades.size)
+    rows, bad = validator.columns({"grade": grades, "a": a}, grades.size)
+    for i, grade in enumerate(grades.tolist()):
+        whole = math.isfinite(grade) and grade.is_integer()  # a dict's integer, as given
+        x = {"a": a[i]} if math.isnan(grade) else {"grade": int(grade) if whole else grade,
+                                                   "a": a[i]}
+        try:
+            expected = validator.features(x)
+        except InvalidRecord as why:
+            assert i in bad and str(bad[i]) == str(why), (i, grade)
+            continue
+        assert i not in bad, (i, grade, bad.get(i))
+        np.testing.assert_array_equal(rows[i], expected)
+    assert grades.dtype == float and np.isnan(grades[1])  # the caller's column untouched

@@ -119,6 +119,21 @@ def _as_float(value: Any) -> float:
         return math.inf
 
 
+def _float_categories(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A float column of a categorical feature as :meth:`RecordValidator.columns` reads it,
+    without a Python step per row: NaN is missing (``None``), a whole number its integer
+    (pandas stores integer categories with a gap as floats); what is left (a fraction,
+    ±inf, a whole number past 2**53) is marked to be judged row by row. Returns a new
+    object array and that mark."""
+    missing = np.isnan(values)
+    whole = np.isfinite(values) & (np.abs(values) <= 2.0**53)
+    whole[whole] = values[whole] == np.floor(values[whole])
+    out = values.astype(object)
+    out[missing] = None
+    out[whole] = values[whole].astype(np.int64).tolist()
+    return out, ~(missing | whole)
+
+
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).
 
@@ -305,12 +320,15 @@ class RecordValidator:
             if values.shape != (n_rows,):
                 raise ValueError(f"column {name!r} has shape {values.shape}, expected ({n_rows},)")
             categorical = isinstance(self.schema.features[name], list)
+            copied = False
             if values.dtype.kind in ("iub" if categorical else "iuf"):
                 suspects = (np.zeros(n_rows, bool) if categorical  # NaN: missing, ±inf:
                             else np.isinf(values.astype(float)))  # refused, row by row
+            elif categorical and values.dtype.kind == "f":
+                values, suspects = _float_categories(values)
+                copied = True
             else:
                 suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
-            copied = False
             missing_marker = getattr(sys.modules.get("pandas"), "NA", None)
             for i in np.flatnonzero(suspects).tolist():
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]

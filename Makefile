@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
+	.ci/postgres
 	$(PY) -m pytest -q
 
 # Hand-written privacy mutations (less noise, under-charges, leaks, a second ledger): each

@@ -357,3 +357,15 @@ def test_kafka_settings_refuse_what_would_replace_the_managed_ones(setting, valu
         KafkaSettings(bootstrap_servers="127.0.0.1:9092", topics=["t"], **{setting: value})
     assert KafkaSettings(bootstrap_servers="b:1", topics=["t"],
                          extra={"security.protocol": "SSL"}).extra == {"security.protocol": "SSL"}
+
+
+def test_the_kafka_table_sets_the_dead_letter_timeout(tmp_path) -> None:
+    """``dlq_timeout`` was named in README as an operator setting but only the Python
+    ``KafkaSettings`` took it; the ``[kafka]`` table refused it as unknown."""
+    from renyiboost.connectors.service import kafka_settings
+
+    config = load_config(_toml(tmp_path, "", "[kafka]\ndlq_timeout = 5.0\n"),
+                         {"source": "kafka://127.0.0.1:9092/events"})
+    assert kafka_settings(config).dlq_timeout == 5.0
+    with pytest.raises(ValueError, match="kafka.dlq_timeout"):
+        load_config(_toml(tmp_path, "", "[kafka]\ndlq_timeout = 0\n"))

@@ -162,7 +162,8 @@ def cli(log_level: str, debug: bool) -> None:
 @click.option("--trees-per-trigger", type=click.IntRange(min=1), default=None,
               help="rounds run by a trigger")
 @click.option("--state", default="out/demo/state.db",
-              help="SQLite state file (deleted first unless --resume)")
+              help="SQLite state file (a store the demo created is replaced unless "
+                   "--resume; any other file there is refused)")
 @click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
 @click.option("--plot", "plot_path", default="out/demo/demo.png", help="where the plot goes")
 @click.option("--json", "json_path", default=None, help="write the per-batch history here")

@@ -122,6 +122,9 @@ class KafkaTable(BaseModel):
     group_id: str = "renyiboost"
     batch_size: int = Field(1000, ge=1)
     connect_timeout: float = Field(30.0, gt=0)
+    #: Seconds a batch's dead letters may take to be delivered before the trainer stops
+    #: with nothing of the batch committed (it was only settable from Python before).
+    dlq_timeout: float = Field(30.0, gt=0)
     extra: dict[str, str] = Field(default_factory=dict)
 
 
@@ -248,7 +251,7 @@ def kafka_settings(config: ServiceConfig) -> Any:
         bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
         model_topic=config.model_topic, model_name=config.model_name,
         batch_size=config.kafka.batch_size, connect_timeout=config.kafka.connect_timeout,
-        extra=config.kafka.extra,
+        dlq_timeout=config.kafka.dlq_timeout, extra=config.kafka.extra,
     )
 
 

@@ -385,3 +385,44 @@ def test_a_shard_store_lost_and_created_again_is_refused(tmp_path) -> None:
     assert again.shards.one(1, "get_meta", "deployment_stores") == [
         identity.store_id for identity in again.shards.all("identity")]
     again.close()
+
+
+class _LosesARound(SQLiteStore):
+    """A shard store whose commit of round ``lose_round`` fails (the power goes first)."""
+
+    lose_round: int | None = None
+
+    def commit(self, change) -> None:
+        for one in change if isinstance(change, list) else [change]:
+            if (one.meta.get("state") or {}).get("rounds_done") == self.lose_round:
+                raise OSError("power cut (injected)")
+        super().commit(change)
+
+
+def test_a_crash_inside_a_trigger_owes_its_rounds_to_the_reopened_deployment(tmp_path) -> None:
+    """Round 3, the first of the second trigger's two, is lost on every shard: the reopened
+    coordinator took the next trigger after the committed position and never ran the
+    trigger's two rounds, so the deployment ended two versions short of a run that never
+    crashed. It now owes them and runs them before the next records."""
+    config = _config("regression")
+    assert config.trees_per_trigger == 2
+    records = _records("regression", 400, seed=2)
+    reference = ShardedEngine(config, [None, None], seed=9)
+    _feed(reference, records)
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    stores = [_LosesARound(path, create=True) for path in paths]
+    for store in stores:
+        store.lose_round = 3
+    sharded = ShardedEngine(config, stores, seed=9)
+    with pytest.raises(Exception, match="power cut"):
+        _feed(sharded, records)
+    fed = sharded.positions
+    for store in stores:
+        store.close()
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=9)
+    assert again.booster.rounds_done == 2
+    assert again.catch_up() == 2 and again.catch_up() == 0
+    _feed(again, records[fed:])
+    assert again.release_version == reference.release_version
+    assert again.spent_rdp().max() <= again.booster.calibration.budget_rdp * (1 + 1e-9)
+    again.close()

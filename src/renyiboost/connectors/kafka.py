@@ -417,6 +417,9 @@ class KafkaTrainer(_Loop):
             #: publishes nothing.
             self.publisher = (None if shard is not None
                               else model_publisher(settings, self._check_model_topic))
+            # the rounds a crash inside a trigger left owed, now that the checks have seen
+            # the store as it was (published below, with any other unpublished version)
+            engine.catch_up()
         except BaseException:
             self.consumer.close()
             raise

@@ -370,6 +370,18 @@ def finish_rounds(config: EngineConfig, positions: int, rounds_done: int,
     return trees
 
 
+def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: int) -> int:
+    """The rounds the public schedule has run by ``positions``: every trigger up to it with
+    its trees (:func:`trees_due`: the regular ones from the first, the initial score's, and a
+    hinted burst), none past ``max_rounds``. A ``finish()`` burst is not counted (its own
+    record resumes it), nor rounds a caller ran with :meth:`StreamEngine.train`."""
+    due = schedule.releases_until(positions) * config.trees_per_trigger
+    if config.final_trees and config.final_at is not None and config.final_at <= positions:
+        due += config.final_trees
+    cap = config.params.max_rounds
+    return due if cap is None else min(due, cap)
+
+
 def rounds_left(config: EngineConfig, booster: SGBDTBooster) -> bool:
     """Whether a round may still run: ``max_rounds`` (a public count) is not reached."""
     cap = config.params.max_rounds
@@ -640,6 +652,9 @@ class StreamEngine:
         self._warned_keyless = False
         self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
+        #: Rounds of the last trigger a crash left unrun (:meth:`_restore`): they run before
+        #: anything else is learned (:meth:`catch_up`).
+        self._owed_rounds = 0
         self._planned: dict[str, Any] | None = None  # a round's pool side (shard_sums)
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
@@ -684,6 +699,23 @@ class StreamEngine:
         self._pid = os.getpid()
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
+
+    def catch_up(self) -> int:
+        """Run the rounds the last trigger owes after a crash between its commits and return
+        how many ran. A trigger commits some outputs before its rounds (the initial score,
+        a hinted split grid, a refit, its earlier rounds); when a later round's commit was
+        lost, the restored engine's position is the trigger's, and without this its other
+        rounds (a hinted end burst among them) were never run, so the number of trees
+        depended on when the crash came. Learning calls it first; the Kafka trainer calls it
+        once its start checks have passed."""
+        owed, self._owed_rounds = self._owed_rounds, 0
+        return self.train(owed) if owed else 0
+
+    def _learn_gate(self) -> None:
+        """:meth:`_may_learn`, then the rounds a crash left owed (:meth:`catch_up`)."""
+        self._may_learn()
+        if self._owed_rounds:
+            self.catch_up()
 
     @property
     def may_learn(self) -> bool:
@@ -894,7 +926,7 @@ class StreamEngine:
         positions, so the schedule depended on one record's label.) Rows are copied;
         ``learn_many`` equals a ``learn_one`` loop.
         """
-        self._may_learn()
+        self._learn_gate()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
         if not labels_checked and (bad := self.validator.bad_labels(targets)):
             raw = np.asarray(targets).reshape(-1)
@@ -965,7 +997,7 @@ class StreamEngine:
         position: tuple[str, int] | None = None,
     ) -> None:
         """One encoded row with its validated label at the next position (``learn_one``)."""
-        self._may_learn()
+        self._learn_gate()
         if len(row) != self.schema.n_features:
             raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
         uid = self._uid_for(key, None if position is None else position[0])
@@ -983,7 +1015,7 @@ class StreamEngine:
     def empty_event(self, position: tuple[str, int] | None = None) -> None:
         """A stream position that carried no usable record (an invalid record, a
         dead-lettered message): it counts like any other position (module docstring)."""
-        self._may_learn()
+        self._learn_gate()
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         self._count_positions(1)
@@ -1103,7 +1135,7 @@ class StreamEngine:
         expected end has passed (:meth:`_release_split_grid`). Every round releases a tree,
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
-        self._may_learn()
+        self._learn_gate()
         self._merge_pending()
         if not self._initialized:
             if self._positions < self.config.warmup:
@@ -1199,7 +1231,7 @@ class StreamEngine:
         only the rounds the burst had not committed (none after a finished burst) instead
         of spending the budget of a second burst.
         """
-        self._may_learn()
+        self._learn_gate()
         if self.coordinated:
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
                                "stream with ShardedEngine.finish()")
@@ -1581,6 +1613,13 @@ class StreamEngine:
         self._positions = self._merged_positions = int(meta["positions"])
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
+        if not self.coordinated:  # a coordinator owes a shard's rounds (ShardedEngine)
+            self._owed_rounds = max(0, rounds_due_by(self.config, self.schedule,
+                                                     self._positions) - self.booster.rounds_done)
+        if self._owed_rounds:
+            log.warning("the trigger at stream position %d ran %d round(s) fewer than the "
+                        "public schedule has due (a crash between its commits); they run "
+                        "before the next record is learned", self._positions, self._owed_rounds)
         log.info("restored store %s (epoch %d) at release version %d, %d committed outputs "
                  "replayed", self._store.identity.store_id, self._store.identity.epoch,
                  self.release_version,

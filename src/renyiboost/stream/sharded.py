@@ -88,6 +88,7 @@ from renyiboost.stream.engine import (
     noise_stage_at,
     privacy_guarantee_of,
     recalibration_due,
+    rounds_due_by,
     rounds_left,
     run_rounds,
     trees_due,
@@ -526,6 +527,17 @@ class ShardedEngine:
         self._initialized = leader.initialized
         self._positions = positions
         self._next_trigger = self.schedule.next_after(positions)
+        # a crash (or a shard's death) inside a trigger: its other rounds are owed
+        self._owed_rounds = max(0, rounds_due_by(self.config, self.schedule, positions)
+                                - leader.rounds_done)
+
+    def catch_up(self) -> int:
+        """Run the rounds a trigger owes after a crash or a shard's death inside it (see
+        :meth:`StreamEngine.catch_up <renyiboost.stream.engine.StreamEngine.catch_up>`);
+        returns how many ran. New positions and ``finish()`` call it first; the sharded
+        Kafka trainer once its start checks have passed."""
+        owed, self._owed_rounds = self._owed_rounds, 0
+        return self.train(owed) if owed else 0
 
     def _pin_members(self) -> None:
         """Every shard's store records the ids of all the deployment's stores at their first
@@ -704,6 +716,7 @@ class ShardedEngine:
         hold up the others for the poll timeout); after a step that found nothing, they
         wait up to their poll timeout, so an idle stream does not spin.
         """
+        self.catch_up()  # on the records of the trigger that owes them
         before = self._positions
         share = -(-(self._next_trigger - before) // self.shards.n)
         try:
@@ -716,7 +729,9 @@ class ShardedEngine:
         return total - before
 
     def _advance(self, positions: int) -> None:
-        """Count the positions up to ``positions`` and run every trigger they passed."""
+        """Count the positions up to ``positions`` and run every trigger they passed (after
+        the rounds an earlier one still owes)."""
+        self.catch_up()
         self._positions = positions
         while positions >= self._next_trigger:
             trigger = self._next_trigger
@@ -752,6 +767,7 @@ class ShardedEngine:
         shards, the burst recorded in every shard's store before its first round, so that a
         restarted deployment resumes it (or runs none after a finished one) instead of
         starting a second. Returns the trees added."""
+        self.catch_up()
         self.train(0)  # the initial score if it is due
         if not self._initialized:
             return 0

@@ -382,6 +382,15 @@ def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: in
     return due if cap is None else min(due, cap)
 
 
+def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
+                rounds_done: int) -> int:
+    """The rounds a restored engine (or reconciled deployment) at committed ``positions``
+    still owes its last trigger (:func:`rounds_due_by` less those done): a crash between
+    the trigger's commits left them unrun. Never negative: rounds of a ``finish()`` or of
+    an explicit ``train()`` are more than the schedule's, and nothing is owed then."""
+    return max(0, rounds_due_by(config, schedule, positions) - rounds_done)
+
+
 def rounds_left(config: EngineConfig, booster: SGBDTBooster) -> bool:
     """Whether a round may still run: ``max_rounds`` (a public count) is not reached."""
     cap = config.params.max_rounds
@@ -1614,8 +1623,8 @@ class StreamEngine:
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
         if not self.coordinated:  # a coordinator owes a shard's rounds (ShardedEngine)
-            self._owed_rounds = max(0, rounds_due_by(self.config, self.schedule,
-                                                     self._positions) - self.booster.rounds_done)
+            self._owed_rounds = rounds_owed(self.config, self.schedule, self._positions,
+                                            self.booster.rounds_done)
         if self._owed_rounds:
             log.warning("the trigger at stream position %d ran %d round(s) fewer than the "
                         "public schedule has due (a crash between its commits); they run "

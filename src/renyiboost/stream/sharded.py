@@ -88,8 +88,8 @@ from renyiboost.stream.engine import (
     noise_stage_at,
     privacy_guarantee_of,
     recalibration_due,
-    rounds_due_by,
     rounds_left,
+    rounds_owed,
     run_rounds,
     trees_due,
     trigger_schedule,
@@ -528,8 +528,8 @@ class ShardedEngine:
         self._positions = positions
         self._next_trigger = self.schedule.next_after(positions)
         # a crash (or a shard's death) inside a trigger: its other rounds are owed
-        self._owed_rounds = max(0, rounds_due_by(self.config, self.schedule, positions)
-                                - leader.rounds_done)
+        self._owed_rounds = rounds_owed(self.config, self.schedule, positions,
+                                        leader.rounds_done)
 
     def catch_up(self) -> int:
         """Run the rounds a trigger owes after a crash or a shard's death inside it (see

@@ -407,6 +407,12 @@ MUTATIONS = [
              'total = functools.reduce(np.add, self.shards.all("recalibration_sums"))',
              'total = functools.reduce(np.add, [s + self.booster.noise.normal(5, 50.0) for s '
              'in self.shards.all("recalibration_sums")])', RECALIBRATION),
+    Mutation("a lagging publisher labels old versions with the newest post-processing",
+             "src/renyiboost/stream/engine.py",
+             "smoothing_spans=spans, answer_map=recalibration.answer_map_at(version),",
+             "smoothing_spans=spans, answer_map=ens.answer_map,",
+             ["tests/test_recalibration.py::test_a_version_is_released_as_it_was_answered_"
+              "however_late_it_is_published"]),
     Mutation("the recalibration opens only in a merge that carries records",
              "src/renyiboost/stream/engine.py",
              "        self._open_recalibration_when_due()\n        if not self._n_pending:\n"

@@ -86,7 +86,13 @@ class RecalibrationState:
     the last refit or, before the first, at the opening (``refitted_at``: position //
     every), the exact sums of the keys merged since then, the map answers use now and the
     number of refits so far. Exact sums are the engine's own state (a store keeps them in
-    its meta); only the map is released."""
+    its meta); only the map is released.
+
+    ``maps`` keeps each refit's map with the first model version released with it,
+    ``(version, a, b)`` (:meth:`answer_map_at`): a publisher that lags behind the engine
+    (a restart after a failed publish, or a poll that ran several triggers) labels each
+    version with the map it was answered with, not with the newest. Entries a version
+    with a kept tree no longer needs are dropped (:func:`refit`'s ``oldest_version``)."""
 
     open: bool = False
     refitted_at: int = 1
@@ -94,11 +100,12 @@ class RecalibrationState:
     scale: float = 1.0
     offset: float = 0.0
     refits: int = 0
+    maps: tuple[tuple[int, float, float], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"open": self.open, "refitted_at": self.refitted_at,
                 "sums": self.sums.tolist(), "scale": self.scale, "offset": self.offset,
-                "refits": self.refits}
+                "refits": self.refits, "maps": [list(entry) for entry in self.maps]}
 
     @classmethod
     def from_json(cls, info: dict[str, Any] | None) -> RecalibrationState:
@@ -106,7 +113,8 @@ class RecalibrationState:
             return cls()
         return cls(bool(info["open"]), int(info["refitted_at"]),
                    np.asarray(info["sums"], dtype=np.float64), float(info["scale"]),
-                   float(info["offset"]), int(info.get("refits", 0)))
+                   float(info["offset"]), int(info.get("refits", 0)),
+                   tuple((int(v), float(a), float(b)) for v, a, b in info.get("maps", ())))
 
     @property
     def answer_map(self) -> tuple[float, float] | None:
@@ -114,6 +122,27 @@ class RecalibrationState:
         if (self.scale, self.offset) == (1.0, 0.0):
             return None
         return self.scale, self.offset
+
+    def answer_map_at(self, version: int) -> tuple[float, float] | None:
+        """The map version ``version`` of the model was released with (:attr:`maps`).
+        A state kept before the maps were (a store of an older release) answers every
+        version with the current map, as releases then did; a version older than the
+        entries kept (its tree dropped by ``max_trees``) with the oldest one kept.
+
+        >>> state = RecalibrationState(scale=0.5, offset=-1.0, refits=2,
+        ...                            maps=((7, 0.8, 0.0), (12, 0.5, -1.0)))
+        >>> state.answer_map_at(6), state.answer_map_at(7), state.answer_map_at(30)
+        (None, (0.8, 0.0), (0.5, -1.0))
+        """
+        if not self.maps:
+            return self.answer_map
+        earlier = [entry for entry in self.maps if entry[0] <= version]
+        if not earlier:
+            if len(self.maps) == self.refits:  # before the first refit: the identity
+                return None
+            earlier = [self.maps[0]]
+        _, scale, offset = earlier[-1]
+        return None if (scale, offset) == (1.0, 0.0) else (scale, offset)
 
     def adding(self, sums: np.ndarray) -> RecalibrationState:
         return replace(self, sums=self.sums + sums)
@@ -123,10 +152,18 @@ class RecalibrationState:
         (:func:`opening_window`)."""
         return replace(self, open=True, refitted_at=window)
 
-    def refitted(self, window: int, scale: float, offset: float) -> RecalibrationState:
-        """After a refit at ``window``: the new map, the sums spent."""
+    def refitted(self, window: int, scale: float, offset: float, version: int,
+                 oldest_version: int = 1) -> RecalibrationState:
+        """After a refit at ``window``: the new map, first released with model version
+        ``version``, the sums spent; the entries of :attr:`maps` versions from
+        ``oldest_version`` on do not need are dropped. A state kept before the maps were
+        starts them with its current map from version 0 (which version took it is not
+        known; the releases then labelled every version with it)."""
+        maps = self.maps or (((0, self.scale, self.offset),) if self.refits else ())
+        needed = [i for i, entry in enumerate(maps) if entry[0] > oldest_version]
+        first = max(0, (needed[0] if needed else len(maps)) - 1)
         return RecalibrationState(self.open, window, np.zeros(N_PLATT_SUMS), scale, offset,
-                                  self.refits + 1)
+                                  self.refits + 1, (*maps[first:], (version, scale, offset)))
 
     def spent(self) -> RecalibrationState:
         """The same map and window with the sums spent (a refit committed elsewhere)."""
@@ -190,16 +227,18 @@ def sums_release(policy: RecalibrationPolicy, calibration: Calibration | None
 
 
 def refit(state: RecalibrationState, sums: np.ndarray, policy: RecalibrationPolicy | None,
-          calibration: Calibration | None, noise: NoiseSource,
-          positions: int) -> RecalibrationState:
+          calibration: Calibration | None, noise: NoiseSource, positions: int,
+          versions: tuple[int, int]) -> RecalibrationState:
     """The state after the refit at ``positions``: one noisy draw on the window's exact
     ``sums`` (a pool's, or the total of a sharded stream's pools), one
-    :func:`platt_step`."""
+    :func:`platt_step`. ``versions``: the first model version released with the new map
+    (the next tree's), and the oldest version whose tree the model still keeps
+    (:meth:`RecalibrationState.refitted`)."""
     if policy is None:
         raise ValueError("a refit needs a recalibration policy")
     noisy, stds = noisy_platt_sums(sums, sums_release(policy, calibration), noise)
     return state.refitted(window_of(policy, positions),
-                          *platt_step(noisy, stds, state.scale, state.offset))
+                          *platt_step(noisy, stds, state.scale, state.offset), *versions)
 
 
 def platt_sums(margin: np.ndarray, y: np.ndarray, scale: float, offset: float,

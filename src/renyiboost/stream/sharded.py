@@ -88,6 +88,7 @@ from renyiboost.stream.engine import (
     noise_stage_at,
     privacy_guarantee_of,
     recalibration_due,
+    refit_versions,
     rounds_left,
     rounds_owed,
     run_rounds,
@@ -486,6 +487,8 @@ class ShardedEngine:
         self.aborted_rounds = 0
         self._keyless = 0
         self._flowing = False  # the last poll found events
+        #: The split grid the shards committed (:meth:`_reconcile_grid`), if any.
+        self.released_grid: GridEvent | None = None
         #: Called after every version that became durable on all shards (e.g. to publish it).
         self.listeners: list[Callable[[int], None]] = []
         self._reconcile()
@@ -580,6 +583,7 @@ class ShardedEngine:
             self.shards.one(k, "commit_grid", event)
         self.booster.install_split_grid(
             QuantileMap.from_cdf(self.config.public_schema, event.cdf, event.mapped))
+        self.released_grid = event
 
     def _reconcile_recalibration(self, ens: Ensemble, positions: int,
                                  initialized: bool) -> None:
@@ -613,7 +617,8 @@ class ShardedEngine:
         the coordinator answers with it (announced with the next version's tree)."""
         total = functools.reduce(np.add, self.shards.all("recalibration_sums"))
         state = refit(self.recalibration, total, self.config.recalibration,
-                      self.booster.calibration, self.booster.noise, self._positions)
+                      self.booster.calibration, self.booster.noise, self._positions,
+                      refit_versions(self.booster, self.release_version))
         self.shards.all("commit_recalibration", state)
         self.recalibration = state
         self.booster.ensemble.answer_map = state.answer_map
@@ -803,8 +808,10 @@ class ShardedEngine:
         the coordinator's (the trees after it split on it)."""
         counts = functools.reduce(np.add, self.shards.all("grid_counts", charge))
         grid = self.booster.split_grid_of(counts, charge)
-        self.shards.all("commit_grid", GridEvent(charge, grid.cdf, grid.mapped))
+        event = GridEvent(charge, grid.cdf, grid.mapped, self.release_version + 1)
+        self.shards.all("commit_grid", event)
         self.booster.install_split_grid(grid)  # announced with the next version's tree
+        self.released_grid = event
 
     def _round(self) -> None:
         stage = noise_stage_at(self.config, self._positions)
@@ -846,7 +853,8 @@ class ShardedEngine:
         """The committed model as a public release (see :meth:`StreamEngine.release`); it
         names shard 0's store, whose epoch grows with every start of the deployment."""
         version = self.release_version if upto is None else min(upto, self.release_version)
-        return model_release(self.config, self.booster, self.identity, model, after, version)
+        return model_release(self.config, self.booster, self.identity, model, after, version,
+                             self.recalibration, self.released_grid)
 
     def spent_rdp(self) -> np.ndarray:
         """Spent RDP of every key of every shard (operator telemetry)."""

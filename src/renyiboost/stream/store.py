@@ -153,15 +153,21 @@ class GridEvent:
     """The private split grid was released from the active records that could afford
     ``charge``, each of them charged it (:class:`~renyiboost.models.grid.QuantileMap`: its
     ``cdf`` rows and the features it moves). A replay charges the same records: which
-    could afford it is a function of the pool's spent budgets at that point."""
+    could afford it is a function of the pool's spent budgets at that point.
+
+    ``version`` is the first model version released with the grid's smoothing spans (the
+    next tree's): a lagging publisher's earlier versions go out without them, as they were
+    answered. ``None`` in a store kept before it was recorded."""
 
     charge: float
     cdf: np.ndarray
     mapped: np.ndarray
+    version: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The event as a store keeps it (its event row, and the :data:`GRID_META` entry)."""
-        return {"charge": self.charge, "cdf": self.cdf.tolist(), "mapped": self.mapped.tolist()}
+        return {"charge": self.charge, "cdf": self.cdf.tolist(), "mapped": self.mapped.tolist(),
+                **({"version": self.version} if self.version is not None else {})}
 
     @classmethod
     def from_json(cls, info: Mapping[str, Any]) -> GridEvent:
@@ -169,7 +175,8 @@ class GridEvent:
         with it (a single engine's) gives NaN, which no shard may be charged."""
         return cls(float(info.get("charge", math.nan)),
                    np.asarray(info["cdf"], dtype=np.float64),
-                   np.asarray(info["mapped"], dtype=bool))
+                   np.asarray(info["mapped"], dtype=bool),
+                   None if info.get("version") is None else int(info["version"]))
 
 
 Event = MergeEvent | InitEvent | RoundEvent | GridEvent

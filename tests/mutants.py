@@ -411,8 +411,8 @@ MUTATIONS = [
              "src/renyiboost/stream/engine.py",
              "smoothing_spans=spans, answer_map=recalibration.answer_map_at(version),",
              "smoothing_spans=spans, answer_map=ens.answer_map,",
-             ["tests/test_recalibration.py::test_a_version_is_released_as_it_was_answered_"
-              "however_late_it_is_published"]),
+             [("tests/test_recalibration.py::test_a_version_is_released_as_it_was_answered_"
+               "however_late_it_is_published")]),
     Mutation("the recalibration opens only in a merge that carries records",
              "src/renyiboost/stream/engine.py",
              "        self._open_recalibration_when_due()\n        if not self._n_pending:\n"

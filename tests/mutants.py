@@ -407,6 +407,13 @@ MUTATIONS = [
              'total = functools.reduce(np.add, self.shards.all("recalibration_sums"))',
              'total = functools.reduce(np.add, [s + self.booster.noise.normal(5, 50.0) for s '
              'in self.shards.all("recalibration_sums")])', RECALIBRATION),
+    Mutation("the rounds of a trigger after an end are not owed after a crash",
+             "src/renyiboost/stream/engine.py",
+             'if finish is not None and "unscheduled" in finish:', "if False:",
+             [("tests/test_sharded.py::test_a_crash_inside_a_trigger_after_an_end_owes_"
+               "its_rounds_too"),
+              ("tests/test_stream.py::test_a_crash_inside_a_trigger_after_an_end_still_"
+               "owes_its_rounds")]),
     Mutation("a lagging publisher labels old versions with the newest post-processing",
              "src/renyiboost/stream/engine.py",
              "smoothing_spans=spans, answer_map=recalibration.answer_map_at(version),",

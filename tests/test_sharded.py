@@ -426,3 +426,34 @@ def test_a_crash_inside_a_trigger_owes_its_rounds_to_the_reopened_deployment(tmp
     assert again.release_version == reference.release_version
     assert again.spent_rdp().max() <= again.booster.calibration.budget_rdp * (1 + 1e-9)
     again.close()
+
+
+def test_a_crash_inside_a_trigger_after_an_end_owes_its_rounds_too(tmp_path) -> None:
+    """As above, after a ``finish()``: the end's record in the shards' stores counts its
+    burst, so the first trigger after it that loses a round still owes both of its rounds
+    (before, the burst's ten rounds hid the two lost ones)."""
+    config = _config("regression")
+    records = _records("regression", 400, seed=3)
+    reference = ShardedEngine(config, [None, None], seed=8)
+    _feed(reference, records[:120])
+    reference.finish()
+    after_end = reference.booster.rounds_done
+    _feed(reference, records[120:])
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    stores = [_LosesARound(path, create=True) for path in paths]
+    for store in stores:
+        store.lose_round = after_end + 1  # the first of the next trigger's two rounds
+    sharded = ShardedEngine(config, stores, seed=8)
+    _feed(sharded, records[:120])
+    sharded.finish()
+    with pytest.raises(Exception, match="power cut"):
+        _feed(sharded, records[120:])
+    fed = sharded.positions
+    for store in stores:
+        store.close()
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=8)
+    assert again.booster.rounds_done == after_end
+    assert again.catch_up() == 2
+    _feed(again, records[fed:])
+    assert again.release_version == reference.release_version
+    again.close()

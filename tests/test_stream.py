@@ -920,3 +920,45 @@ def test_a_crash_inside_a_trigger_runs_its_other_rounds_after_the_restore(tmp_pa
     np.testing.assert_allclose(again.ensemble.leaves, reference.ensemble.leaves, rtol=1e-9)
     np.testing.assert_allclose(again.spent_rdp(), reference.spent_rdp(), rtol=1e-9)
     again.close()
+
+
+def test_a_crash_inside_a_trigger_after_an_end_still_owes_its_rounds(tmp_path) -> None:
+    """After a ``finish()``, the rounds a crash inside a later trigger left unrun are owed
+    too (here the hinted end's burst, after an earlier end): the end's record counts its
+    burst and the rounds beyond the schedule before it. Before, the earlier burst's rounds
+    outnumbered the lost ones and nothing was owed, so the restored stream ended with
+    fewer trees than one that never crashed."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0, 3))
+    config = EngineConfig.from_defaults(schema, "regression", 1.0, expected_records=500)
+    rng = np.random.default_rng(6)
+    X = rng.uniform(size=(700, 2))
+    y = np.clip(X[:, 0] + 2 * X[:, 1] ** 2 + rng.normal(0, 0.1, 700), 0, 3)
+
+    def feed(engine: StreamEngine, start: int, stop: int) -> None:
+        for i in range(start, stop):
+            engine.add_one(X[i], float(y[i]), f"k{i}")
+
+    reference = StreamEngine(config, seed=4)
+    feed(reference, 0, 300)
+    reference.finish()
+    feed(reference, 300, 500)  # the hinted end's burst
+    at_end = reference.rounds_done
+    feed(reference, 500, 700)
+    store = _LosesACommit(tmp_path / "s.db", create=True)
+    store.lose_round = at_end - config.final_trees // 2  # inside the hinted burst
+    engine = StreamEngine(config, store=store, seed=4, write_behind=False)
+    feed(engine, 0, 300)
+    engine.finish()
+    with pytest.raises(Exception, match="power cut"):
+        feed(engine, 300, 700)
+    store.close()  # the process is gone
+    again = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db"), seed=4,
+                         write_behind=False)
+    assert again.rounds_done == store.lose_round - 1
+    assert again.catch_up() == at_end - store.lose_round + 1
+    feed(again, again.positions, 700)
+    assert again.release_version == reference.release_version
+    np.testing.assert_array_equal(again.ensemble.features, reference.ensemble.features)
+    np.testing.assert_allclose(again.ensemble.leaves, reference.ensemble.leaves, rtol=1e-9)
+    np.testing.assert_allclose(again.spent_rdp(), reference.spent_rdp(), rtol=1e-9)
+    again.close()

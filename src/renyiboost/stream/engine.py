@@ -62,7 +62,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -354,27 +354,31 @@ def leaf_depth_at(config: EngineConfig, booster: SGBDTBooster, positions: int,
 FINISH_META = "finish"
 
 
-def finish_rounds(config: EngineConfig, positions: int, rounds_done: int,
-                  get_meta: Callable[[str], Any], set_meta: Callable[[str, Any], None]) -> int:
+def finish_rounds(config: EngineConfig, schedule: TriggerSchedule, positions: int,
+                  rounds_done: int, get_meta: Callable[[str], Any],
+                  set_meta: Callable[[str, Any], None]) -> int:
     """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
     finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
-    the same position committed before a restart. A new end is recorded (its position and
-    first round, both public) before any of its rounds, so a restored engine knows it."""
+    the same position committed before a restart. A new end is recorded before any of its
+    rounds: its position, its first round and the rounds run so far beyond the public
+    schedule's (earlier ends and explicit :meth:`StreamEngine.train` rounds), all public,
+    so a restored engine knows it (:func:`rounds_owed`)."""
     if config.final_trees > 0 and config.final_at == positions:
         return 0  # the hinted stream's own burst ran here
     trees = finish_trees(config.params.task, config.params.rounds)
     recorded = get_meta(FINISH_META)
     if recorded is not None and recorded["at"] == positions:
         return max(0, trees - (rounds_done - int(recorded["first_round"])))
-    set_meta(FINISH_META, {"at": positions, "first_round": rounds_done})
+    beyond = max(0, rounds_done - rounds_due_by(config, schedule, positions))
+    set_meta(FINISH_META, {"at": positions, "first_round": rounds_done, "unscheduled": beyond})
     return trees
 
 
 def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: int) -> int:
     """The rounds the public schedule has run by ``positions``: every trigger up to it with
     its trees (:func:`trees_due`: the regular ones from the first, the initial score's, and a
-    hinted burst), none past ``max_rounds``. A ``finish()`` burst is not counted (its own
-    record resumes it), nor rounds a caller ran with :meth:`StreamEngine.train`."""
+    hinted burst), none past ``max_rounds``. Neither ``finish()`` bursts nor rounds a caller
+    ran with :meth:`StreamEngine.train` are counted (:func:`rounds_owed` adds the ends')."""
     due = schedule.releases_until(positions) * config.trees_per_trigger
     if config.final_trees and config.final_at is not None and config.final_at <= positions:
         due += config.final_trees
@@ -383,12 +387,23 @@ def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: in
 
 
 def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
-                rounds_done: int) -> int:
+                rounds_done: int, finish: Mapping[str, Any] | None) -> int:
     """The rounds a restored engine (or reconciled deployment) at committed ``positions``
-    still owes its last trigger (:func:`rounds_due_by` less those done): a crash between
-    the trigger's commits left them unrun. Never negative: rounds of a ``finish()`` or of
-    an explicit ``train()`` are more than the schedule's, and nothing is owed then."""
-    return max(0, rounds_due_by(config, schedule, positions) - rounds_done)
+    still owes (a crash between a trigger's commits, or inside an end burst, left them
+    unrun): :func:`rounds_due_by`, plus the rounds of the ends (``finish``, the store's
+    :data:`FINISH_META` record: those before the last end, and its whole burst), less those
+    done. A crash inside the last end's burst so owes the burst's other rounds, which a
+    call of ``finish()`` at the same position would run. Never negative; explicit
+    ``train()`` rounds after the last end only lower it (nothing extra ever runs). A
+    record written before the ends were counted adds nothing: after an end, a trigger's
+    lost rounds then stay lost, as before."""
+    due = rounds_due_by(config, schedule, positions)
+    if finish is not None and "unscheduled" in finish:
+        due += int(finish["unscheduled"]) + finish_trees(config.params.task,
+                                                          config.params.rounds)
+        cap = config.params.max_rounds
+        due = due if cap is None else min(due, cap)
+    return max(0, due - rounds_done)
 
 
 def rounds_left(config: EngineConfig, booster: SGBDTBooster) -> bool:
@@ -1237,23 +1252,26 @@ class StreamEngine:
         a schema without numeric features has none to release.
 
         Before its first round the burst's position and first round are written to the
-        store (:func:`finish_rounds`), so a call at the same position after a restart runs
-        only the rounds the burst had not committed (none after a finished burst) instead
-        of spending the budget of a second burst.
+        store (:func:`finish_rounds`), so a restored engine owes only the rounds the burst
+        had not committed (:func:`rounds_owed`; run first by the next learning call or by
+        this one, and counted in what it returns), none after a finished burst, instead of
+        spending the budget of a second burst.
         """
-        self._learn_gate()
+        self._may_learn()
         if self.coordinated:
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
                                "stream with ShardedEngine.finish()")
+        owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # merges what is pending; the initial score if it is due
         if not self._initialized:
-            return 0  # before the warmup nothing can be released yet
+            return owed  # before the warmup nothing can be released yet
         charge = end_grid_charge(self.config, self.booster, split_grid)
         if charge is not None:
             self._release_split_grid(charge)
         self.wait_durable()  # the store's side record is written with no commit in flight
-        return self.train(finish_rounds(self.config, self._positions, self.booster.rounds_done,
-                                        self._store.get_meta, self._store.set_meta))
+        return owed + self.train(finish_rounds(self.config, self.schedule, self._positions,
+                                        self.booster.rounds_done, self._store.get_meta,
+                                        self._store.set_meta))
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing
@@ -1625,11 +1643,13 @@ class StreamEngine:
         self._committed_positions = self._positions
         if not self.coordinated:  # a coordinator owes a shard's rounds (ShardedEngine)
             self._owed_rounds = rounds_owed(self.config, self.schedule, self._positions,
-                                            self.booster.rounds_done)
+                                            self.booster.rounds_done,
+                                            self._store.get_meta(FINISH_META))
         if self._owed_rounds:
-            log.warning("the trigger at stream position %d ran %d round(s) fewer than the "
-                        "public schedule has due (a crash between its commits); they run "
-                        "before the next record is learned", self._positions, self._owed_rounds)
+            log.warning("the trigger (or end burst) at stream position %d ran %d round(s) "
+                        "fewer than the public schedule has due (a crash between its "
+                        "commits); they run before the next record is learned",
+                        self._positions, self._owed_rounds)
         log.info("restored store %s (epoch %d) at release version %d, %d committed outputs "
                  "replayed", self._store.identity.store_id, self._store.identity.epoch,
                  self.release_version,

@@ -77,6 +77,7 @@ from renyiboost.models.recalibration import (
 from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
+    FINISH_META,
     EngineConfig,
     KeyBudget,
     StreamEngine,
@@ -532,7 +533,8 @@ class ShardedEngine:
         self._next_trigger = self.schedule.next_after(positions)
         # a crash (or a shard's death) inside a trigger: its other rounds are owed
         self._owed_rounds = rounds_owed(self.config, self.schedule, positions,
-                                        leader.rounds_done)
+                                        leader.rounds_done,
+                                        self.shards.one(0, "get_meta", FINISH_META))
 
     def catch_up(self) -> int:
         """Run the rounds a trigger owes after a crash or a shard's death inside it (see
@@ -772,19 +774,19 @@ class ShardedEngine:
         shards, the burst recorded in every shard's store before its first round, so that a
         restarted deployment resumes it (or runs none after a finished one) instead of
         starting a second. Returns the trees added."""
-        self.catch_up()
+        owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:
-            return 0
+            return owed
         try:
             charge = end_grid_charge(self.config, self.booster, split_grid)
             if charge is not None:
                 self._release_split_grid(charge)
         except ShardUnavailable as error:
             self.recover(error)
-            return 0
-        return self.train(finish_rounds(
-            self.config, self._positions, self.booster.rounds_done,
+            return owed
+        return owed + self.train(finish_rounds(
+            self.config, self.schedule, self._positions, self.booster.rounds_done,
             functools.partial(self.shards.one, 0, "get_meta"),
             functools.partial(self.shards.all, "set_meta")))
 

@@ -1269,9 +1269,10 @@ class StreamEngine:
         if charge is not None:
             self._release_split_grid(charge)
         self.wait_durable()  # the store's side record is written with no commit in flight
-        return owed + self.train(finish_rounds(self.config, self.schedule, self._positions,
-                                        self.booster.rounds_done, self._store.get_meta,
-                                        self._store.set_meta))
+        burst = finish_rounds(self.config, self.schedule, self._positions,
+                              self.booster.rounds_done, self._store.get_meta,
+                              self._store.set_meta)
+        return owed + self.train(burst)
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing

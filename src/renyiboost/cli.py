@@ -265,7 +265,9 @@ def state_init(config: str, location: str | None, shards: int | None) -> int:
 @state.command("info", context_settings=CONTEXT)
 @_store_options
 def state_info(config: str, location: str | None, shards: int | None) -> int:
-    """Print the store's operator telemetry as JSON (not for release)."""
+    """Print the store's operator telemetry as JSON (not for release). It opens the store
+    as a trainer does: stop the trainer first; the open counts (the store's epoch goes up
+    by one) and a snapshot is written on close."""
     from renyiboost.connectors.service import engine_config
     from renyiboost.stream.engine import StreamEngine
 

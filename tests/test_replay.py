@@ -75,6 +75,7 @@ def test_demo_writes_the_report_plot_and_history(tmp_path, capsys) -> None:
     assert len(history) == 17 and history[-1]["seen"] == 4177
     assert guarantee["epsilon"] <= 1.0 and guarantee["unit"] == "key"
     assert history[-1]["n_trees"] > 100
+    assert {row["operator"]["channel"] for row in history} == {"operator-telemetry"}
     # the model learns: the prequential MAE of the early batches falls well below the first's
     assert np.mean([h["mae"] for h in history[4:12]]) < 0.5 * history[0]["mae"]
 

@@ -10,7 +10,7 @@ the stream beside the prior baseline's, and the trees released against stream po
 public schedule). The metric, the baseline (the exact running mean of the labels) and the
 drift marker are exact statistics of the bundled public data set, an evaluation's view:
 nothing a deployment on private data would publish. ``--json`` writes the history with each
-batch's operator counts under ``operator``.
+batch's operator counts under ``operator`` (marked ``"channel": "operator-telemetry"``).
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def replay(
         seen += batch.y.size
         telemetry = engine.operator_telemetry()
         row |= {"n_trees": telemetry.n_trees, "version": telemetry.release_version,
-                "operator": {"n_active": telemetry.n_active, "n_retired": telemetry.n_retired}}
+                "operator": {"channel": telemetry.channel, "n_active": telemetry.n_active,
+                             "n_retired": telemetry.n_retired}}
         history.append(row)
         if on_batch:
             on_batch(row)

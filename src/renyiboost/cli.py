@@ -166,7 +166,9 @@ def cli(log_level: str, debug: bool) -> None:
                    "--resume; any other file there is refused)")
 @click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
 @click.option("--plot", "plot_path", default="out/demo/demo.png", help="where the plot goes")
-@click.option("--json", "json_path", default=None, help="write the per-batch history here")
+@click.option("--json", "json_path", default=None,
+              help="write the per-batch history here (each row's operator counts marked "
+                   "as operator telemetry)")
 @click.option("--seed", type=int, default=None, help="seeded noise, for tests only")
 def demo(**options: Any) -> int:
     """Replay a bundled data set under drift through the engine (the main job)."""

@@ -539,8 +539,13 @@ def test_the_model_topic_carries_the_map_and_a_follower_answers_with_it(
     got = [follower.predict_proba_one(x)[1] for x in probes]
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     follower.close()
-    maps = [json.loads(m.value()).get("answer_map") for m in
-            read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)]
+    messages = [json.loads(m.value()) for m in
+                read_topic(kafka_bootstrap, f"{topic}.models", engine.release_version)]
+    maps = [message.get("answer_map") for message in messages]
     first = next(i for i, value in enumerate(maps) if value is not None)
     assert 0 < first and all(value is not None for value in maps[first:])
     assert tuple(maps[-1]) == engine.ensemble.answer_map
+    # each version with the map it was answered with, though a poll published many at once
+    assert len({tuple(value) for value in maps[first:]}) == engine.recalibration.refits
+    assert [None if value is None else tuple(value) for value in maps] == [
+        engine.recalibration.answer_map_at(message["version"]) for message in messages]

@@ -454,6 +454,23 @@ MUTATIONS = [
              "    _unused = model.privacy_guarantee().model_copy(",
              [("tests/test_defaults.py::test_a_private_selection_releases_one_run_at_the_"
                "accounted_budget")]),
+    Mutation("a private selection trains on its validation rows too",
+             "src/renyiboost/models/tuning.py",
+             "X_fit, y_fit, X_val, y_val = X[~validation], y[~validation], X[validation], "
+             "y[validation]",
+             "X_fit, y_fit, X_val, y_val = X, y, X[validation], y[validation]",
+             ["tests/test_defaults.py::test_a_private_selection_draws_what_it_accounts"]),
+    Mutation("a private selection scores rows no fit checked",
+             "src/renyiboost/models/tuning.py",
+             "    SGBDT(schema, task=task, epsilon=epsilon, delta=delta).check_inputs(X, y)\n",
+             "",
+             [("tests/test_defaults.py::test_a_private_selection_checks_every_row_and_states_"
+               "its_rdp")]),
+    Mutation("a tuned model states its run's RDP under the selection's epsilon",
+             "src/renyiboost/models/tuning.py", '"budget_rdp": budget.total_rdp}',
+             '"budget_rdp": budget.run_rdp}',
+             [("tests/test_defaults.py::test_a_private_selection_checks_every_row_and_states_"
+               "its_rdp")]),
     Mutation("finish() buys a grid after the last round", "src/renyiboost/stream/engine.py",
              "    if (split_grid is False or not rounds_left(config, booster)\n",
              "    if (split_grid is False\n",

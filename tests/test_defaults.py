@@ -388,6 +388,140 @@ def test_a_private_selection_releases_one_run_at_the_accounted_budget() -> None:
         private_tune(schema, X, y, "classification", 1.0, candidates=[{"depth": 2}])
 
 
+def _tuning_rows(n: int = 1_500) -> tuple[PublicSchema, np.ndarray, np.ndarray]:
+    """Rows whose second feature is the row's index / n (each row recognisable)."""
+    rng = np.random.default_rng(2)
+    X = np.column_stack([rng.random(n), np.arange(n) / n])
+    y = (X[:, 0] + 0.3 * rng.random(n) > 0.6).astype(float)
+    return PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}), X, y
+
+
+def test_a_private_selection_draws_what_it_accounts(monkeypatch) -> None:
+    """Would fail if a run's score noise were smaller than accounted, a validation row were
+    also trained on (it would pay B twice), K were drawn with a larger mean than the
+    μ in ε', or the scores read rows the split did not give them: the noise each score
+    gets, the rows each fit and each score read, and K's mean are recorded."""
+    from renyiboost.models import tuning
+
+    schema, X, y = _tuning_rows()
+    stds: list[float] = []
+    means: list[float] = []
+    fitted: list[np.ndarray] = []
+    scored: list[np.ndarray] = []
+
+    class Recording(SeededNoise):
+        def normal(self, size, std=1.0):
+            stds.append(float(std))
+            return super().normal(size, std)
+
+    def geometric(noise, mean_runs):
+        means.append(mean_runs)
+        return original_runs(noise, mean_runs)
+
+    def fit(model, X_part, y_part):
+        fitted.append(np.rint(X_part[:, 1] * len(y)).astype(int))
+        return original_fit(model, X_part, y_part)
+
+    def score(task, model, X_part, y_part, target_range):
+        scored.append(np.rint(X_part[:, 1] * len(y)).astype(int))
+        return original_score(task, model, X_part, y_part, target_range)
+
+    original_runs, original_fit = tuning.geometric_runs, SGBDT.fit
+    original_score = tuning._validation_score
+    monkeypatch.setattr(tuning, "noise_source", lambda seed: Recording(seed))
+    monkeypatch.setattr(tuning, "geometric_runs", geometric)
+    monkeypatch.setattr(SGBDT, "fit", fit)
+    monkeypatch.setattr(tuning, "_validation_score", score)
+    candidates = [default_params("classification", 1.0, n) | {"rounds": 10}
+                  for n in (500, 5_000)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        result = tuning.private_tune(schema, X, y, "classification", 1.0,
+                                     candidates=candidates, mean_runs=3.0, seed=8)
+    runs = result.operator_runs
+    assert means == [3.0] and len(fitted) == len(scored) == runs
+    assert stds == [tuning.score_noise_std(result.budget)] * runs  # the tuner's own draws
+    train, validation = fitted[0], scored[0]
+    assert all(np.array_equal(rows, train) for rows in fitted)
+    assert all(np.array_equal(rows, validation) for rows in scored)
+    assert np.intersect1d(train, validation).size == 0
+    assert np.union1d(train, validation).size == len(y)
+    assert 0.1 < validation.size / len(y) < 0.3  # the share's coin
+
+
+@given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(-1e3, 1e3)), min_size=1,
+                max_size=30), st.sampled_from(["classification", "regression"]))
+@settings(max_examples=60, deadline=None)
+def test_one_validation_row_moves_a_score_by_at_most_one(pairs, task) -> None:
+    """The score noise is calibrated for sensitivity 1: removing any one row moves a run's
+    score by at most 1, whatever the predictions and labels."""
+    from renyiboost.models.tuning import _validation_score
+
+    predictions = np.array([p for p, _ in pairs])
+    labels = np.array([t for _, t in pairs])
+    if task == "classification":
+        predictions, labels = (predictions > 0).astype(float), (labels > 0).astype(float)
+
+    class Fixed:
+        def __init__(self, rows: np.ndarray) -> None:
+            self.rows = rows
+
+        def predict(self, X: np.ndarray) -> np.ndarray:
+            return self.rows[X[:, 0].astype(int)]
+
+    rows = np.arange(len(pairs), dtype=float)[:, None]
+    full = _validation_score(task, Fixed(predictions), rows, labels, 7.0)
+    for i in range(len(pairs)):
+        keep = np.arange(len(pairs)) != i
+        less = _validation_score(task, Fixed(predictions), rows[keep], labels[keep], 7.0)
+        assert abs(full - less) <= 1.0 + 1e-12
+
+
+def test_a_private_selection_checks_every_row_and_states_its_rdp() -> None:
+    """A label a fit refuses is refused in the validation part too (a NaN there made every
+    score NaN, and the NaN was released); the chosen model's stated RDP at the order
+    converts to the stated ε (it once kept the run's B, which converts to 0.596 of 1.0);
+    and the order is the one that gives the candidates the least leaf noise."""
+    from renyiboost.accounting import dp_epsilon_at_orders
+    from renyiboost.accounting.selection import SelectionBudget
+    from renyiboost.models.tuning import (
+        _run_params,
+        default_candidates,
+        private_tune,
+        selection_budget,
+    )
+
+    schema, X, y = _tuning_rows(600)
+    regression = PublicSchema(features=schema.features, target_bounds=(0.0, 1.0))
+    bad = y.copy()
+    bad[0] = np.nan  # in the validation part for some of these seeds (seeded coins)
+    for seed in range(10):
+        with pytest.raises(ValueError, match="labels a stream would refuse"):
+            private_tune(regression, X, bad, "regression", 1.0, mean_runs=2.0, seed=seed)
+    with pytest.raises(ValueError, match="mean_runs"):
+        private_tune(schema, X, y, "classification", 1.0, mean_runs=math.inf)
+    candidates = [default_params("classification", 1.0, 600) | {"rounds": 10}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        result = private_tune(schema, X, y, "classification", 1.0, candidates=candidates,
+                              mean_runs=2.0, seed=1)
+    stated, budget = result.model.release().guarantee, result.budget
+    assert stated.budget_rdp == pytest.approx(budget.total_rdp)
+    assert float(dp_epsilon_at_orders(stated.order, stated.budget_rdp, stated.delta)[0]) == (
+        pytest.approx(stated.epsilon, rel=1e-9))
+    # Adult's first default candidate at ε = 1, μ = 9 (the helper's review figures)
+    first = default_candidates("classification", 1.0, 6)[0]
+    chosen = selection_budget(first, "classification", 1.0, 1e-6, 9.0)
+
+    def sigma(budget: SelectionBudget) -> float:
+        run = _run_params(first, "classification", budget, 1e-6)
+        return calibrate(run.epsilon, 1e-6, run.rounds, run.sampling_rate, run.count_share,
+                         run.init_share, run.max_order, budget.order, run.grid_share).sigma
+
+    single = SelectionBudget.split(1.0, 1e-6, 22, 9.0)
+    assert sigma(chosen) < 0.9 * sigma(single) and chosen.epsilon == pytest.approx(1.0)
+
+
 def test_the_default_candidates_fit_the_schemas_labels_and_features() -> None:
     """A multiclass schema's candidates are the multiclass policy (they once were the
     binary one, whose Newton leaves and proper gradients a multiclass learner refuses);
@@ -413,6 +547,9 @@ def test_the_cli_runs_a_private_selection(capsys) -> None:
                      "--mean-runs", "2", "--seed", "3"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["guarantee"]["epsilon"] <= 1.0 + 1e-9 and report["seeded_for_testing"]
+    # the whole selection's ε, not one run's
+    assert report["guarantee"]["epsilon"] == pytest.approx(1.0, abs=1e-6)
+    assert report["guarantee"]["run_epsilon"] < 0.8
     assert 0 <= report["candidate"] < 9 and "runs" not in report  # K stays hidden
     assert 0.5 < report["held_out"]["auc"] <= 1.0
 

@@ -363,6 +363,15 @@ def test_mains_cycles_the_learner_never_reads_is_warned_about() -> None:
         SGBDTClassifier(features=features, labels=[0, 1], epsilon=1.0, mains_cycles=4,
                         feature_selection="mains_then_pairs", seed=1).learn_one(
             {"a": 0.1, "b": 0.2}, 1, key="p1")
+    # a model read from its export: every parameter is the release's, none the reader's
+    # (each load of a cyclic model warned)
+    cyclic = SGBDT(PublicSchema(features=features, labels=[0, 1]), task="classification",
+                   epsilon=1.0, feature_selection="cyclic", rounds=5,
+                   seed=1).fit(X, (y > 1.5).astype(int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        assert SGBDT.from_json(cyclic.to_json()).params == cyclic.params
 
 
 def test_an_end_burst_longer_than_the_calibrated_rounds_is_warned_about() -> None:

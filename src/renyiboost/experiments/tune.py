@@ -191,7 +191,9 @@ def run_private_tune(dataset: str, epsilon: float, delta: float = 1e-6,
     # The released part only: K (result.operator_runs) is operator telemetry, which
     # Papernot & Steinke's Thm. 2 does not cover, so it goes nowhere a report is read.
     report = {"dataset": dataset, **result.public_report(),
-              "held_out": held_out_metrics(suite_set.task, y[test], score)}
+              "held_out": held_out_metrics(suite_set.task, y[test], score),
+              "held_out_note": "exact metric on the public development set's held-out rows, "
+                               "an evaluation: the guarantee covers the selection only"}
     print(json.dumps(report, indent=1))
     if json_path:
         with open(json_path, "w") as fh:

@@ -6,6 +6,7 @@ class is the plain array interface used by the reproduction experiments.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -103,21 +104,30 @@ class MarginModel:
         public label set) raise ``ValueError``. Values outside a feature's public bounds are
         clipped, as the stream clips them: counted (:attr:`operator_outside_`) and warned
         about once per feature (:class:`~renyiboost.exceptions.SchemaMismatchWarning`)."""
-        outside = np.zeros(self.schema.n_features, dtype=np.int64)
-        X = self.schema.clip_encoded(X, outside)
-        y = self._validate_target(y)
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        X, y, outside = self.check_inputs(X, y)
         regression = self.params.task == "regression"
-        if regression and self.schema.target_bounds is None:
-            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
-                             "target_bounds; reading them from the labels would leak them")
         self._record_checks().note_outside(outside)
         self._draw_budget()  # before any record is read by a mechanism
         if not regression:
             return X, y, y
         lo, hi = self.schema.target_bounds
         return X, y, 2.0 * (np.clip(y, lo, hi) - lo) / (hi - lo) - 1.0
+
+    def check_inputs(self, X: np.ndarray, y: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The checks of a fit (:meth:`_training_data`), which read nothing into a
+        mechanism: ``ValueError`` where a fit would raise it; else the clipped rows, the
+        checked labels and the count of clipped values of each feature (operator
+        telemetry, nothing noted or warned about here)."""
+        outside = np.zeros(self.schema.n_features, dtype=np.int64)
+        X = self.schema.clip_encoded(X, outside)
+        y = self._validate_target(y)
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        if self.params.task == "regression" and self.schema.target_bounds is None:
+            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
+                             "target_bounds; reading them from the labels would leak them")
+        return X, y, outside
 
     def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
         """The loss gradient at ``margin``: ``F − y`` (squared loss on the scaled target) or
@@ -397,7 +407,9 @@ class SGBDT(MarginModel):
     @classmethod
     def from_json(cls, text: str) -> SGBDT:
         release = ModelRelease.model_validate_json(text)
-        model = cls(PublicSchema(**release.public_schema), **release.params)
+        with warnings.catch_warnings():  # every parameter is the release's, none a choice
+            warnings.filterwarnings("ignore", message="mains_cycles=", category=UserWarning)
+            model = cls(PublicSchema(**release.public_schema), **release.params)
         schema = model.schema
         model.smoothing_spans_ = release.smoothing_spans
         model.ensemble = Ensemble.for_schema(

@@ -922,6 +922,44 @@ def test_a_crash_inside_a_trigger_runs_its_other_rounds_after_the_restore(tmp_pa
     again.close()
 
 
+def test_an_end_whose_position_was_not_committed_owes_no_burst(tmp_path) -> None:
+    """``finish()`` records its end before its first round, whose commit also carries the
+    merge of the records since the last trigger. When that commit is lost, the restored
+    position lies before the end: the burst is not owed there (it ran on a pool without
+    those records, at a position the uncrashed run never released at), and ``finish()``
+    at the end, once the records came again, runs it as the uncrashed run did."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0, 3))
+    config = EngineConfig.from_defaults(schema, "regression", 1.0)
+    rng = np.random.default_rng(6)
+    X = rng.uniform(size=(305, 2))
+    y = np.clip(X[:, 0] + 2 * X[:, 1] ** 2 + rng.normal(0, 0.1, 305), 0, 3)
+
+    def feed(engine: StreamEngine, start: int) -> None:
+        for i in range(start, 305):
+            engine.add_one(X[i], float(y[i]), f"k{i}")
+
+    reference = StreamEngine(config, seed=4)
+    feed(reference, 0)
+    before = reference.rounds_done
+    reference.finish(split_grid=False)
+    store = _LosesACommit(tmp_path / "s.db", create=True)
+    store.lose_round = before + 1  # the burst's first round, with the last merge
+    engine = StreamEngine(config, store=store, seed=4, write_behind=False)
+    feed(engine, 0)
+    with pytest.raises(Exception, match="power cut"):
+        engine.finish(split_grid=False)
+    store.close()
+    again = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db"), seed=4,
+                         write_behind=False)
+    assert again.positions < 305 and again.catch_up() == 0
+    feed(again, again.positions)
+    assert again.finish(split_grid=False) == reference.rounds_done - before
+    assert again.release_version == reference.release_version
+    np.testing.assert_allclose(again.ensemble.leaves, reference.ensemble.leaves, rtol=1e-9)
+    np.testing.assert_allclose(again.spent_rdp(), reference.spent_rdp(), rtol=1e-9)
+    again.close()
+
+
 def test_a_crash_inside_a_trigger_after_an_end_still_owes_its_rounds(tmp_path) -> None:
     """After a ``finish()``, the rounds a crash inside a later trigger left unrun are owed
     too (here the hinted end's burst, after an earlier end): the end's record counts its

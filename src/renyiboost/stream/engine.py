@@ -393,14 +393,17 @@ def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
     unrun): :func:`rounds_due_by`, plus the rounds of the ends (``finish``, the store's
     :data:`FINISH_META` record: those before the last end, and its whole burst), less those
     done. A crash inside the last end's burst so owes the burst's other rounds, which a
-    call of ``finish()`` at the same position would run. Never negative; explicit
-    ``train()`` rounds after the last end only lower it (nothing extra ever runs). A
-    record written before the ends were counted adds nothing: after an end, a trigger's
-    lost rounds then stay lost, as before."""
+    call of ``finish()`` at the same position would run; an end whose own position was not
+    committed (its records' merge went with its first round) owes no burst: the records
+    come again, and ``finish()`` at that position runs it on them. Never negative;
+    explicit ``train()`` rounds after the last end only lower it (nothing extra ever
+    runs). A record written before the ends were counted adds nothing: after an end, a
+    trigger's lost rounds then stay lost, as before."""
     due = rounds_due_by(config, schedule, positions)
     if finish is not None and "unscheduled" in finish:
-        due += int(finish["unscheduled"]) + finish_trees(config.params.task,
-                                                          config.params.rounds)
+        due += int(finish["unscheduled"])
+        if positions >= int(finish["at"]):
+            due += finish_trees(config.params.task, config.params.rounds)
         cap = config.params.max_rounds
         due = due if cap is None else min(due, cap)
     return max(0, due - rounds_done)

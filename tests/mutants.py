@@ -471,6 +471,10 @@ MUTATIONS = [
              '"budget_rdp": budget.run_rdp}',
              [("tests/test_defaults.py::test_a_private_selection_checks_every_row_and_states_"
                "its_rdp")]),
+    Mutation("finish() buys a grid no tree follows", "src/renyiboost/stream/engine.py",
+             "not rounds_left(config, booster) or burst <= 0",
+             "not rounds_left(config, booster)",
+             ["tests/test_split_grid.py::test_no_grid_where_the_end_runs_no_burst"]),
     Mutation("finish() buys a grid after the last round", "src/renyiboost/stream/engine.py",
              "    if (split_grid is False or not rounds_left(config, booster)\n",
              "    if (split_grid is False\n",

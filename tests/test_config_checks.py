@@ -192,6 +192,11 @@ def test_options_that_would_be_silently_unused_and_malformed_features_are_refuse
     with pytest.raises(ValueError, match="final_trees .*without a hint"):
         _regressor(final_trees=100)
     assert _regressor(final_trees=100, expected_records=5_000).engine.config.final_trees == 100
+    # an end before the warmup: no round runs there, so the burst never ran, and a restart
+    # owed it (a clean reopen at 500 owed 10 rounds no uninterrupted run grows)
+    with pytest.raises(ValueError, match="final_trees run at final_at=50, before the warmup"):
+        EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=50,
+                                   warmup=100, final_trees=10)
     for features in (["a", "b"], "ab", None, {}):
         with pytest.raises(ValueError, match="features must be a non-empty mapping"):
             SGBDTRegressor(features, target_bounds=(0.0, 1.0))

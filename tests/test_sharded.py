@@ -316,7 +316,7 @@ def test_a_crash_between_two_shards_grid_commits_is_reconciled_without_under_cha
     again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=9)
     reference = ShardedEngine(config, [None, None, None], seed=9)
     _feed(reference, records)
-    reference._release_split_grid(end_grid_charge(config, reference.booster, None))
+    reference._release_split_grid(end_grid_charge(config, reference.booster, None, 1))
     cdf = reference.booster.grower.quantile_map.cdf
     np.testing.assert_array_equal(again.booster.grower.quantile_map.cdf, cdf)
     a, b = _budgets(again), _budgets(reference)

@@ -320,7 +320,7 @@ def test_an_unhinted_streams_end_buys_a_grid_from_the_budget_its_records_left() 
     before = engine.active_pool()
     noise = _RecordingNoise()
     engine.booster.noise = noise
-    engine._release_split_grid(end_grid_charge(engine.config, engine.booster, None))
+    engine._release_split_grid(end_grid_charge(engine.config, engine.booster, None, 1))
     after = engine.active_pool()
     affords = before.spent + charge <= budget
     assert affords.any() and (~affords).any()
@@ -374,7 +374,7 @@ def test_a_restart_after_the_ends_grid_charges_it_once(tmp_path, snapshot_ratio:
     first = _unhinted_stream(SQLiteStore(path, create=True, snapshot_ratio=snapshot_ratio))
     first.add(X, y, keys)
     first.train(0)  # finish() merges what is pending before its grid
-    first._release_split_grid(end_grid_charge(first.config, first.booster, None))
+    first._release_split_grid(end_grid_charge(first.config, first.booster, None, 1))
     first.store.close()  # a crash before the burst
     again = _unhinted_stream(SQLiteStore(path, snapshot_ratio=snapshot_ratio))
     straight = _unhinted_stream()
@@ -408,3 +408,26 @@ def test_no_grid_and_no_charge_after_the_last_round(sharded: bool) -> None:
     assert engine.finish() == 0
     after = engine.release()
     assert after == before and engine.operator_budget_of("1400").spent_rdp == spent
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+def test_no_grid_where_the_end_runs_no_burst(sharded: bool) -> None:
+    """A hinted stream without a reserved grid, told at its own end to buy one
+    (``finish(split_grid=True)``): its burst already ran there, so no tree would ever split
+    on the grid, yet every key paid for it and the engine answered with spans no release
+    carried (140 of 200 rows answered otherwise than the release). No grid, no charge."""
+    from renyiboost.stream.sharded import ShardedEngine
+
+    X, y = _skewed(1200, 13)
+    config = EngineConfig.from_defaults(SCHEMA, "classification", 1.0, expected_records=1200,
+                                        grid_share=0.0)
+    assert config.final_trees > 0 and config.final_at <= 1200
+    engine = (ShardedEngine(config, [None, None], seed=0) if sharded
+              else StreamEngine(config, seed=0))
+    engine.add(X[:config.final_at], y[:config.final_at],
+               [str(i) for i in range(config.final_at)])
+    before = engine.release()
+    spent = engine.operator_budget_of("100").spent_rdp
+    assert engine.finish(split_grid=True) == 0
+    assert engine.released_grid is None and engine.release() == before
+    assert engine.operator_budget_of("100").spent_rdp == spent

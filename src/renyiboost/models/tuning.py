@@ -9,10 +9,10 @@ repeat-and-select mechanism of :mod:`renyiboost.accounting.selection`:
 2. the number of runs K is geometric with mean μ (default: the number of candidates);
 3. each run picks a candidate uniformly, fits it on the training part at one shared Rényi
    order α̂ (the one that gives the first candidate the least leaf noise under the
-   selection's cost: :func:`selection_budget`) with per-record budget B, and scores it on the validation part with Gaussian
-   noise of RDP B at α̂: the sum over validation rows of ±1 (right / wrong class) or of
-   −min(|error| / target range, 1), sensitivity 1. A row is in one part only, so a run costs
-   it at most B (parallel composition);
+   selection's cost: :func:`selection_budget`) with per-record budget B, and scores it on
+   the validation part with Gaussian noise of RDP B at α̂: the sum over validation rows of
+   ±1 (right / wrong class) or of −min(|error| / target range, 1), sensitivity 1. A row is
+   in one part only, so a run costs it at most B (parallel composition);
 4. only the best run's output is released: its candidate, its noisy score and its model.
 
 The reported ε is the selection's (Papernot & Steinke, Thm. 2, see there), which includes

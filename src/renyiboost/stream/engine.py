@@ -239,6 +239,12 @@ class EngineConfig(BaseModel):
                              "to run them at, and they were silently never run. Call "
                              "finish() when the stream ends (its burst is a share of the "
                              "nominal rounds), or give expected_records")
+        if self.final_trees > 0 and self.final_at < self.warmup:
+            raise ValueError(f"final_trees run at final_at={self.final_at}, before the "
+                             f"warmup={self.warmup} positions that release the initial score: "
+                             "no round runs there, so the burst never ran, and a restart then "
+                             "owed it (rounds no uninterrupted run grows). Put final_at at or "
+                             "after the warmup, or leave final_trees at 0")
         if self.final_trees > self.params.rounds:
             warnings.warn(
                 f"final_trees={self.final_trees} is more than the {self.params.rounds} "
@@ -354,21 +360,32 @@ def leaf_depth_at(config: EngineConfig, booster: SGBDTBooster, positions: int,
 FINISH_META = "finish"
 
 
+def finish_burst(config: EngineConfig, positions: int, rounds_done: int,
+                 recorded: Mapping[str, Any] | None) -> tuple[int, bool]:
+    """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
+    finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
+    the same position committed before a restart (``recorded``, the store's
+    :data:`FINISH_META`), and whether it is a new end. Writes nothing
+    (:func:`finish_rounds` does)."""
+    if config.final_trees > 0 and config.final_at == positions:
+        return 0, False  # the hinted stream's own burst ran here
+    trees = finish_trees(config.params.task, config.params.rounds)
+    if recorded is not None and recorded["at"] == positions:
+        return max(0, trees - (rounds_done - int(recorded["first_round"]))), False
+    return trees, True
+
+
 def finish_rounds(config: EngineConfig, schedule: TriggerSchedule, positions: int,
                   rounds_done: int, get_meta: Callable[[str], Any],
                   set_meta: Callable[[str, Any], None]) -> int:
-    """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
-    finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
-    the same position committed before a restart. A new end is recorded before any of its
-    rounds: its position, its first round and the rounds run so far beyond the public
-    schedule's (earlier ends and explicit :meth:`StreamEngine.train` rounds), all public,
-    so a restored engine knows it (:func:`rounds_owed`)."""
-    if config.final_trees > 0 and config.final_at == positions:
-        return 0  # the hinted stream's own burst ran here
-    trees = finish_trees(config.params.task, config.params.rounds)
-    recorded = get_meta(FINISH_META)
-    if recorded is not None and recorded["at"] == positions:
-        return max(0, trees - (rounds_done - int(recorded["first_round"])))
+    """The rounds of the end burst at ``positions`` (:func:`finish_burst`). A new end is
+    recorded before any of its rounds: its position, its first round and the rounds run
+    so far beyond the public schedule's (earlier ends and explicit
+    :meth:`StreamEngine.train` rounds), all public, so a restored engine knows it
+    (:func:`rounds_owed`)."""
+    trees, new_end = finish_burst(config, positions, rounds_done, get_meta(FINISH_META))
+    if not new_end:
+        return trees
     beyond = max(0, rounds_done - rounds_due_by(config, schedule, positions))
     set_meta(FINISH_META, {"at": positions, "first_round": rounds_done, "unscheduled": beyond})
     return trees
@@ -450,16 +467,18 @@ def hinted_grid_charge(config: EngineConfig, booster: SGBDTBooster,
 
 
 def end_grid_charge(config: EngineConfig, booster: SGBDTBooster,
-                    split_grid: bool | None) -> float | None:
+                    split_grid: bool | None, burst: int) -> float | None:
     """The charge of the split grid :meth:`StreamEngine.finish` releases before its burst,
     or ``None`` (see there): the reserved one, or one bought from the unspent budget at
     :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE` of B. Public inputs only.
 
-    None once ``max_rounds`` is reached, as for a refit (:func:`recalibration_due`): a grid
-    reaches the model topic with the next version's tree, and after the last round there is
-    none, so the keys paid for spans that changed the answers of a version number the topic
-    already holds (59 of 200 rows answered otherwise), with no tree to use the grid."""
-    if (split_grid is False or not rounds_left(config, booster)
+    None once ``max_rounds`` is reached, as for a refit (:func:`recalibration_due`), or
+    where the end runs no ``burst`` (:func:`finish_burst`: a hinted stream finished at its
+    own end, a burst already done): a grid reaches the model topic with the next version's
+    tree, and without one the keys paid for spans that changed the answers of a version
+    number the topic already holds (59 of 200 rows answered otherwise), with no tree to use
+    the grid."""
+    if (split_grid is False or not rounds_left(config, booster) or burst <= 0
             or booster.grower.quantile_map is not None
             or config.public_schema.n_numeric == 0):
         return None
@@ -1268,10 +1287,13 @@ class StreamEngine:
         self.train(0)  # merges what is pending; the initial score if it is due
         if not self._initialized:
             return owed  # before the warmup nothing can be released yet
-        charge = end_grid_charge(self.config, self.booster, split_grid)
+        self.wait_durable()  # the store's side record is read and written with no commit
+        burst, _ = finish_burst(self.config, self._positions, self.booster.rounds_done,
+                                self._store.get_meta(FINISH_META))
+        charge = end_grid_charge(self.config, self.booster, split_grid, burst)
         if charge is not None:
             self._release_split_grid(charge)
-        self.wait_durable()  # the store's side record is written with no commit in flight
+            self.wait_durable()
         burst = finish_rounds(self.config, self.schedule, self._positions,
                               self.booster.rounds_done, self._store.get_meta,
                               self._store.set_meta)
@@ -1891,7 +1913,8 @@ def refit_versions(booster: SGBDTBooster, version: int) -> tuple[int, int]:
     released with the new map (the next tree's) and the oldest version whose tree the
     model keeps (version ``r + 2`` is round ``r``'s tree), which its history must cover
     (:meth:`~renyiboost.models.recalibration.RecalibrationState.answer_map_at`)."""
-    return version + 1, booster.rounds_done - booster.ensemble.n_trees + 2
+    first_round = booster.rounds_done - booster.ensemble.n_trees
+    return version + 1, (first_round + 2 if first_round > 0 else 1)  # 1: the initial score
 
 
 def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreIdentity,

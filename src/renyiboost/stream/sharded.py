@@ -82,6 +82,7 @@ from renyiboost.stream.engine import (
     KeyBudget,
     StreamEngine,
     end_grid_charge,
+    finish_burst,
     finish_rounds,
     hinted_grid_charge,
     leaf_depth_at,
@@ -779,7 +780,9 @@ class ShardedEngine:
         if not self._initialized:
             return owed
         try:
-            charge = end_grid_charge(self.config, self.booster, split_grid)
+            burst, _ = finish_burst(self.config, self._positions, self.booster.rounds_done,
+                                    self.shards.one(0, "get_meta", FINISH_META))
+            charge = end_grid_charge(self.config, self.booster, split_grid, burst)
             if charge is not None:
                 self._release_split_grid(charge)
         except ShardUnavailable as error:

@@ -393,10 +393,15 @@ def test_a_finish_before_a_reshard_is_not_run_again_after_it(tmp_path) -> None:
     engine = ShardedEngine(config, old, seed=3)
     assert engine.finish() > 0
     spent, rounds = _budgets(engine), engine.booster.rounds_done
+    grid, released = engine.released_grid, engine.release()
+    assert grid is not None and released.smoothing_spans is not None
     engine.close()
     new = shard_locations(str(tmp_path), 3, alone=False)
     reshard(config, old, new)
     after = ShardedEngine(config, new, seed=4)
+    # the end's grid moved too: the new shards answer with its spans (and buy no second)
+    np.testing.assert_array_equal(after.released_grid.cdf, grid.cdf)
+    assert after.release().smoothing_spans == released.smoothing_spans
     assert after.finish() == 0
     assert after.booster.rounds_done == rounds and _budgets(after) == spent
     after.close()

@@ -365,8 +365,8 @@ def finish_burst(config: EngineConfig, positions: int, rounds_done: int,
     """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
     finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
     the same position committed before a restart (``recorded``, the store's
-    :data:`FINISH_META`), and whether it is a new end. Writes nothing
-    (:func:`finish_rounds` does)."""
+    :data:`FINISH_META`), and whether it is a new end
+    (which :func:`record_end` records)."""
     if config.final_trees > 0 and config.final_at == positions:
         return 0, False  # the hinted stream's own burst ran here
     trees = finish_trees(config.params.task, config.params.rounds)
@@ -375,20 +375,20 @@ def finish_burst(config: EngineConfig, positions: int, rounds_done: int,
     return trees, True
 
 
-def finish_rounds(config: EngineConfig, schedule: TriggerSchedule, positions: int,
-                  rounds_done: int, get_meta: Callable[[str], Any],
-                  set_meta: Callable[[str, Any], None]) -> int:
-    """The rounds of the end burst at ``positions`` (:func:`finish_burst`). A new end is
-    recorded before any of its rounds: its position, its first round and the rounds run
-    so far beyond the public schedule's (earlier ends and explicit
-    :meth:`StreamEngine.train` rounds), all public, so a restored engine knows it
+def record_end(config: EngineConfig, schedule: TriggerSchedule, positions: int,
+               rounds_done: int, set_meta: Callable[[str, Any], None]) -> None:
+    """Record a new end (:func:`finish_burst`) before any of its rounds: its position, its
+    first round and the rounds run so far beyond the public schedule's (earlier ends and
+    explicit :meth:`StreamEngine.train` rounds), all public, so a restored engine knows it
     (:func:`rounds_owed`)."""
-    trees, new_end = finish_burst(config, positions, rounds_done, get_meta(FINISH_META))
-    if not new_end:
-        return trees
     beyond = max(0, rounds_done - rounds_due_by(config, schedule, positions))
     set_meta(FINISH_META, {"at": positions, "first_round": rounds_done, "unscheduled": beyond})
-    return trees
+
+
+def _capped(config: EngineConfig, rounds: int) -> int:
+    """``rounds``, none past ``max_rounds`` (a public count)."""
+    cap = config.params.max_rounds
+    return rounds if cap is None else min(rounds, cap)
 
 
 def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: int) -> int:
@@ -399,8 +399,7 @@ def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: in
     due = schedule.releases_until(positions) * config.trees_per_trigger
     if config.final_trees and config.final_at is not None and config.final_at <= positions:
         due += config.final_trees
-    cap = config.params.max_rounds
-    return due if cap is None else min(due, cap)
+    return _capped(config, due)
 
 
 def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
@@ -421,8 +420,7 @@ def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
         due += int(finish["unscheduled"])
         if positions >= int(finish["at"]):
             due += finish_trees(config.params.task, config.params.rounds)
-        cap = config.params.max_rounds
-        due = due if cap is None else min(due, cap)
+        due = _capped(config, due)
     return max(0, due - rounds_done)
 
 
@@ -1274,7 +1272,7 @@ class StreamEngine:
         a schema without numeric features has none to release.
 
         Before its first round the burst's position and first round are written to the
-        store (:func:`finish_rounds`), so a restored engine owes only the rounds the burst
+        store (:func:`record_end`), so a restored engine owes only the rounds the burst
         had not committed (:func:`rounds_owed`; run first by the next learning call or by
         this one, and counted in what it returns), none after a finished burst, instead of
         spending the budget of a second burst.
@@ -1288,15 +1286,15 @@ class StreamEngine:
         if not self._initialized:
             return owed  # before the warmup nothing can be released yet
         self.wait_durable()  # the store's side record is read and written with no commit
-        burst, _ = finish_burst(self.config, self._positions, self.booster.rounds_done,
-                                self._store.get_meta(FINISH_META))
+        burst, new_end = finish_burst(self.config, self._positions, self.booster.rounds_done,
+                                      self._store.get_meta(FINISH_META))
         charge = end_grid_charge(self.config, self.booster, split_grid, burst)
         if charge is not None:
             self._release_split_grid(charge)
             self.wait_durable()
-        burst = finish_rounds(self.config, self.schedule, self._positions,
-                              self.booster.rounds_done, self._store.get_meta,
-                              self._store.set_meta)
+        if new_end:
+            record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
+                       self._store.set_meta)
         return owed + self.train(burst)
 
     def flush(self) -> None:

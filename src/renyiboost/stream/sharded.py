@@ -83,13 +83,13 @@ from renyiboost.stream.engine import (
     StreamEngine,
     end_grid_charge,
     finish_burst,
-    finish_rounds,
     hinted_grid_charge,
     leaf_depth_at,
     model_release,
     noise_stage_at,
     privacy_guarantee_of,
     recalibration_due,
+    record_end,
     refit_versions,
     rounds_left,
     rounds_owed,
@@ -780,18 +780,19 @@ class ShardedEngine:
         if not self._initialized:
             return owed
         try:
-            burst, _ = finish_burst(self.config, self._positions, self.booster.rounds_done,
-                                    self.shards.one(0, "get_meta", FINISH_META))
+            burst, new_end = finish_burst(self.config, self._positions,
+                                          self.booster.rounds_done,
+                                          self.shards.one(0, "get_meta", FINISH_META))
             charge = end_grid_charge(self.config, self.booster, split_grid, burst)
             if charge is not None:
                 self._release_split_grid(charge)
         except ShardUnavailable as error:
             self.recover(error)
             return owed
-        return owed + self.train(finish_rounds(
-            self.config, self.schedule, self._positions, self.booster.rounds_done,
-            functools.partial(self.shards.one, 0, "get_meta"),
-            functools.partial(self.shards.all, "set_meta")))
+        if new_end:
+            record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
+                       functools.partial(self.shards.all, "set_meta"))
+        return owed + self.train(burst)
 
     def _release_initial_score(self) -> None:
         total = sum(self.shards.all("initial_sum"))

@@ -101,16 +101,22 @@ def geometric_runs(noise: NoiseSource, mean_runs: float) -> int:
 
 #: Rényi orders a selection's order is chosen among (with the order a single fit at the
 #: total ε would take): the selection's fixed cost, log μ over the order, favours larger
-#: orders than a single fit's (Adult at ε = 1, μ = 9: order 30 gives the leaves σ = 114
-#: where the single fit's 22 gave 135; at ε = 0.5, 60 against 40: 187 against 237).
+#: orders than a single fit's (Adult's first default candidate, μ = 9: at ε = 1 order 35
+#: gives the leaves σ = 113 where the single fit's 22 gave 135; at ε = 0.5, 66 against
+#: 40: 187 against 237).
 SELECTION_ORDERS = tuple(sorted({round(float(x)) for x in np.geomspace(2, 1024, 60)}))
+
+
+def _run_fields(params: dict[str, Any], task: str, budget: SelectionBudget,
+                delta: float) -> dict[str, Any]:
+    """A run's parameters: the candidate's, at the selection's order and per-run budget."""
+    return dict(params) | {"task": task, "epsilon": budget.run_epsilon, "delta": delta,
+                           "rdp_order": budget.order}
 
 
 def _run_params(params: dict[str, Any], task: str, budget: SelectionBudget,
                 delta: float) -> SGBDTParams:
-    """A run's parameters: the candidate's, at the selection's order and per-run budget."""
-    return SGBDTParams(**(dict(params) | {"task": task, "epsilon": budget.run_epsilon,
-                                          "delta": delta, "rdp_order": budget.order}))
+    return SGBDTParams(**_run_fields(params, task, budget, delta))
 
 
 def selection_budget(params: dict[str, Any], task: str, epsilon: float, delta: float,
@@ -190,10 +196,9 @@ def private_tune(
     best: tuple[float, int, SGBDT] | None = None
     for run in range(runs):
         index = noise.choice(len(pool))
-        params = dict(pool[index]) | {"task": task, "epsilon": budget.run_epsilon,
-                                      "delta": delta, "rdp_order": budget.order}
         run_seed = None if seed is None else seed * 100_003 + run
-        model = SGBDT(schema, seed=run_seed, **params).fit(X_fit, y_fit)
+        model = SGBDT(schema, seed=run_seed, **_run_fields(pool[index], task, budget, delta)
+                      ).fit(X_fit, y_fit)
         score = (_validation_score(task, model, X_val, y_val, target_range)
                  + float(noise.normal(1, score_std)[0]))
         if best is None or score > best[0]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import math
 
+import pytest
+
+from renyiboost.datasets import load
 from renyiboost.experiments import grid
 
 
@@ -89,3 +92,19 @@ def test_a_batch_peer_splits_its_budget_over_the_fits_that_predict(monkeypatch) 
     history = grid._batch_peer_run(cell, config, source)
     assert len(history) == 4
     assert fits == [(0.5, 1e-6, 200)]
+
+
+@pytest.mark.parametrize("dataset", ["elec2", "abalone"])
+@pytest.mark.parametrize("method", grid.PRIVATE_METHODS)
+def test_every_stream_method_of_the_learner_builds_on_the_default_policy(method,
+                                                                         dataset) -> None:
+    """Each private stream method of the grid (and of ``make paper``'s stream grid) must
+    build on the default policy of both tasks. The static-leaf ablation on a classification
+    set once kept the policy's λ that follows the leaf denominator's noise, which a static
+    leaf does not have, and ``make paper`` stopped there with a validation error."""
+    data = load(dataset)
+    engine = grid.stream_engine(method, data.task, data.schema, 1.0, 1e-6, seed=0)
+    params = engine.config.params
+    assert (params.leaf_noise == "static") == (method == "sln")
+    if method == "sln":
+        assert params.reg_lambda_noise_stds == 0.0

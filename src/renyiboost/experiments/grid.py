@@ -120,14 +120,15 @@ def learner_variant(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` changed for one of the learner's methods: ``irf`` / ``renyiboost`` /
     ``non_private`` (as given), ``constant`` / ``no_filter`` (full-price charges),
     ``global`` (T rounds in all), ``irf_2x`` (the filter's extra rounds up to 2T) and
-    ``sln`` (static leaf noise, count leaves)."""
+    ``sln`` (static leaf noise, count leaves; λ does not follow the noise, since a static
+    leaf has no noisy denominator, so the policy's ``reg_lambda_noise_stds`` is dropped)."""
     rounds = params["rounds"]
     overrides: dict[str, dict[str, Any]] = {
         "irf": {}, "renyiboost": {}, "non_private": {},
         "constant": {"individual_filter": False}, "no_filter": {"individual_filter": False},
         "global": {"individual_filter": False, "max_rounds": rounds},
         "irf_2x": {"max_rounds": 2 * rounds},
-        "sln": {"leaf_noise": "static", "hess_clip": None},
+        "sln": {"leaf_noise": "static", "hess_clip": None, "reg_lambda_noise_stds": 0.0},
     }
     if method not in overrides:
         raise ValueError(f"not a method of the learner: {method!r}")

@@ -32,7 +32,7 @@ from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.positions import PositionRuns, latest_offsets
+from renyiboost.stream.positions import PositionRuns, latest_offsets, offset_positions
 from renyiboost.stream.store import SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -860,6 +860,47 @@ def test_position_runs_read_as_the_list_of_positions_they_stand_for(runs, data) 
     stop = data.draw(st.integers(start, len(spelled)))
     assert dict(latest_offsets(positions, start, stop)) == dict(spelled[start:stop])
     assert dict(latest_offsets(spelled, start, stop)) == dict(spelled[start:stop])
+
+
+def _offset_positions_one_by_one(messages, expected):
+    """The per-message reading of a batch's offsets that :func:`offset_positions` does
+    on whole arrays: the reference it must agree with."""
+    spelled, at, skipped = [], [], 0
+    for source, offset in messages:
+        first = min(expected.get(source, offset), offset)  # a partition that went back
+        spelled += [(source, next_offset) for next_offset in range(first + 1, offset + 2)]
+        at.append(len(spelled) - 1)
+        skipped += offset - first
+        expected[source] = offset + 1
+    return spelled, at, skipped
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["t:0", "t:1", "u:0"]), st.integers(0, 4)),
+                min_size=1, max_size=20),
+       st.dictionaries(st.sampled_from(["t:0", "t:1"]), st.integers(0, 30)))
+def test_offset_positions_count_every_offset_as_the_one_by_one_reading_does(steps,
+                                                                           expected) -> None:
+    """A batch's positions from its messages' offsets, computed on whole arrays, must be
+    the per-message reading's: every skipped offset an empty position, each message at
+    its own, a partition that went back counted on from there, and each source's next
+    expected offset carried to the next batch. Else the public clock, and so the
+    schedule, would depend on how the messages were batched."""
+    messages, last = [], dict(expected)
+    for source, step in steps:  # mostly forward, now and then back (step 0 repeats one)
+        offset = max(last.get(source, 5) + step - 1, 0)
+        messages.append((source, offset))
+        last[source] = offset + 1
+    ours_expected, ref_expected = dict(expected), dict(expected)
+    batch = offset_positions([s for s, _ in messages], np.array([o for _, o in messages]),
+                             ours_expected)
+    spelled, at, skipped = _offset_positions_one_by_one(messages, ref_expected)
+    assert list(batch.positions) == spelled
+    assert batch.at.tolist() == at and int(batch.skipped.sum()) == skipped
+    assert ours_expected == ref_expected
+    assert batch.positions.latest(0, len(spelled)) == [
+        p for i, p in enumerate(spelled) if i + 1 == len(spelled) or spelled[i + 1][0] != p[0]
+        or spelled[i + 1][1] != p[1] + 1]  # one run per stretch of consecutive offsets
 
 
 class _LosesACommit(SQLiteStore):

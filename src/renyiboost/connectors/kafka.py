@@ -99,7 +99,7 @@ from renyiboost.models.trees import Ensemble, input_shifts
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
-from renyiboost.stream.positions import PositionRuns
+from renyiboost.stream.positions import PositionRuns, offset_positions
 from renyiboost.stream.sharded import ShardedEngine, default_partition_map
 from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta, score_value
 from renyiboost.validation import RecordValidator
@@ -570,27 +570,20 @@ class KafkaTrainer(_Loop):
         empty positions is one run (:class:`~renyiboost.stream.positions.PositionRuns`),
         however long; one of :data:`EMPTY_RUN_WARNING` or more is logged, and all are
         counted in the operator telemetry (``empty_positions``)."""
-        events = PositionRuns()
-        at = np.empty(len(messages), dtype=np.int64)
-        expected = self._expected
-        for i, message in enumerate(messages):
-            name, offset = f"{message.topic()}:{message.partition()}", message.offset()
-            first = expected.get(name, offset)
-            if first > offset:
-                log.warning("%s went back from offset %d to %d; counting on from there",
-                            name, first, offset)
-                first = offset
-            if offset - first >= EMPTY_RUN_WARNING:
-                log.warning("%s: offsets %d to %d hold no message (retention or compaction "
-                            "removed them, or they are transaction markers); they count as "
-                            "%d empty stream positions", name, first, offset - 1,
-                            offset - first)
-            self.empty_positions += offset - first
-            events.extend(name, first + 1, offset - first)
-            at[i] = len(events)
-            events.extend(name, offset + 1, 1)
-            expected[name] = offset + 1
-        return events, at
+        names = [f"{message.topic()}:{message.partition()}" for message in messages]
+        offsets = np.fromiter(map(Message.offset, messages), dtype=np.int64,
+                              count=len(messages))
+        batch = offset_positions(names, offsets, self._expected)
+        for i in np.flatnonzero(batch.expected_offset > offsets):
+            log.warning("%s went back from offset %d to %d; counting on from there",
+                        names[i], batch.expected_offset[i], offsets[i])
+        for i in np.flatnonzero(batch.skipped >= EMPTY_RUN_WARNING):
+            log.warning("%s: offsets %d to %d hold no message (retention or compaction "
+                        "removed them, or they are transaction markers); they count as "
+                        "%d empty stream positions", names[i], offsets[i] - batch.skipped[i],
+                        offsets[i] - 1, batch.skipped[i])
+        self.empty_positions += int(batch.skipped.sum())
+        return batch.positions, batch.at
 
     @staticmethod
     def _one_spelling(batch: ParsedBatch, messages: list[Message]) -> ParsedBatch:

@@ -12,7 +12,7 @@ list of tuples that gap took about a gigabyte; as a run it is three numbers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -49,6 +49,32 @@ class PositionRuns(Sequence[tuple[str, int]]):
         self._firsts.append(first)
         self._starts.append(self._starts[-1] + length)
 
+    def extend_runs(self, sources: Sequence[str], firsts: np.ndarray,
+                    lengths: np.ndarray) -> None:
+        """:meth:`extend` with each ``(sources[i], firsts[i], lengths[i])`` in turn, as
+        whole arrays: stretches that continue one another become one run, found by
+        comparing neighbours rather than by a call per stretch.
+
+        >>> runs = PositionRuns()
+        >>> runs.extend_runs(["t:0", "t:0", "t:1"], np.array([1, 3, 1]), np.array([2, 4, 1]))
+        >>> runs.latest(0, len(runs))
+        [('t:0', 6), ('t:1', 1)]
+        """
+        firsts, lengths = np.asarray(firsts, dtype=np.int64), np.asarray(lengths, np.int64)
+        keep = lengths > 0
+        if not keep.any():
+            return
+        names = np.asarray(sources, dtype=object)[keep]
+        firsts, lengths = firsts[keep], lengths[keep]
+        joins = np.zeros(len(firsts), dtype=bool)
+        joins[1:] = (names[1:] == names[:-1]) & (firsts[1:] == firsts[:-1] + lengths[:-1])
+        heads = np.flatnonzero(~joins)
+        run_lengths = np.add.reduceat(lengths, heads)
+        self.extend(names[0], int(firsts[0]), int(run_lengths[0]))  # may join the last run
+        self._sources.extend(names[heads[1:]].tolist())
+        self._firsts.extend(firsts[heads[1:]].tolist())
+        self._starts.extend((self._starts[-1] + np.cumsum(run_lengths[1:])).tolist())
+
     def __len__(self) -> int:
         return self._starts[-1]
 
@@ -77,6 +103,52 @@ class PositionRuns(Sequence[tuple[str, int]]):
         return [self[min(self._starts[run + 1], stop) - 1] for run in range(first, last + 1)]
 
 
+class OffsetPositions(NamedTuple):
+    """What :func:`offset_positions` makes of a batch of messages."""
+
+    #: Every position of the batch: each message's, and before it one per offset skipped.
+    positions: PositionRuns
+    #: Each message's index among :attr:`positions`.
+    at: np.ndarray
+    #: The offset each message's source was expected at (one past its last message's): a
+    #: message below it means the partition went back, and counting goes on from it.
+    expected_offset: np.ndarray
+    #: Offsets skipped before each message: empty positions.
+    skipped: np.ndarray
+
+
+def offset_positions(sources: Sequence[str], offsets: np.ndarray,
+                     expected: dict[str, int]) -> OffsetPositions:
+    """The stream positions of a batch of messages, one per *offset* of each source
+    (partition): every offset from the one ``expected`` after the source's last message up
+    to each message's own is a position, the skipped ones empty. ``expected`` (source →
+    next offset) is updated in place; a source it lacks starts at its first message. An
+    offset below the expected one (the partition went back) counts on from itself.
+
+    Vectorised over the messages: the only loop is over the batch's distinct sources.
+
+    >>> expected = {"t:0": 3}
+    >>> batch = offset_positions(["t:0", "t:1", "t:0"], np.array([5, 7, 6]), expected)
+    >>> batch.positions.latest(0, len(batch.positions)), batch.at.tolist()
+    ([('t:0', 6), ('t:1', 8), ('t:0', 7)], [2, 3, 4])
+    >>> batch.skipped.tolist(), expected
+    ([2, 0, 0], {'t:0': 7, 't:1': 8})
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    names = np.asarray(sources, dtype=object)
+    previous = np.empty(len(offsets), dtype=np.int64)  # the offset each message follows on
+    for source in dict.fromkeys(sources):  # the distinct sources, in order
+        mine = np.flatnonzero(names == source)
+        previous[mine[0]] = expected.get(source, offsets[mine[0]])
+        previous[mine[1:]] = offsets[mine[:-1]] + 1
+        expected[source] = int(offsets[mine[-1]]) + 1
+    firsts = np.minimum(previous, offsets)
+    skipped = offsets - firsts
+    positions = PositionRuns()
+    positions.extend_runs(sources, firsts + 1, skipped + 1)
+    return OffsetPositions(positions, np.cumsum(skipped + 1) - 1, previous, skipped)
+
+
 def latest_offsets(positions: Sequence[tuple[str, int]], start: int,
                    stop: int) -> Sequence[tuple[str, int]]:
     """Positions ``start … stop − 1`` of ``positions`` for a dict of each source's latest
@@ -87,4 +159,4 @@ def latest_offsets(positions: Sequence[tuple[str, int]], start: int,
     return positions[start:stop]
 
 
-__all__ = ["PositionRuns", "latest_offsets"]
+__all__ = ["OffsetPositions", "PositionRuns", "latest_offsets", "offset_positions"]

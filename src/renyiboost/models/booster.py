@@ -192,6 +192,18 @@ class SGBDTParams(BaseModel):
     def total_rounds(self) -> int:
         return self.max_rounds if self.max_rounds is not None else self.rounds
 
+    def calibrate(self) -> Calibration:
+        """The noise calibration of a private model with these parameters
+        (:func:`~renyiboost.accounting.calibration.calibrate` on its (ε, δ), rounds, shares
+        and order): the booster's, and what a private selection compares at each order
+        (:func:`~renyiboost.models.tuning.selection_budget`)."""
+        if self.epsilon is None:
+            raise ValueError("a non-private model (epsilon=None) has no noise calibration")
+        return calibrate(epsilon=self.epsilon, delta=self.delta, rounds=self.rounds,
+                         sampling_rate=self.sampling_rate, count_share=self.count_share,
+                         init_share=self.init_share, max_order=self.max_order,
+                         order=self.rdp_order, grid_share=self.grid_share)
+
 
 def noisy_class_frequencies(codes: np.ndarray, n_classes: int, noise_std: float,
                             noise: NoiseSource) -> np.ndarray:
@@ -365,17 +377,7 @@ class SGBDTBooster:
         if stage_rounds and not params.private:
             raise ValueError("stage_rounds are noise stages: they need a private model")
         if params.private:
-            self.calibration = calibrate(
-                epsilon=params.epsilon,
-                delta=params.delta,
-                rounds=params.rounds,
-                sampling_rate=params.sampling_rate,
-                count_share=params.count_share,
-                init_share=params.init_share,
-                max_order=params.max_order,
-                order=params.rdp_order,
-                grid_share=params.grid_share,
-            )
+            self.calibration = params.calibrate()
             # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
             natural_min = params.count_share if params.hess_clip is None else 0.0
             floor = max(natural_min, params.min_sensitivity2)

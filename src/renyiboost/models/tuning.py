@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from renyiboost.accounting import calibrate
 from renyiboost.accounting.selection import SelectionBudget
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import SGBDTParams
@@ -125,17 +124,15 @@ def selection_budget(params: dict[str, Any], task: str, epsilon: float, delta: f
     first) the least leaf noise σ. A function of public inputs only. The order a single fit
     at ``epsilon`` would take is among those tried; an error if no order leaves the runs a
     budget."""
-    single = calibrate(epsilon, delta, params["rounds"], params["sampling_rate"],
-                       params["count_share"], params["init_share"]).order
+    single = SGBDTParams(**params | {"task": task, "epsilon": epsilon, "delta": delta,
+                                     "rdp_order": None}).calibrate().order
     best: tuple[float, SelectionBudget] | None = None
     for order in sorted({single, *SELECTION_ORDERS}):
         try:
             budget = SelectionBudget.split(epsilon, delta, order, mean_runs)
         except ValueError:  # the fixed cost leaves the runs nothing at this order
             continue
-        run = _run_params(params, task, budget, delta)
-        sigma = calibrate(run.epsilon, delta, run.rounds, run.sampling_rate, run.count_share,
-                          run.init_share, run.max_order, order, run.grid_share).sigma
+        sigma = _run_params(params, task, budget, delta).calibrate().sigma
         if best is None or sigma < best[0]:
             best = (sigma, budget)
     if best is None:

@@ -49,6 +49,35 @@ def test_grid_writes_outputs_and_resumes_from_its_cache(tmp_path, monkeypatch) -
     monkeypatch.setattr(grid, "RUNNERS", dict.fromkeys(grid.RUNNERS, fail))
     again = grid.run_grid(config, progress=False)
     assert [r["mean"] for r in again] == [r["mean"] for r in results]
+    # a change to the package's code re-runs the cells (the key hashes its source)
+    monkeypatch.setattr(grid, "code_fingerprint", lambda: "changed code")
+    with pytest.raises(AssertionError, match="cell recomputed"):
+        grid.run_grid(config, progress=False)
+
+
+def test_the_code_fingerprint_follows_every_source_file(tmp_path, monkeypatch) -> None:
+    """The fingerprint hashes each module's path and bytes: an edit anywhere in the
+    package, or a module added, gives another key."""
+    package = tmp_path / "renyiboost"
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models" / "leaf.py").write_text("SIGMA = 1.0\n")
+
+    def fingerprint() -> str:
+        grid.code_fingerprint.cache_clear()
+        return grid.code_fingerprint()
+
+    monkeypatch.setattr(grid.resources, "files", lambda _name: package)
+    first = fingerprint()
+    (package / "models" / "leaf.py").write_text("SIGMA = 0.5\n")
+    second = fingerprint()
+    (package / "models" / "extra.py").write_text("")
+    third = fingerprint()
+    assert len({first, second, third}) == 3
+    (package / "models" / "leaf.py").write_text("SIGMA = 1.0\n")
+    (package / "models" / "extra.py").unlink()
+    assert fingerprint() == first
+    grid.code_fingerprint.cache_clear()
 
 
 def test_combinations_that_cannot_run_are_left_out() -> None:

@@ -89,6 +89,10 @@ def test_paper_preset_writes_tables_plots_and_verdicts_and_resumes(tmp_path, mon
     monkeypatch.setattr(paper, "run_job", fail)
     again = paper.run_paper(config)
     assert [r["seed"] for r in again] == [r["seed"] for r in results]
+    # changed code must not be served the old code's numbers
+    monkeypatch.setattr(paper, "code_fingerprint", lambda: "changed code")
+    with pytest.raises(AssertionError, match="job recomputed"):
+        paper.run_paper(config)
 
 
 def test_paper_preset_appends_the_stream_grid_with_peers(tmp_path, monkeypatch) -> None:

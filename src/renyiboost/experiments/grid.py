@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -256,12 +257,29 @@ CACHE_VERSION = 7  # 7: a batch fit given every policy parameter buys no size es
 #: predict
 
 
+@cache
+def code_fingerprint() -> str:
+    """A hash of every Python source file of the installed package, part of each cached
+    cell's key (here and in the paper preset): a change to the learners, the accounting or
+    the engine re-runs the cells instead of serving the old code's numbers beside the new
+    code's. (The paper's tables once stood on a cache 260 commits old.) Peers' own packages
+    are not hashed; :data:`CACHE_VERSION` covers what a source hash cannot see."""
+    digest = hashlib.sha256()
+    root = resources.files("renyiboost")
+    with resources.as_file(root) as package:
+        for path in sorted(Path(package).rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _cell_id(cell: dict[str, Any], config: GridConfig) -> str:
     fixed = config.model_dump(include={"batch_size", "train_every", "trees_per_trigger",
                                        "expected_records",
                                        "delta", "limit", "refits"})
     text = json.dumps({**cell, **fixed, "dpebm_tuned": DPEBM_TUNED,
-                       "version": CACHE_VERSION}, sort_keys=True, default=str)
+                       "version": CACHE_VERSION, "code": code_fingerprint()},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -53,6 +53,7 @@ from renyiboost.experiments.grid import (
     CACHE_VERSION,
     GridConfig,
     cells,
+    code_fingerprint,
     learner_variant,
     run_all,
     run_grid,
@@ -159,9 +160,10 @@ class Job:
 
     @property
     def key(self) -> str:
-        """Cache key: the job, the committed learner config and the tuned peer settings, so
-        a changed config never serves a stale cell."""
-        text = json.dumps({**asdict(self), "version": CACHE_VERSION,
+        """Cache key: the job, the committed learner config, the tuned peer settings and
+        the package's source (:func:`~renyiboost.experiments.grid.code_fingerprint`), so a
+        changed config or learner never serves a stale cell."""
+        text = json.dumps({**asdict(self), "version": CACHE_VERSION, "code": code_fingerprint(),
                            "config": load_config(self.dataset), "dpebm_tuned": DPEBM_TUNED},
                           sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -123,6 +123,37 @@ def test_a_batch_peer_splits_its_budget_over_the_fits_that_predict(monkeypatch) 
     assert fits == [(0.5, 1e-6, 200)]
 
 
+def test_each_refit_of_a_batch_peer_draws_its_own_noise(monkeypatch) -> None:
+    """The budget is split over a peer's refits as over independent mechanisms, so a
+    seeded (test-only) run must not give every refit the same seed, and two repeats must
+    not share a refit's seed either."""
+    import numpy as np
+
+    from renyiboost.stream.sources import InMemorySource
+
+    seeds: list[int] = []
+
+    class Recorder:
+        def fit(self, X, y):
+            return self
+
+        def predict_score(self, X):
+            return np.zeros(len(X))
+
+    def make_peer(method, schema, task, dataset, epsilon, delta, seed):
+        seeds.append(seed)
+        return Recorder()
+
+    monkeypatch.setattr(grid, "make_peer", make_peer)
+    config = grid.GridConfig(batch_size=100, limit=800, refits=4, delta=1e-6)
+    for repeat in (0, 1):
+        source = InMemorySource("abalone", scenario="iid", batch_size=100, limit=800, seed=0)
+        cell = {"dataset": "abalone", "scenario": "iid", "epsilon": 0.5, "method": "dp_mean",
+                "repeat": repeat}
+        grid._batch_peer_run(cell, config, source)
+    assert len(seeds) == 6 and len(set(seeds)) == 6, seeds
+
+
 @pytest.mark.parametrize("dataset", ["elec2", "abalone"])
 @pytest.mark.parametrize("method", grid.PRIVATE_METHODS)
 def test_every_stream_method_of_the_learner_builds_on_the_default_policy(method,

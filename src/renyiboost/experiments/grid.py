@@ -209,17 +209,24 @@ def _peer_run(cell: dict[str, Any], config: GridConfig, source: InMemorySource) 
     return _prequential(source, predict, learn)
 
 
+#: Seeds of a stream cell's successive peer refits step by this (a repeat's seed is small).
+REFIT_SEED_STRIDE = 1_000
+
+
 def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
                     source: InMemorySource) -> list[dict]:
     """A batch peer refitted every ``refit_every`` batches on all rows seen so far, each fit
     at (ε/k, δ/k) for the k fits that some later batch is predicted with (a fit after the
-    last batch would spend budget on nothing)."""
+    last batch would spend budget on nothing). Fit ``i`` of repeat ``r`` has noise seed
+    ``r + REFIT_SEED_STRIDE · i``: the split of the budget over the fits assumes fresh noise
+    in each, which one seed for every refit (as before) did not give a seeded run."""
     task, schema = source.data.task, source.schema
     n_batches = -(-len(source) // config.batch_size)
     refit_every = max(1, n_batches // config.refits)
     n_fits = max(1, (n_batches - 1) // refit_every)
     epsilon, delta = cell["epsilon"] / n_fits, config.delta / n_fits
     model: Any = None
+    fits = 0
     seen_X: list[np.ndarray] = []
     seen_y: list[np.ndarray] = []
 
@@ -231,12 +238,14 @@ def _batch_peer_run(cell: dict[str, Any], config: GridConfig,
         return np.zeros(batch.y.size)
 
     def learn(index: int, batch: Any) -> None:
-        nonlocal model
+        nonlocal model, fits
         seen_X.append(batch.X)
         seen_y.append(batch.y)
         if (index + 1) % refit_every == 0 and index + 1 < n_batches:
+            seed = cell["repeat"] + REFIT_SEED_STRIDE * fits
             model = make_peer(cell["method"], schema, task, cell["dataset"], epsilon, delta,
-                              cell["repeat"]).fit(np.concatenate(seen_X), np.concatenate(seen_y))
+                              seed).fit(np.concatenate(seen_X), np.concatenate(seen_y))
+            fits += 1
 
     return _prequential(source, predict, learn)
 

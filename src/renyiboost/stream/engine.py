@@ -611,7 +611,29 @@ def claim_single_place(store: StateStore) -> None:
         "into one store needs `renyiboost reshard --to 1`."))
 
 
-class StreamEngine:
+class OwesRounds:
+    """The rounds a trigger owes after a crash (or a shard's death) between its commits,
+    for both engines: :func:`rounds_owed` sets ``_owed_rounds`` at the restore, and
+    :meth:`catch_up` runs them."""
+
+    _owed_rounds: int = 0
+
+    def train(self, rounds: int = 1) -> int:
+        raise NotImplementedError
+
+    def catch_up(self) -> int:
+        """Run the rounds the last trigger owes after a crash between its commits and return
+        how many ran. A trigger commits some outputs before its rounds (the initial score,
+        a hinted split grid, a refit, its earlier rounds); when a later round's commit was
+        lost, the restored engine's position is the trigger's, and without this its other
+        rounds (a hinted end burst among them) were never run, so the number of trees
+        depended on when the crash came. Learning calls it first (new positions and
+        ``finish()`` too); the Kafka trainers call it once their start checks have passed."""
+        owed, self._owed_rounds = self._owed_rounds, 0
+        return self.train(owed) if owed else 0
+
+
+class StreamEngine(OwesRounds):
     """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
 
     Parameters
@@ -743,17 +765,6 @@ class StreamEngine:
         self._pid = os.getpid()
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
-
-    def catch_up(self) -> int:
-        """Run the rounds the last trigger owes after a crash between its commits and return
-        how many ran. A trigger commits some outputs before its rounds (the initial score,
-        a hinted split grid, a refit, its earlier rounds); when a later round's commit was
-        lost, the restored engine's position is the trigger's, and without this its other
-        rounds (a hinted end burst among them) were never run, so the number of trees
-        depended on when the crash came. Learning calls it first; the Kafka trainer calls it
-        once its start checks have passed."""
-        owed, self._owed_rounds = self._owed_rounds, 0
-        return self.train(owed) if owed else 0
 
     def _learn_gate(self) -> None:
         """:meth:`_may_learn`, then the rounds a crash left owed (:meth:`catch_up`)."""

@@ -80,6 +80,7 @@ from renyiboost.stream.engine import (
     FINISH_META,
     EngineConfig,
     KeyBudget,
+    OwesRounds,
     StreamEngine,
     end_grid_charge,
     finish_burst,
@@ -446,7 +447,7 @@ class LocalShards:
             raise errors[0]
 
 
-class ShardedEngine:
+class ShardedEngine(OwesRounds):
     """A coordinator over key shards, each with its own state store; one global model.
 
     Parameters
@@ -536,14 +537,6 @@ class ShardedEngine:
         self._owed_rounds = rounds_owed(self.config, self.schedule, positions,
                                         leader.rounds_done,
                                         self.shards.one(0, "get_meta", FINISH_META))
-
-    def catch_up(self) -> int:
-        """Run the rounds a trigger owes after a crash or a shard's death inside it (see
-        :meth:`StreamEngine.catch_up <renyiboost.stream.engine.StreamEngine.catch_up>`);
-        returns how many ran. New positions and ``finish()`` call it first; the sharded
-        Kafka trainer once its start checks have passed."""
-        owed, self._owed_rounds = self._owed_rounds, 0
-        return self.train(owed) if owed else 0
 
     def _pin_members(self) -> None:
         """Every shard's store records the ids of all the deployment's stores at their first

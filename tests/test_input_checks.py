@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -53,6 +54,32 @@ def test_integer_feature_names_are_matched_as_strings_by_one_record_and_by_a_bat
     assert not bad and rows.tolist() == [[0.5, 1.0]]
     with pytest.raises(InvalidRecord, match="unknown feature 5"):
         check.features({5: 0.5})
+
+
+def test_a_batch_learner_matches_a_frames_columns_to_the_features_by_name() -> None:
+    """A data frame's named columns are the schema's features by name, in a fit and in
+    every prediction: matched by position, swapped columns gave each feature the other's
+    values (a model of 10·a answered 1.1 for a = 0.9), and misspelled names went
+    unnoticed. Unnamed (integer) columns are taken in order, as an array's."""
+    schema = PublicSchema(features={"a": (0, 1), "b": (0, 1)}, target_bounds=(0, 10))
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"b": rng.uniform(0, 1, 2000), "a": rng.uniform(0, 1, 2000)})
+    model = SGBDT(schema, task="regression", epsilon=None, rounds=30, depth=3,
+                  seed=0).fit(frame, 10 * frame["a"])
+    ordered = pd.DataFrame({"a": [0.9, 0.1], "b": [0.1, 0.9]})
+    swapped = ordered[["b", "a"]]
+    np.testing.assert_array_equal(model.predict(swapped), model.predict(ordered))
+    np.testing.assert_array_equal(model.predict(ordered.to_numpy()), model.predict(ordered))
+    np.testing.assert_array_equal(model.predict(pd.DataFrame(ordered.to_numpy())),
+                                  model.predict(ordered))
+    high, low = model.predict(ordered)
+    assert high > 7 and low < 3  # 10·a: 9 and 1
+    for wrong, named in ((ordered.rename(columns={"a": "A"}), "missing ['a']"),
+                         (ordered.assign(c=0.5), "not in the schema ['c']")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            model.predict(wrong)
+        with pytest.raises(ValueError, match=re.escape(named)):
+            SGBDT(schema, task="regression", epsilon=None, rounds=2).fit(wrong, [1.0, 2.0])
 
 
 def test_names_that_are_one_string_are_refused_not_merged() -> None:

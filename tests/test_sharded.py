@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -21,7 +22,12 @@ from renyiboost.exceptions import InvalidRecord, LedgerConflict, TestingOnlyWarn
 from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge, noise_stage_at
-from renyiboost.stream.sharded import ShardedEngine, shard_of
+from renyiboost.stream.sharded import (
+    ShardedEngine,
+    check_one_shard_a_key,
+    default_partition_map,
+    shard_of,
+)
 from renyiboost.stream.store import SQLiteStore
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -457,3 +463,29 @@ def test_a_crash_inside_a_trigger_after_an_end_owes_its_rounds_too(tmp_path) -> 
     _feed(again, records[fed:])
     assert again.release_version == reference.release_version
     again.close()
+
+
+@pytest.mark.parametrize(("counts", "n_shards", "safe"), [
+    ({"a": 2, "b": 3}, 2, False),  # the reviewer's case: 12 of 20 keys on both shards
+    ({"a": 4, "b": 6}, 2, True), ({"a": 4, "b": 6}, 3, False), ({"a": 6, "b": 9}, 3, True),
+    ({"a": 5}, 2, True),  # one topic: one partition a key, whatever the counts
+])
+def test_a_partition_map_that_would_give_a_key_two_shards_is_refused(counts, n_shards,
+                                                                      safe) -> None:
+    """A producer puts a key in partition h mod P of each topic (h its message key's
+    hash); the map must give every h one shard across the topics, or the key keeps a
+    ledger, and a budget, on each. Checked against the keys themselves: CRC-32 (the
+    librdkafka partitioner's hash) of 2,000 names."""
+    hashes = [zlib.crc32(f"person{i}".encode()) for i in range(2000)]
+    mapping = {topic: [p % n_shards for p in range(count)] for topic, count in counts.items()}
+    shards_of_a_key = [{mapping[t][h % len(mapping[t])] for t in mapping} for h in hashes]
+    two = sum(len(shards) > 1 for shards in shards_of_a_key)
+    assert (two == 0) == safe, two
+    if safe:
+        assert default_partition_map(counts, n_shards) == mapping
+        check_one_shard_a_key(mapping)
+    else:
+        with pytest.raises(LedgerConflict, match="sends one key to several shards"):
+            default_partition_map(counts, n_shards)
+        with pytest.raises(LedgerConflict, match="sends one key to several shards"):
+            check_one_shard_a_key(mapping)

@@ -355,16 +355,47 @@ class PublicSchema(BaseModel):
                     outside[j] += np.count_nonzero(below | above)
         return out
 
-    def clip_encoded(self, X: np.ndarray, outside: np.ndarray | None = None) -> np.ndarray:
+    def in_schema_order(self, X: Any) -> Any:
+        """A data frame whose column names are all strings, its columns put in the schema's
+        order by name; anything else as it is (its columns are taken in order, as
+        scikit-learn takes an array's). A frame with a column the schema does not name, or
+        without one it names, is refused (``ValueError``): matched by position, swapped
+        columns fed each feature the other's values, and misspelled ones passed unnoticed.
+
+        >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 10)})
+        >>> import pandas as pd
+        >>> schema.in_schema_order(pd.DataFrame({"b": [5.0], "a": [0.5]})).columns.tolist()
+        ['a', 'b']
+        """
+        columns = getattr(X, "columns", None)
+        if columns is None or not all(isinstance(c, str) for c in columns):
+            return X
+        given = list(columns)
+        if given == list(self.names):
+            return X
+        missing = [name for name in self.names if name not in given]
+        unknown = [name for name in given if name not in self.names]
+        if missing or unknown or len(set(given)) != len(given):
+            raise ValueError(
+                f"X's columns must be the schema's features {list(self.names)}, matched by "
+                f"name: missing {missing}, not in the schema {unknown}"
+                + ("" if len(set(given)) == len(given) else ", and some named twice"))
+        return X[list(self.names)]
+
+    def clip_encoded(self, X: np.ndarray, outside: np.ndarray | None = None,
+                     one_row: bool = False) -> np.ndarray:
         """Validate and clip an already encoded float matrix (codes for categoricals).
 
         Numeric columns are clipped to their bounds; categorical codes outside the domain
         become the "other" code. NaN marks a missing value and is kept; ±inf is refused
         (``ValueError``), as a record's features refuse it. ``outside`` (per column), if
         given, is increased by the values outside the public bounds or domain (clipped, or
-        "other"), as in :meth:`encode_columns`.
+        "other"), as in :meth:`encode_columns`. A data frame's columns are matched to the
+        features by name (:meth:`in_schema_order`); ``one_row``: a 1-D ``X`` is one row.
         """
-        raw = np.asarray(X)
+        raw = np.asarray(self.in_schema_order(X))
+        if one_row:
+            raw = np.atleast_2d(raw)
         if raw.dtype.kind in "USV" or (raw.dtype.kind == "O" and any(
                 isinstance(v, str | bytes) for v in raw.flat)):
             raise ValueError(f"X must be a matrix of numbers (a category as its code in the "

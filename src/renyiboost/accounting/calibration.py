@@ -105,7 +105,10 @@ def _bisect_sigma(
     while eps(hi) > target:
         lo, hi = hi, hi * 4.0
         if hi > 1e12:
-            raise ValueError(f"no noise scale reaches epsilon={target}; is delta too small?")
+            raise ValueError(
+                f"no noise scale reaches epsilon={target} at orders up to {int(orders.max())}: "
+                "at a small epsilon the conversion's log(1/delta)/(order - 1) term needs "
+                "larger orders (raise max_order) or a larger delta")
     while eps(lo) <= target and lo > 1e-12:
         lo /= 4.0
     while hi / lo - 1.0 > rel_tol:

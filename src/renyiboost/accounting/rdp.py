@@ -201,7 +201,8 @@ def exponential_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     The exponential mechanism is ε-bounded-range (Durfee & Rogers 2019), and ε-bounded
     range implies ε²/8-zCDP, i.e. ``(α, α ε² / 8)``-RDP (Cesar & Rogers 2021, "Bounding,
     Concentrating, and Truncating", Lemma 3.2); every ε-DP mechanism is also
-    ``(α, ε)``-RDP (Mironov 2017, Prop. 3).
+    ``(α, ε)``-RDP: ε-DP is ``(∞, ε)``-RDP (Mironov 2017, the definition at order ∞), and the Rényi
+    divergence does not decrease with its order (van Erven & Harremoës 2014, Thm. 3).
 
     Examples
     --------
@@ -216,7 +217,8 @@ def pure_dp_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     """RDP of any ε-DP mechanism: ``min(ε, α ε² / 2)``.
 
     ε-DP implies ε²/2-zCDP (Bun & Steinke 2016, "Concentrated Differential Privacy",
-    Prop. 3.3), i.e. ``(α, α ε² / 2)``-RDP, and ``(α, ε)``-RDP (Mironov 2017, Prop. 3). For a
+    Prop. 3.3), i.e. ``(α, α ε² / 2)``-RDP, and ``(α, ε)``-RDP (see :func:`exponential_rdp`;
+    Mironov 2017's Prop. 3 is the conversion to (ε, δ), not this). For a
     mechanism that is ε-DP but not ε-bounded-range, whose privacy loss can span up to 2ε
     (permute-and-flip, McKenna & Sheldon 2020), the exponential mechanism's ε²/8 does not
     hold.

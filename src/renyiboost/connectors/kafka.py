@@ -100,7 +100,11 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.positions import PositionRuns, offset_positions
-from renyiboost.stream.sharded import ShardedEngine, default_partition_map
+from renyiboost.stream.sharded import (
+    ShardedEngine,
+    check_one_shard_a_key,
+    default_partition_map,
+)
 from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta, score_value
 from renyiboost.validation import RecordValidator
 
@@ -474,6 +478,7 @@ class KafkaTrainer(_Loop):
         if {topic: len(shards) for topic, shards in mapping.items()} != counts:
             raise LedgerConflict(f"the partition map {mapping} does not cover the partitions "
                                  f"of the event topics ({counts})")
+        check_one_shard_a_key(mapping)
         pin_meta(store, "partition_map", mapping, lambda recorded: (
             f"the partition map changed since this shard's store first recorded it "
             f"({recorded} → {mapping}): the keys of a moved partition have their ledgers "

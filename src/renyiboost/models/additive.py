@@ -194,7 +194,7 @@ class DPAdditiveBoost(MarginModel):
         """Per row and feature, the feature's shape value (margin units): a row's margin is
         the intercept plus its row of this matrix."""
         shapes = self._fitted_shapes()
-        bins = self._bins(self.schema.clip_encoded(np.atleast_2d(X)))
+        bins = self._bins(self.schema.clip_encoded(X, one_row=True))
         return np.column_stack([shapes[f][bins[:, f]] for f in range(len(shapes))])
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:

@@ -169,7 +169,7 @@ class MarginModel:
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The raw margin (scaled target for regression, log-odds for classification; one
         column a class for multiclass)."""
-        return self._ensemble().predict_margin(self.schema.clip_encoded(np.atleast_2d(X)))
+        return self._ensemble().predict_margin(self.schema.clip_encoded(X, one_row=True))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Regression: values on the target's scale. Classification: class indices 0/1
@@ -199,7 +199,7 @@ class MarginModel:
         trees each test one feature (:func:`~renyiboost.models.explain.
         feature_contributions`; ``ValueError`` otherwise)."""
         return feature_contributions(self._ensemble(),
-                                     self.schema.clip_encoded(np.atleast_2d(X)),
+                                     self.schema.clip_encoded(X, one_row=True),
                                      self.schema.n_features)
 
     def explain_one(self, x: np.ndarray) -> dict[str, Any]:

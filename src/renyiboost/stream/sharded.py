@@ -183,7 +183,53 @@ def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, li
     if short:
         raise RenyiboostError(f"the topics {short} have fewer partitions than the {n_shards} "
                               "shards: a shard without a partition would idle")
-    return {topic: [p % n_shards for p in range(count)] for topic, count in counts.items()}
+    mapping = {topic: [p % n_shards for p in range(count)] for topic, count in counts.items()}
+    check_one_shard_a_key(mapping)
+    return mapping
+
+
+#: The longest cycle of key hashes :func:`check_one_shard_a_key` walks through.
+MAP_CHECK_PERIOD = 1_000_000
+
+
+def check_one_shard_a_key(mapping: dict[str, list[int]]) -> None:
+    """Refuse a partition → shard map under which one key can reach two shards
+    (:class:`~renyiboost.exceptions.LedgerConflict`). A producer puts a key in partition
+    ``h mod P`` of a topic of ``P`` partitions, ``h`` the hash of its message key, so with
+    several topics its shard ``map[t][h mod P_t]`` must be the same in every topic for every
+    ``h``: it depends on ``h`` only modulo the least common multiple of the partition
+    counts, which is walked through. Topics of 2 and 3 partitions on 2 shards (``p mod 2``)
+    sent 12 of 20 keys to both shards, each with a budget of its own; a number of shards
+    that divides every topic's partition count is safe.
+
+    >>> check_one_shard_a_key({"a": [0, 1, 0, 1], "b": [0, 1]})
+    >>> check_one_shard_a_key({"a": [0, 1], "b": [0, 1, 0]})
+    Traceback (most recent call last):
+    ...
+    renyiboost.exceptions.LedgerConflict: the partition map {'a': [0, 1], 'b': [0, 1, 0]} ...
+    """
+    if len(mapping) < 2:
+        return  # one topic: a key has one partition, so one shard
+    counts = [len(shards) for shards in mapping.values()]
+    period = math.lcm(*counts)
+    if period > MAP_CHECK_PERIOD:
+        raise LedgerConflict(
+            f"cannot check that the partition map keeps each key on one shard: its topics' "
+            f"partition counts {counts} repeat only every {period:,} key hashes. Give every "
+            "event topic a number of partitions that the number of shards divides.")
+    hashes = np.arange(period)
+    owners = np.stack([np.asarray(shards)[hashes % len(shards)]
+                       for shards in mapping.values()])
+    split = np.flatnonzero((owners != owners[0]).any(axis=0))
+    if split.size:
+        h = int(split[0])
+        where = ", ".join(f"shard {int(owners[i, h])} from {topic!r}"
+                          for i, topic in enumerate(mapping))
+        raise LedgerConflict(
+            f"the partition map {mapping} sends one key to several shards, each with a budget "
+            f"of its own: a key whose hash is {h} modulo {period} goes to {where}. With "
+            "several event topics, give every topic a number of partitions that the number "
+            "of shards divides (each key then has one shard in all of them).")
 
 
 #: Store meta naming the ids of all the stores of a deployment, in shard order.

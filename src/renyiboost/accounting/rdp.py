@@ -201,8 +201,9 @@ def exponential_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     The exponential mechanism is ε-bounded-range (Durfee & Rogers 2019), and ε-bounded
     range implies ε²/8-zCDP, i.e. ``(α, α ε² / 8)``-RDP (Cesar & Rogers 2021, "Bounding,
     Concentrating, and Truncating", Lemma 3.2); every ε-DP mechanism is also
-    ``(α, ε)``-RDP: ε-DP is ``(∞, ε)``-RDP (Mironov 2017, the definition at order ∞), and the Rényi
-    divergence does not decrease with its order (van Erven & Harremoës 2014, Thm. 3).
+    ``(α, ε)``-RDP: ε-DP is ``(∞, ε)``-RDP (Mironov 2017, the definition at order ∞),
+    and the Rényi divergence does not decrease with its order (van Erven & Harremoës
+    2014, Thm. 3).
 
     Examples
     --------

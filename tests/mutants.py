@@ -531,6 +531,28 @@ MUTATIONS = [
              also=(("src/renyiboost/connectors/kafka.py",
                     ("    latest_epoch = max((r.epoch for r in releases if r.epoch is not None), "
                      "default=None)"), "    latest_epoch = newest.epoch"),)),
+    Mutation("a shard learns an event outside its key's partition (a second shard's ledger)",
+             "src/renyiboost/connectors/kafka.py",
+             "        stray = [j for j, i in enumerate(batch.index)\n"
+             "                 if messages[i].partition() != key_partition(",
+             "        stray = [j for j, i in enumerate(batch.index)\n"
+             "                 if False and messages[i].partition() != key_partition(",
+             [("tests/test_kafka_ledger.py::test_a_shard_dead_letters_an_event_outside_its_keys"
+              "_partition")]),
+    Mutation("a partition that went back keeps its old dead-letter mark (new bad events lost)",
+             "src/renyiboost/connectors/kafka.py",
+             "                _, name, offset = going\n"
+             "                reached[name] = min(reached.get(name, 0), offset)",
+             "                _, name, offset = going\n"
+             "                reached[name] = max(reached.get(name, 0), offset)",
+             [("tests/test_connector_faults.py::test_a_partition_that_went_back_dead_letters_its"
+               "_new_bad_events")]),
+    Mutation("a partition map may send one key to two shards",
+             "src/renyiboost/stream/sharded.py",
+             "    split = np.flatnonzero((owners != owners[0]).any(axis=0))",
+             "    split = np.flatnonzero((owners != owners[0]).all(axis=0) & False)",
+             [("tests/test_sharded.py::test_a_partition_map_that_would_give_a_key_two_shards_is"
+              "_refused")]),
 ]
 
 

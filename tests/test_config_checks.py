@@ -374,3 +374,19 @@ def test_the_kafka_table_sets_the_dead_letter_timeout(tmp_path) -> None:
     assert kafka_settings(config).dlq_timeout == 5.0
     with pytest.raises(ValueError, match="kafka.dlq_timeout"):
         load_config(_toml(tmp_path, "", "[kafka]\ndlq_timeout = 0\n"))
+
+
+def test_the_kafka_table_names_the_producers_partitioner(tmp_path) -> None:
+    """Shards check each event's partition against the producers' partitioner: the
+    ``[kafka]`` table sets it (librdkafka's CRC-32 by default, the Java client's murmur2 on
+    request) and refuses one renyiboost cannot check."""
+    from renyiboost.connectors.service import kafka_settings
+
+    source = {"source": "kafka://127.0.0.1:9092/events"}
+    assert kafka_settings(load_config(_toml(tmp_path, "", ""), source)).partitioner == (
+        "consistent_random")
+    config = load_config(_toml(tmp_path, "", '[kafka]\npartitioner = "murmur2_random"\n'),
+                         source)
+    assert kafka_settings(config).partitioner == "murmur2_random"
+    with pytest.raises(ValueError, match="kafka.partitioner"):
+        load_config(_toml(tmp_path, "", '[kafka]\npartitioner = "random"\n'), source)

@@ -102,7 +102,8 @@ def test_a_1mb_event_is_dead_lettered_truncated_and_the_trainer_goes_on(kafka_bo
     assert headers["reason"] == "oversize" and str(len(big)) in headers["detail"]
     assert (headers["source.topic"], headers["source.partition"], headers["source.offset"]
             ) == (topic, "0", "250")
-    assert headers["renyiboost.dlq.id"] == f"{topic}:0:250"
+    name, stamp = headers["renyiboost.dlq.id"].rsplit(":", 1)
+    assert name == f"{topic}:0:250" and int(stamp) > 0  # the source message's timestamp
     assert headers["value.truncated"] == str(len(big)) and "key.truncated" not in headers
     assert letter.value() == big[:DEAD_LETTER_HEAD_BYTES] and letter.key() == b"big"
     engine.close()
@@ -436,6 +437,43 @@ def test_a_version_the_broker_did_not_take_is_never_recorded_as_published(queued
             publish_versions(producer, settings, engine.release, 0, engine.release_version)
         assert failed.value.delivered["version"] == 1
     assert 3 in producer.sent
+
+
+def test_a_partition_that_went_back_dead_letters_its_new_bad_events(kafka_bootstrap,
+                                                                     tmp_path) -> None:
+    """A re-created topic starts its offsets at 0 again. Each partition's dead-letter mark
+    (the offset after its last dead letter, so that a restart does not send them twice)
+    once stayed at the old topic's, and the new topic's bad events below it were counted
+    as repeats and reached no dead-letter topic. The mark goes back with the partition, in
+    message order, and a repeat after a restart is still recognised; the dead letters' ids
+    differ by the source's timestamp."""
+    topic = _topic("back")
+    create_topic(kafka_bootstrap, topic)
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
+    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=kafka_bootstrap,
+                                                 topics=[topic], model_topic=f"{topic}.m"))
+    good = event_json("k", {"a": 0.5}, 0.5)
+
+    def batch(stamp: int, bad: int, n: int) -> list[Message]:
+        return [Message(topic=topic, partition=0, offset=o, key=f"k{o}".encode(),
+                        value=b"{bad" if o == bad else good, timestamp=(1, stamp + o))
+                for o in range(n)]
+
+    with engine.group_commit():
+        trainer._process(batch(1_000, bad=10, n=12))
+    with engine.group_commit():  # the topic re-created: offsets 0 … 5, a bad one at 3
+        trainer._process(batch(9_000, bad=3, n=6))
+    with engine.group_commit():  # and a new bad one later, in a batch that goes back too
+        trainer._process(batch(20_000, bad=4, n=8)[:2] + batch(30_000, bad=1, n=3))
+    letters = read_topic(kafka_bootstrap, f"{topic}.dlq", 4)
+    ids = sorted(dict(m.headers())["renyiboost.dlq.id"].decode() for m in letters)
+    assert ids == sorted([f"{topic}:0:10:1010", f"{topic}:0:3:9003", f"{topic}:0:1:30001"])
+    assert trainer.dead_letters["json"] == 3 and trainer.dead_letters_repeated == 0
+    trainer.close()
+    engine.close()
 
 
 def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -> None:

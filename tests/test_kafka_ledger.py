@@ -19,8 +19,15 @@ from confluent_kafka import OFFSET_BEGINNING, Message, Producer
 from conftest import create_topic, read_topic
 
 from renyiboost.cli import main as cli
-from renyiboost.connectors.events import EventFormat, event_json
-from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, model_releases, start_within
+from renyiboost.connectors.events import EventFormat, EventParser, event_json
+from renyiboost.connectors.kafka import (
+    KafkaSettings,
+    KafkaTrainer,
+    key_partition,
+    model_releases,
+    murmur2,
+    start_within,
+)
 from renyiboost.connectors.local_broker import free_port
 from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
@@ -443,3 +450,64 @@ def test_the_key_source_is_pinned_for_the_ledgers_life(kafka_bootstrap, tmp_path
     KafkaTrainer(engine, _settings(kafka_bootstrap, topic),
                  EventFormat(key_field="user")).close()
     engine.close()
+
+
+def test_a_shard_dead_letters_an_event_outside_its_keys_partition(kafka_bootstrap,
+                                                                   tmp_path) -> None:
+    """Shards own partitions, so one key must have one partition: an event that a producer
+    put elsewhere (another partitioner, or a partition chosen by hand) would give its key a
+    ledger and a budget on a second shard. Against a real broker: confluent-kafka's own
+    placement is the one ``consistent_random`` computes for every key, and the events
+    placed by hand in the other partition go to the dead letters (reason ``partition``);
+    the same placements read with ``murmur2_random`` (the Java client's) disagree."""
+    topic = _topic()
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    events = [(key, value) for key, value in _events()[:60] if value is not None]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    misplaced = {key for key, _ in events[::10]}
+    for key, value in events:
+        if key in misplaced:  # by hand, in the partition its hash does not give it
+            producer.produce(topic, key=key, value=value,
+                             partition=1 - key_partition(key, 2, "consistent_random"))
+        else:
+            producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    messages = read_topic(kafka_bootstrap, topic, len(events))
+    assert len(messages) == len(events)
+    placed = [m for m in messages if m.key() not in misplaced]
+    assert all(m.partition() == key_partition(m.key(), 2, "consistent_random") for m in placed)
+    parser = EventParser(StreamEngine(EngineConfig.from_defaults(
+        SOURCE.schema, "regression", 1.0)).validator)
+    batch = parser.parse_batch([m.value() for m in messages], [m.key() for m in messages])
+    kept = KafkaTrainer._in_key_partition(batch, messages, {topic: 2}, "consistent_random")
+    rejected = {messages[i].key() for i, why in kept.rejected if why.reason == "partition"}
+    assert rejected == misplaced and len(kept.index) == len(placed)
+    java = KafkaTrainer._in_key_partition(batch, messages, {topic: 2}, "murmur2_random")
+    assert len(java.rejected) > len(misplaced)  # other hashes: about half the keys differ
+    # and a shard's trainer sends them to the dead-letter topic with the reason
+    engine = StreamEngine(EngineConfig.from_defaults(SOURCE.schema, "regression", 1.0),
+                          store=SQLiteStore(tmp_path / "shard0.db", create=True),
+                          coordinated=True)
+    trainer = KafkaTrainer(engine, _settings(kafka_bootstrap, topic), shard=0,
+                           partition_map={topic: [0, 1]})
+    mine = [m for m in messages if m.partition() == 0]
+    with engine.group_commit():
+        trainer._process(mine)
+    expected = {m.key() for m in mine if m.key() in misplaced}
+    letters = read_topic(kafka_bootstrap, f"{topic}.dlq", len(expected))
+    assert expected and {m.key() for m in letters} == expected
+    assert {dict(m.headers())["reason"] for m in letters} == {b"partition"}
+    assert trainer.dead_letters["partition"] == len(expected)
+    trainer.close()
+    engine.close()
+
+
+@pytest.mark.parametrize(("data", "java"), [
+    (b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829), (b"abc", 479470107),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+])
+def test_murmur2_is_the_java_clients(data, java) -> None:
+    """Kafka's own vectors (UtilsTest.testMurmur2 of the Java client), signed as Java
+    gives them: a Java producer's placement is checked with this hash."""
+    assert murmur2(data) == java % 2**32

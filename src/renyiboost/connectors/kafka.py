@@ -63,10 +63,11 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from confluent_kafka import (
@@ -186,6 +187,11 @@ class KafkaSettings(BaseModel):
     model_name: str = "model"
     batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
     poll_timeout: float = Field(0.5, gt=0)
+    partitioner: Literal["consistent_random", "murmur2_random"] = Field(
+        "consistent_random", description="the producers' partitioner (librdkafka's names): "
+        "with several shards an event must be in the partition it gives its message key, "
+        "else dead-lettered (reason 'partition'). consistent_random (CRC-32) is librdkafka's "
+        "default, so confluent-kafka's; murmur2_random is the Java client's")
     connect_timeout: float = Field(
         30.0, gt=0, description="seconds the cluster may stay unreachable (at start or while "
         "running) before the trainer stops with an error")
@@ -556,16 +562,19 @@ class KafkaTrainer(_Loop):
         batch = self.parser.parse_batch(list(map(Message.value, messages)),
                                         list(map(Message.key, messages)))
         if self.keys_place_shards:
-            batch = self._one_spelling(batch, messages)
-        positions = self._positions(messages)
-        if batch.rejected:
-            self._dead_letter_batch(messages, batch.rejected, positions)
-        events, at = self._offset_positions(messages)
+            batch = self._in_key_partition(
+                self._one_spelling(batch, messages), messages,
+                {topic: len(shards) for topic, shards in (self.partition_map or {}).items()},
+                self.settings.partitioner)
+        events, at, back = self._offset_positions(messages)
+        if batch.rejected or back:
+            self._dead_letter_batch(messages, batch.rejected, back)
         index = at[np.asarray(batch.index, dtype=np.int64)]
         self.engine.add(batch.rows, batch.labels, batch.keys, events, event_index=index,
                         n_events=len(events), labels_checked=True)  # the parser checked them
 
-    def _offset_positions(self, messages: list[Message]) -> tuple[PositionRuns, np.ndarray]:
+    def _offset_positions(self, messages: list[Message]
+                          ) -> tuple[PositionRuns, np.ndarray, list[tuple[int, str, int]]]:
         """The stream positions of a batch, one an *offset*: ``(partition, next offset)``
         for every offset from the one expected to each message's, and each message's index
         among them. An offset that holds no message (compaction removed it, a transaction
@@ -574,21 +583,24 @@ class KafkaTrainer(_Loop):
         upserted, so counting delivered messages made it depend on the data. A stretch of
         empty positions is one run (:class:`~renyiboost.stream.positions.PositionRuns`),
         however long; one of :data:`EMPTY_RUN_WARNING` or more is logged, and all are
-        counted in the operator telemetry (``empty_positions``)."""
+        counted in the operator telemetry (``empty_positions``). Also returned: where a
+        partition went back, ``(message index, partition name, offset)``."""
         names = [f"{message.topic()}:{message.partition()}" for message in messages]
         offsets = np.fromiter(map(Message.offset, messages), dtype=np.int64,
                               count=len(messages))
         batch = offset_positions(names, offsets, self._expected)
-        for i in np.flatnonzero(batch.expected_offset > offsets):
+        back = [(int(i), names[i], int(offsets[i]))
+                for i in np.flatnonzero(batch.expected_offset > offsets)]
+        for i, name, offset in back:
             log.warning("%s went back from offset %d to %d; counting on from there",
-                        names[i], batch.expected_offset[i], offsets[i])
+                        name, batch.expected_offset[i], offset)
         for i in np.flatnonzero(batch.skipped >= EMPTY_RUN_WARNING):
             log.warning("%s: offsets %d to %d hold no message (retention or compaction "
                         "removed them, or they are transaction markers); they count as "
                         "%d empty stream positions", names[i], offsets[i] - batch.skipped[i],
                         offsets[i] - 1, batch.skipped[i])
         self.empty_positions += int(batch.skipped.sum())
-        return batch.positions, batch.at
+        return batch.positions, batch.at, back
 
     @staticmethod
     def _one_spelling(batch: ParsedBatch, messages: list[Message]) -> ParsedBatch:
@@ -599,14 +611,37 @@ class KafkaTrainer(_Loop):
         shard and a second ledger."""
         stray = [j for j, (i, key) in enumerate(zip(batch.index, batch.keys, strict=True))
                  if messages[i].key() != key.encode()]
+        return KafkaTrainer._dead_letter_strays(batch, stray, Rejected(
+            "key", "with several shards the message key must be the key in its canonical "
+                   "form (NFC, as renyiboost normalises it): the producer partitions by its "
+                   "bytes, and another spelling of the same key could reach another shard"))
+
+    @staticmethod
+    def _in_key_partition(batch: ParsedBatch, messages: list[Message],
+                          counts: dict[str, int], partitioner: str) -> ParsedBatch:
+        """A shard's valid events that are not in the partition ``partitioner`` gives their
+        message key (:func:`key_partition`) move to the dead letters (reason
+        ``partition``): a producer with another partitioner (the Java client's murmur2
+        beside librdkafka's CRC-32), or one that chose partitions itself, put the same key
+        in two partitions, and so on two shards, each spending a budget of its own."""
+        stray = [j for j, i in enumerate(batch.index)
+                 if messages[i].partition() != key_partition(
+                     messages[i].key(), counts[messages[i].topic()], partitioner)]
+        return KafkaTrainer._dead_letter_strays(batch, stray, Rejected(
+            "partition", f"with several shards an event must be in the partition the "
+                         f"{partitioner} partitioner gives its message key (KafkaSettings."
+                         "partitioner): in another, its key could reach a second shard and "
+                         "a second budget"))
+
+    @staticmethod
+    def _dead_letter_strays(batch: ParsedBatch, stray: list[int],
+                            why: Rejected) -> ParsedBatch:
+        """``batch`` without its valid events ``stray`` (indices among them), which join the
+        rejected with ``why``."""
         if not stray:
             return batch
         keep = np.ones(len(batch.index), dtype=bool)
         keep[stray] = False
-        why = Rejected("key", "with several shards the message key must be the key in its "
-                              "canonical form (NFC, as renyiboost normalises it): the producer "
-                              "partitions by its bytes, and another spelling of the same key "
-                              "could reach another shard")
         rejected = sorted([*batch.rejected, *((batch.index[j], why) for j in stray)],
                           key=lambda item: item[0])
         return ParsedBatch([i for i, k in zip(batch.index, keep, strict=True) if k],
@@ -622,25 +657,36 @@ class KafkaTrainer(_Loop):
                 raise RenyiboostError(f"Kafka error: {error}")
         return [m for m in messages if m.error() is None]
 
-    def _positions(self, messages: list[Message]) -> list[tuple[str, int]]:
-        """``(partition name, next offset)`` of every message."""
-        return [(f"{m.topic()}:{m.partition()}", m.offset() + 1) for m in messages]
-
     def _dead_letter_batch(self, messages: list[Message], rejected: list[tuple[int, Rejected]],
-                           positions: list[tuple[str, int]]) -> None:
-        done = self._dead_lettered
-        reached = dict(done)
+                           back: list[tuple[int, str, int]]) -> None:
+        """Dead-letter the ``rejected`` events but those a restart found delivered already:
+        each partition's mark is the next offset after its last dead letter. Where a
+        partition went back (``back``: a re-created topic), its mark goes back with it, in
+        message order: kept high, it had passed the new events' bad ones over as repeats,
+        and they reached no dead-letter topic."""
+        done, sent = self._dead_lettered, 0
+        reached, back_at = dict(done), iter(back)
+        going = next(back_at, None)
         for i, why in rejected:
-            name, after = positions[i]
-            if after <= done.get(name, 0):
+            while going is not None and going[0] <= i:
+                _, name, offset = going
+                reached[name] = min(reached.get(name, 0), offset)
+                going = next(back_at, None)
+            message = messages[i]
+            name, after = f"{message.topic()}:{message.partition()}", message.offset() + 1
+            if after <= reached.get(name, 0):
                 self.dead_letters_repeated += 1  # delivered before a restart
                 continue
-            self._dead_letter(messages[i], why)
-            reached[name] = max(reached.get(name, 0), after)
+            self._dead_letter(message, why)
+            reached[name], sent = after, sent + 1
+        for _, name, offset in ([going] if going is not None else []) + list(back_at):
+            reached[name] = min(reached.get(name, 0), offset)
         if reached != done:
-            self._deliver_dead_letters()
+            if sent:
+                self._deliver_dead_letters()
             self.engine.store.set_meta("dead_lettered", reached)
             self._dead_lettered = reached
+        if sent:
             log.warning("dead-lettered events to %s.dlq; by reason so far: %s (operator "
                         "telemetry)", messages[0].topic(), dict(self.dead_letters))
 
@@ -657,7 +703,10 @@ class KafkaTrainer(_Loop):
         in headers; with ``truncated``, only the first :data:`DEAD_LETTER_HEAD_BYTES` of value
         and key, and a ``value.truncated`` / ``key.truncated`` header with the size cut from.
         A whole dead letter the producer refuses as too large is sent truncated instead."""
-        where = f"{message.topic()}:{message.partition()}:{message.offset()}"
+        # The id names the message for consumers that drop repeats: its offset, and its
+        # timestamp for a topic re-created with offsets from 0 again, whose events are new.
+        where = (f"{message.topic()}:{message.partition()}:{message.offset()}:"
+                 f"{message.timestamp()[1]}")
         value, key = message.value(), message.key()
         headers = [
             ("reason", parsed.reason.encode()), ("detail", parsed.detail.encode()),
@@ -916,6 +965,51 @@ class PublishFailed(RenyiboostError):
 
     def __reduce__(self) -> tuple[type, tuple[int, dict[str, int] | None, str]]:
         return type(self), (self.version, self.delivered, self.reason)  # as built
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash of ``data`` (the Java client's ``Utils.murmur2``, seed
+    ``0x9747b28c``), as an unsigned 32-bit number. Written out here because no package
+    the project already uses exposes it.
+
+    >>> murmur2(b"21") - 2**32, murmur2(b"abc")  # Kafka's UtilsTest: -973932308, 479470107
+    (-973932308, 479470107)
+    """
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = 0x9747B28C ^ length
+    for start in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[start:start + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[length - length % 4:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h = ((h ^ tail[0]) * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
+def key_partition(key: bytes, partitions: int, partitioner: str) -> int:
+    """The partition of ``partitions`` that ``partitioner`` (librdkafka's name) gives a
+    message key: ``consistent_random``, CRC-32 of its bytes (librdkafka's default, so
+    confluent-kafka's), or ``murmur2_random``, murmur2 with the sign bit cleared (the Java
+    client's default).
+
+    >>> key_partition(b"21", 10, "murmur2_random"), key_partition(b"21", 10, "consistent_random")
+    (0, 2)
+    """
+    if partitioner == "consistent_random":
+        return zlib.crc32(key) % partitions
+    if partitioner == "murmur2_random":
+        return (murmur2(key) & 0x7FFFFFFF) % partitions
+    raise ValueError(f"unknown partitioner {partitioner!r}")
 
 
 def _shard_trainer(settings: KafkaSettings, event_format: EventFormat | None,

@@ -125,6 +125,8 @@ class KafkaTable(BaseModel):
     #: Seconds a batch's dead letters may take to be delivered before the trainer stops
     #: with nothing of the batch committed (it was only settable from Python before).
     dlq_timeout: float = Field(30.0, gt=0)
+    #: The producers' partitioner, checked by each shard (``KafkaSettings.partitioner``).
+    partitioner: Literal["consistent_random", "murmur2_random"] = "consistent_random"
     extra: dict[str, str] = Field(default_factory=dict)
 
 
@@ -251,7 +253,8 @@ def kafka_settings(config: ServiceConfig) -> Any:
         bootstrap_servers=bootstrap, topics=[topic], group_id=config.kafka.group_id,
         model_topic=config.model_topic, model_name=config.model_name,
         batch_size=config.kafka.batch_size, connect_timeout=config.kafka.connect_timeout,
-        dlq_timeout=config.kafka.dlq_timeout, extra=config.kafka.extra,
+        dlq_timeout=config.kafka.dlq_timeout, partitioner=config.kafka.partitioner,
+        extra=config.kafka.extra,
     )
 
 

@@ -353,6 +353,66 @@ def test_rows_without_any_feature_answer_as_predict_one_does() -> None:
     assert model.engine.positions == 2
 
 
+@pytest.mark.parametrize("feed", ["one", "many"])
+def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> None:
+    """A record that names no feature of the schema (``{}``, every value None, or a frame's
+    row of NaN) counts as a record whose every feature is missing: the first one draws a
+    warning, as the issue asks of records that match none of the schema's features (an
+    unknown name is refused outright), and strict=True refuses it."""
+    model = SGBDTClassifier({"a": (0.0, 1.0), "b": (0.0, 1.0)}, epsilon=1.0, seed=0)
+
+    def learn(rows: list[dict]) -> None:
+        if feed == "one":
+            for i, row in enumerate(rows):
+                model.learn_one(row, True, key=f"k{i}{len(row)}")
+        else:
+            model.learn_many(pd.DataFrame(rows, columns=["a", "b"]), [True] * len(rows),
+                             keys=[f"m{i}{len(row)}" for i, row in enumerate(rows)])
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learn([{"a": 0.5, "b": None}, {"a": 0.2, "b": 0.1}])
+    assert not [w for w in caught if issubclass(w.category, SchemaMismatchWarning)]
+    with pytest.warns(SchemaMismatchWarning, match="no value for any feature"):
+        learn([{"a": 0.5}, {"a": None, "b": None}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        learn([{}, {"a": None, "b": None}])  # once only
+        model.predict_one({})
+    strict = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, seed=0, strict=True)
+    with pytest.raises(InvalidRecord, match="'a' is absent"):
+        strict.learn_one({}, True, key="k")
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_finish_before_the_warmup_says_there_is_no_model(sharded) -> None:
+    """60 records and ``finish()`` on a stream that releases nothing before 100 positions
+    ended without a tree and without a word: the model answered the bounds' midpoint.
+    Now it warns; with the size hint the warmup is the hint and the burst runs."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+    from renyiboost.stream.sharded import ShardedEngine
+
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 10.0))
+    rng = np.random.default_rng(0)
+    X, keys = rng.uniform(0, 1, (60, 1)), [f"k{i}" for i in range(60)]
+
+    def engine(hint: int | None) -> StreamEngine | ShardedEngine:
+        config = EngineConfig.from_defaults(schema, "regression", 1.0, 1e-6, hint)
+        return ShardedEngine(config, [None, None], seed=0) if sharded else StreamEngine(
+            config, seed=0)
+
+    early = engine(None)
+    early.add(X, list(10 * X[:, 0]), keys)
+    with pytest.warns(UserWarning, match="before the warmup of 100 positions ends"):
+        assert early.finish() == 0
+    hinted = engine(60)
+    hinted.add(X, list(10 * X[:, 0]), keys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        hinted.finish()
+    assert hinted.release().trees
+
+
 def test_store_and_schema_mistakes_say_what_is_wrong(tmp_path) -> None:
     """A shard directory opened as one store said "unable to open database file"; a file
     given as a shard directory gave "[Errno 17] File exists"; ``[0]`` (a missing upper

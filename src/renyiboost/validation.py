@@ -182,6 +182,7 @@ class RecordValidator:
         #: telemetry: it describes the data).
         self.outside = np.zeros(schema.n_features, dtype=np.int64)
         self._warned: set[int] = set()
+        self._warned_empty = False
         #: Where an operator reads :attr:`outside` (named by :meth:`note_outside`'s warning).
         self.counts_at = "operator_telemetry().outside_domain"
 
@@ -231,7 +232,26 @@ class RecordValidator:
         if self.strict and len(x) < len(encoders):
             given = set(map(str, x))
             self._absent(next(name for name in encoders if name not in given))
+        if not self._warned_empty and (not x or (None in x.values() and all(
+                value is None for value in x.values()))):
+            self.note_empty()
         return np.array(row)
+
+    def note_empty(self) -> None:
+        """Warn, the first time only, that a record held no value for any feature of the
+        schema (:class:`SchemaMismatchWarning`): it is learned, and answered, as a record
+        whose every feature is missing, which is what a record whose names all differ from
+        the schema's would be if unknown names were dropped. A rule per record: the record
+        still counts, so the public schedule does not change."""
+        if self._warned_empty:
+            return
+        self._warned_empty = True
+        names = ", ".join(map(repr, self.schema.names[:8]))
+        warnings.warn(f"a record has no value for any feature of the public schema ({names}"
+                      f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
+                      "whose every feature is missing. Check the records' feature names "
+                      "(strict=True refuses such records)", SchemaMismatchWarning,
+                      stacklevel=4)
 
     def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
         """The encoder of a name that is not a schema name as given: a name that is not a
@@ -358,6 +378,8 @@ class RecordValidator:
             n_rows=int(good.sum()))
         if count:
             self.note_outside(outside)
+        if not self._warned_empty and good.any() and np.isnan(rows[good]).all(axis=1).any():
+            self.note_empty()
         return rows, bad
 
     @staticmethod

@@ -611,6 +611,17 @@ def claim_single_place(store: StateStore) -> None:
         "into one store needs `renyiboost reshard --to 1`."))
 
 
+def warn_finished_early(positions: int, warmup: int) -> None:
+    """Warn that ``finish()`` came before the warmup's end: the public schedule releases
+    nothing there, so the stream ends with no model (it answers with the public prior: the
+    bounds' midpoint, uniform classes). A short stream ends silently otherwise."""
+    warnings.warn(f"finish() at stream position {positions}, before the warmup of {warmup} "
+                  "positions ends: the public schedule releases nothing before it, so there "
+                  "is no model yet and answers are the public prior. Learn more records, or "
+                  "give expected_records (a short stream's warmup is shorter)",
+                  UserWarning, stacklevel=3)
+
+
 class OwesRounds:
     """The rounds a trigger owes after a crash (or a shard's death) between its commits,
     for both engines: :func:`rounds_owed` sets ``_owed_rounds`` at the restore, and
@@ -1295,6 +1306,7 @@ class StreamEngine(OwesRounds):
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # merges what is pending; the initial score if it is due
         if not self._initialized:
+            warn_finished_early(self._positions, self.config.warmup)
             return owed  # before the warmup nothing can be released yet
         self.wait_durable()  # the store's side record is read and written with no commit
         burst, new_end = finish_burst(self.config, self._positions, self.booster.rounds_done,

@@ -97,6 +97,7 @@ from renyiboost.stream.engine import (
     run_rounds,
     trees_due,
     trigger_schedule,
+    warn_finished_early,
 )
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
@@ -817,6 +818,7 @@ class ShardedEngine(OwesRounds):
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:
+            warn_finished_early(self.positions, self.config.warmup)
             return owed
         try:
             burst, new_end = finish_burst(self.config, self._positions,

@@ -61,6 +61,9 @@ class PublicSchema(BaseModel):
     features
         Maps each feature name to ``(lo, hi)`` for a numeric feature or to the list of
         allowed values for a categorical one. The order of the mapping is the column order.
+        Two numbers, in a list or a tuple, are always a numeric feature's bounds (as a
+        TOML or JSON config writes them): a categorical feature of two numeric values
+        takes them as strings (``["1", "5"]``), or three values or more.
         Names are kept as strings (``0`` becomes ``"0"``; a record may still say ``0``);
         two names that are one string, such as ``0`` and ``"0"``, are refused.
     target_bounds

@@ -66,7 +66,7 @@ def _event(x: dict, y=5.0) -> bytes:
 
 
 _GOOD = [_event({"length": 0.5, "height": -0.25, "sex": "F", "flag": 7}),
-         _event({"length": 2.0, "sex": "?", "flag": 0}, 0),  # clipped; "other"; 0 finds False
+         _event({"length": 2.0, "sex": "?", "flag": 0}, 0),  # clipped; "other"; 0 is not False
          _event({"height": None, "flag": True}, 30),  # missing; True is not in the domain
          _event({}, 1.5)]
 
@@ -82,7 +82,7 @@ def test_an_all_valid_batch_takes_the_fast_path_and_matches_the_reference() -> N
         batch = parser.parse_batch(values, [f"k{i}".encode() for i in range(len(values))])
     assert not calls and not batch.rejected and len(batch.keys) == 200
     fast = _check(values)
-    np.testing.assert_array_equal(fast.rows[1], [1.0, np.nan, 3.0, 2.0])
+    np.testing.assert_array_equal(fast.rows[1], [1.0, np.nan, 3.0, 3.0])  # "other" twice
     assert fast.labels[:4] == [5.0, 0.0, 30.0, 1.5]
 
 

@@ -82,6 +82,24 @@ def test_a_batch_learner_matches_a_frames_columns_to_the_features_by_name() -> N
             SGBDT(schema, task="regression", epsilon=None, rounds=2).fit(wrong, [1.0, 2.0])
 
 
+def test_a_bool_is_not_an_integer_category_nor_the_reverse() -> None:
+    """A categorical feature's ``True`` is not its category ``1`` (Python's ``True == 1``
+    once made it so), nor ``1`` the category ``True``: each takes the "other" branch, is
+    counted as outside the domain and warned about, as a label set keeps bools and
+    integers apart. A record and a frame's column encode alike."""
+    schema = PublicSchema(features={"grade": [0, 1, 2], "flag": [False, True]},
+                          target_bounds=(0, 1))
+    check = RecordValidator(schema, "regression")
+    np.testing.assert_array_equal(check.features({"grade": True, "flag": 1}), [3.0, 2.0])
+    np.testing.assert_array_equal(check.features({"grade": 1, "flag": True}), [1.0, 1.0])
+    np.testing.assert_array_equal(check.features({"grade": 0, "flag": False}), [0.0, 0.0])
+    rows, bad = check.columns({"grade": pd.Series([True, 1, np.int64(2)], dtype=object),
+                               "flag": np.array([True, False, True])}, 3, count=True)
+    assert not bad
+    np.testing.assert_array_equal(rows, [[3.0, 1.0], [1.0, 0.0], [2.0, 1.0]])
+    assert check.outside.tolist() == [1, 0]
+
+
 def test_names_that_are_one_string_are_refused_not_merged() -> None:
     """``0`` and ``"0"`` were one feature after ``str()``: one of them was dropped without
     a word. The schema refuses them, and a record or a batch that gives one feature twice

@@ -53,6 +53,23 @@ def _object_vector(values: Any) -> np.ndarray:
     return np.fromiter(items, dtype=object, count=len(items))
 
 
+#: Tags a bool category in a category index (:func:`category_key`).
+BOOL_CATEGORY = "renyiboost.bool"
+
+
+def category_key(value: Any) -> Any:
+    """A category value as a category index holds it: a bool (Python's or numpy's) is
+    tagged, so that ``True`` is not the category ``1`` nor ``1`` the category ``True``
+    (Python's ``True == 1`` made one the other), as a label set keeps them apart.
+
+    >>> category_key(True), category_key(1), category_key(np.True_)
+    (('renyiboost.bool', True), 1, ('renyiboost.bool', True))
+    """
+    if isinstance(value, bool | np.bool_):
+        return (BOOL_CATEGORY, bool(value))
+    return value
+
+
 class PublicSchema(BaseModel):
     """Public description of the features and, for regression, of the target.
 
@@ -303,8 +320,9 @@ class PublicSchema(BaseModel):
 
     @cached_property
     def _category_index(self) -> dict[str, dict[Any, int]]:
+        """Per categorical feature, :func:`category_key` of each category → its code."""
         return {
-            name: {v: i for i, v in enumerate(spec)}
+            name: {category_key(v): i for i, v in enumerate(spec)}
             for name, spec in self.features.items()
             if isinstance(spec, list)
         }
@@ -346,7 +364,8 @@ class PublicSchema(BaseModel):
             col = columns[name]
             if isinstance(spec, list):
                 index = self._category_index[name]
-                out[:, j] = [math.nan if v is None else index.get(v, len(spec)) for v in col]
+                out[:, j] = [math.nan if v is None else index.get(category_key(v), len(spec))
+                             for v in col]
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:

@@ -547,6 +547,11 @@ MUTATIONS = [
              "                reached[name] = max(reached.get(name, 0), offset)",
              [("tests/test_connector_faults.py::test_a_partition_that_went_back_dead_letters_its"
                "_new_bad_events")]),
+    Mutation("a group commit writes only its last change's meta (the grid's entry lost)",
+             "src/renyiboost/stream/store.py",
+             "                meta |= one.meta  # a later change's entry replaces an earlier one's",
+             "                meta = one.meta  # a later change's entry replaces an earlier one's",
+             ["tests/test_split_grid.py::test_a_restart_after_the_grid_restores_it_and_its_charges"]),
     Mutation("a partition map may send one key to two shards",
              "src/renyiboost/stream/sharded.py",
              "    split = np.flatnonzero((owners != owners[0]).any(axis=0))",

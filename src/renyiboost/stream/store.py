@@ -774,9 +774,14 @@ class SQLStateStore(StateStore):
         event_bytes = self._event_bytes
 
         def write() -> None:
+            meta: dict[str, Any] = {}
             for one in changes:
                 self._apply(one)
-            self._write_meta(changes[-1].meta)  # each change's meta replaces the one before
+                meta |= one.meta  # a later change's entry replaces an earlier one's
+            # Every change's entries are written: a group commit's split grid is an earlier
+            # change than its rounds, and writing the last change's meta alone lost the
+            # grid's entry, so a restore released, and charged, a second grid.
+            self._write_meta(meta)
 
         try:
             self._transaction(write)

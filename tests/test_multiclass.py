@@ -244,3 +244,26 @@ def test_the_field_preset_has_multiclass_rows_for_the_multiclass_methods_only(tm
     assert set(error) == {"renyiboost", "dp_mean"}  # DPBoost is binary: no row
     assert error["renyiboost"] < 50.0 < error["dp_mean"]  # 7 balanced classes: prior ≈ 86 %
     assert "| image_segments | renyiboost |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("learner", ["DPBoost", "DiPriMe", "FedXGBoostLDP", "DPAdditiveBoost"])
+def test_the_binary_learners_of_the_field_refuse_three_classes(learner) -> None:
+    """The binary learners read a class code as a 0/1 label: DiPriMe took a row of class 2
+    as two positives and a negative in its leaf counts, an L1 sensitivity of 3 where its
+    Laplace noise is scaled for 1 (a neighbour's probability ratio of e^1.47 at a stated
+    ε = 1). A label set of three classes is refused before any record is read; SGBDT, the
+    multiclass learner, takes it."""
+    from renyiboost.models.additive import DPAdditiveBoost
+    from renyiboost.models.diprime import DiPriMe
+    from renyiboost.models.dpboost import DPBoost
+    from renyiboost.models.fedxgboost import FedXGBoostLDP
+
+    cls = {"DPBoost": DPBoost, "DiPriMe": DiPriMe, "FedXGBoostLDP": FedXGBoostLDP,
+           "DPAdditiveBoost": DPAdditiveBoost}[learner]
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, labels=["p", "q", "r"])
+    X, y = np.array([[0.5], [0.2]]), np.array(["r", "p"], dtype=object)
+    with pytest.raises(ValueError, match="binary classifier.*3 classes"):
+        cls(schema, seed=0, task="classification", epsilon=1.0).fit(X, y)
+    two = PublicSchema(features={"a": (0.0, 1.0)}, labels=["p", "r"])
+    cls(two, seed=0, task="classification", epsilon=1.0).fit(X, y)
+    SGBDT(schema, seed=0, task="classification", epsilon=1.0, rounds=2).fit(X, y)

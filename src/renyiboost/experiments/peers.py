@@ -14,7 +14,11 @@ bound from the data:
   :data:`DPEBM_TUNED` (chosen on validation rows, see there); on a data set without an
   entry there (every set but Abalone and Adult) it is DP-EBM at its defaults.
 * ``dprf`` — diffprivlib's ``RandomForestClassifier`` (Fletcher & Islam 2017) with
-  ``bounds`` and ``classes`` given; pure ε-DP (δ = 0); classification only.
+  ``bounds`` and ``classes`` given; pure ε-DP (δ = 0) as diffprivlib states it;
+  classification only. One departure of diffprivlib's own: without ``shuffle`` (its
+  default, 0.6.6) row i trains tree ``i // (n / T)``, so the private row count picks each
+  row's tree, and one more row moves rows across up to T trees (the flaw our DPBoost and
+  DiPriMe correct by drawing each row's tree by itself). It favours the peer.
 * ``dpboost`` — our :class:`~renyiboost.models.dpboost.DPBoost` (Li et al. 2020, with its
   corrections: public split candidates, gain sensitivity 3 g*², no data-dependent scaling);
   pure ε-DP (δ unused), the paper's defaults. ``dpboost_naive``: the paper's baseline

@@ -46,6 +46,10 @@ class MarginModel:
     accounting_name: str = ""
     #: The record rules and outside-bounds counts (:meth:`_record_checks`), made on use.
     _checks: RecordValidator | None = None
+    #: Whether the learner handles more than two classes. The binary learners of the field
+    #: read a class code as a 0/1 label: DiPriMe's leaf counts took class 2 as two
+    #: positives and a negative (L1 sensitivity 3 against the 1 its noise is scaled for).
+    multiclass: bool = False
 
     # ------------------------------------------------------------------ shared budget
     def draw_from(self, accountant: PrivacyAccountant, name: str | None = None) -> Any:
@@ -119,6 +123,13 @@ class MarginModel:
         mechanism: ``ValueError`` where a fit would raise it; else the clipped rows, the
         checked labels and the count of clipped values of each feature (operator
         telemetry, nothing noted or warned about here)."""
+        if (self.params.task == "classification" and self.schema.n_classes > 2
+                and not self.multiclass):
+            raise ValueError(
+                f"{type(self).__name__} is a binary classifier, but the schema's public label "
+                f"set has {self.schema.n_classes} classes: it would read the class codes as "
+                "0/1 labels, and its noise is scaled for those. Use SGBDT (multiclass) or two "
+                "classes")
         outside = np.zeros(self.schema.n_features, dtype=np.int64)
         X = self.schema.clip_encoded(X, outside)
         y = self._validate_target(y)
@@ -266,6 +277,8 @@ class SGBDT(MarginModel):
     >>> model.privacy_guarantee().epsilon <= 1.0   # doctest: +SKIP
     True
     """
+
+    multiclass = True  # softmax leaves, one vector a leaf
 
     def __init__(self, schema: PublicSchema, seed: int | None = None,
                  expected_records: int | None = None, **params: Any) -> None:

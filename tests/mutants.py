@@ -552,6 +552,12 @@ MUTATIONS = [
              "                meta |= one.meta  # a later change's entry replaces an earlier one's",
              "                meta = one.meta  # a later change's entry replaces an earlier one's",
              ["tests/test_split_grid.py::test_a_restart_after_the_grid_restores_it_and_its_charges"]),
+    Mutation("DiPriMe takes three classes as 0/1 labels (sensitivity 3 under noise for 1)",
+             "src/renyiboost/models/batch.py",
+             "                and not self.multiclass):",
+             "                and not self.multiclass and False):",
+             [("tests/test_multiclass.py::test_the_binary_learners_of_the_field_refuse_three"
+               "_classes")]),
     Mutation("a partition map may send one key to two shards",
              "src/renyiboost/stream/sharded.py",
              "    split = np.flatnonzero((owners != owners[0]).any(axis=0))",

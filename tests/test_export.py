@@ -96,6 +96,16 @@ def test_a_stream_release_with_dropped_trees_exports_the_committed_model() -> No
     expected = [classifier.predict_proba_one(x) for x in rows[:100]]
     np.testing.assert_allclose(proba, [[p[c] for c in "pqr"] for p in expected], atol=1e-6)
     assert list(label) == [classifier.predict_one(x) for x in rows[:100]]
+    # a model-topic message is one version's part: exported as the model it answered
+    # with one tree of many under its version's name; refused, as from_json refuses it
+    version = regressor.engine.release_version
+    part = regressor.engine.release(after=version - 1, upto=version)
+    assert part.version == version and len(part.trees) == 1
+    with pytest.raises(ValueError, match="it is part of the model"):
+        to_onnx(part)
+    with pytest.raises(ValueError, match="it is part of the model"):
+        SGBDT.from_json(part.model_dump_json())
+    assert release.check_whole() is release
 
 
 def test_the_file_holds_the_public_release_only() -> None:

@@ -202,3 +202,36 @@ def test_serve_on_a_port_in_use_is_one_error_line() -> None:
         taken.close()
     assert done.returncode == 1
     assert "renyiboost: error: cannot serve on http://127.0.0.1:" in done.stderr
+
+
+def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothing() -> None:
+    """2,000,000 empty rows (6 MB) were parsed whole before the 10,000-row bound refused
+    them (2.9 s, 300 MB), and the 422 echoed the 6 MB back. A body over MAX_BODY_BYTES is
+    now refused with 413, by its Content-Length or while a chunked body arrives, and a
+    refusal names where and why without the input."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import MAX_BODY_BYTES, MAX_ROWS, create_app
+
+    class Idle:  # no model: what /predict would answer is not reached by these requests
+        def start(self) -> None: ...
+        def stop(self) -> None: ...
+
+    client = TestClient(create_app(Idle()))  # type: ignore[arg-type]
+    huge = b'{"rows": [' + b"{}," * (MAX_BODY_BYTES // 3) + b"{}]}"
+    answer = client.post("/predict", content=huge,
+                         headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and "over 8,388,608 bytes" in answer.json()["detail"]
+
+    def chunks():
+        yield b'{"rows": ['
+        for _ in range(MAX_BODY_BYTES // 30_000 + 1):
+            yield b"{}," * 10_000
+        yield b"{}]}"
+
+    answer = client.post("/predict", content=chunks(),
+                         headers={"content-type": "application/json"})
+    assert answer.status_code == 413
+    many = client.post("/predict", json={"rows": [{}] * (MAX_ROWS + 1)})
+    assert many.status_code == 422 and len(many.content) < 1_000
+    assert "at most 10000 items" in many.text and "\"input\"" not in many.text

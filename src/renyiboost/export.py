@@ -177,6 +177,7 @@ def to_onnx(release: ModelRelease) -> Any:
     except ImportError as missing:  # pragma: no cover - depends on the environment
         raise ImportError("ONNX export needs the onnx package: pip install 'renyiboost[onnx]'"
                           ) from missing
+    release = release.check_whole()  # a model-topic message is one version's part
     schema = PublicSchema(**release.public_schema)
     n_outputs = schema.n_outputs if release.task == "classification" else 1
     base = np.atleast_1d(np.asarray(release.init_score, dtype=float))

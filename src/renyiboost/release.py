@@ -144,6 +144,22 @@ class ModelRelease(BaseModel):
         a learner without it or a release written before it existed)."""
         return float(self.params.get("smoothing", 0.0))
 
+    def check_whole(self) -> ModelRelease:
+        """The release itself if it holds the whole model of its version: every round's tree
+        up to it (the newest ``max_trees`` of them when it keeps only those). A model-topic
+        message holds only its own version's output, and exported as a model it answered
+        with one tree of many under its version's name (``ValueError``)."""
+        rounds = max(self.version - 1, 0)
+        kept = rounds if self.max_trees is None else min(rounds, self.max_trees)
+        if [tree.round for tree in self.trees] != list(range(rounds - kept, rounds)):
+            raise ValueError(
+                f"release version {self.version} of {self.model!r} holds the trees of rounds "
+                f"{[tree.round for tree in self.trees][:5]}{' …' if len(self.trees) > 5 else ''}"
+                f", not the {kept} its whole model has: it is part of the model (a "
+                "model-topic message holds only its own version's output). Export the whole "
+                "model: the engine's or estimator's release(), or SGBDT.release()")
+        return self
+
 
 def released_trees(
     features: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray, first_round: int,

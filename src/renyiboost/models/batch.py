@@ -419,7 +419,7 @@ class SGBDT(MarginModel):
 
     @classmethod
     def from_json(cls, text: str) -> SGBDT:
-        release = ModelRelease.model_validate_json(text)
+        release = ModelRelease.model_validate_json(text).check_whole()
         with warnings.catch_warnings():  # every parameter is the release's, none a choice
             warnings.filterwarnings("ignore", message="mains_cycles=", category=UserWarning)
             model = cls(PublicSchema(**release.public_schema), **release.params)

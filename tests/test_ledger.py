@@ -497,3 +497,54 @@ def test_a_store_behind_an_epoch_it_reached_is_refused(tmp_path) -> None:
     shutil.copy(tmp_path / "backup.db", tmp_path / "elsewhere.db")
     SQLiteStore(tmp_path / "elsewhere.db").close()  # no record at a new path: not known here
     assert spent > 0
+
+
+@pytest.mark.parametrize("lost", ["a backup taken while it trained", "the -wal"])
+def test_a_store_behind_a_commit_of_its_own_open_is_refused(tmp_path, lost) -> None:
+    """The record beside the file once held only the epoch of the last open, so an older
+    copy taken during that open (an online backup), or a -wal lost after SQLite had moved
+    part of it into the file, opened without a word: versions 10-17 had been released and
+    their charges were gone. The record now follows every commit (synchronous=FULL)."""
+    import sqlite3
+
+    path, model = _fed(tmp_path, 60)
+    version = model.engine.release_version
+    if lost == "the -wal":
+        model.engine.store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        behind = Path(f"{path}-wal").read_bytes()  # empty: every commit is in the file
+        shutil.copy(path, tmp_path / "backup.db")
+    else:
+        source, copy = sqlite3.connect(path), sqlite3.connect(tmp_path / "backup.db")
+        source.backup(copy)  # the online backup API, mid-run
+        source.close()
+        copy.close()
+    _feed(model, 60, start=60)
+    assert model.engine.release_version > version
+    model.engine.store._db.close()  # a crash: no clean close
+    model.engine.store._lock.release()
+    shutil.copy(tmp_path / "backup.db", path)
+    for suffix in ("-wal", "-shm"):  # the restore, as SQLite's documentation has it
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    if lost == "the -wal":
+        assert behind == b""
+    with pytest.raises(LedgerConflict, match="behind epoch 1 after"):
+        SQLiteStore(path)
+    # a store that is not behind opens: the same, not restored, with synchronous=NORMAL too
+    for synchronous in ("FULL", "NORMAL"):
+        fresh, fed = _fed(tmp_path / synchronous, 60, synchronous=synchronous)
+        fed.engine.close()
+        SQLiteStore(fresh).close()
+
+
+def test_a_store_is_not_created_where_a_lost_one_left_its_record(tmp_path) -> None:
+    """The record beside a store outlives a file deleted by hand; creating a store there
+    gave the lost store's keys fresh budgets. It is refused until the record is deleted,
+    and a store discarded by renyiboost leaves nothing behind."""
+    path, model = _fed(tmp_path, 30)
+    model.engine.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(LedgerConflict, match="records a state store that was at"):
+        SQLiteStore(path, create=True)
+    Path(f"{path}.epoch").unlink()
+    SQLiteStore(path, create=True).close()

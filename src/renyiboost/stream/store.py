@@ -572,15 +572,17 @@ class SQLStateStore(StateStore):
                 # Added within format 3: a store written before keeps its rows (no origins);
                 # older renyiboost versions ignore the column.
                 self._execute("ALTER TABLE keys ADD COLUMN origins TEXT")
+            commits = int(self._meta("commits") or 0)
             if not create:
-                self._check_not_behind(identity["store_id"], int(self._meta("epoch")))
+                self._check_not_behind(identity["store_id"], int(self._meta("epoch")), commits)
             epoch = int(self._meta("epoch")) + 1
             self._write_meta({"epoch": epoch})
             self._db.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
-        self._record_epoch(identity["store_id"], epoch)
+        self._commits = commits
+        self._record_epoch(identity["store_id"], epoch, commits)
         log.info("%s the state store %s (store %s, epoch %d)",
                  "created" if create else "opened", self.location, identity["store_id"], epoch)
         return StoreIdentity(str(identity["store_id"]), epoch)
@@ -739,12 +741,15 @@ class SQLStateStore(StateStore):
     def set_meta(self, name: str, value: Any) -> None:
         self._transaction(lambda: self._write_meta({f"side:{name}": value}))
 
-    def _check_not_behind(self, store_id: str, epoch: int) -> None:
-        """Refuse a store that is behind an epoch it once reached (a store with a record
-        of its epochs outside the database: :class:`SQLiteStore`)."""
+    def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
+        """Refuse a store that is behind an epoch, or a commit of it, that it once reached
+        (a store with a record of them outside the database: :class:`SQLiteStore`)."""
 
-    def _record_epoch(self, store_id: str, epoch: int) -> None:
+    def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
         """Record, outside the database, the epoch the store just moved to."""
+
+    def _record_commits(self, store_id: str, epoch: int, commits: int) -> None:
+        """Record, outside the database, the commits the store has made (after each)."""
 
     def _write_meta(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
@@ -773,6 +778,8 @@ class SQLStateStore(StateStore):
         changes = change if isinstance(change, list) else [change]
         event_bytes = self._event_bytes
 
+        count = self._commits + 1
+
         def write() -> None:
             meta: dict[str, Any] = {}
             for one in changes:
@@ -781,13 +788,15 @@ class SQLStateStore(StateStore):
             # Every change's entries are written: a group commit's split grid is an earlier
             # change than its rounds, and writing the last change's meta alone lost the
             # grid's entry, so a restore released, and charged, a second grid.
-            self._write_meta(meta)
+            self._write_meta(meta | {"commits": count})
 
         try:
             self._transaction(write)
         except BaseException:
             self._event_bytes = event_bytes
             raise
+        self._commits = count
+        self._record_commits(self.identity.store_id, self.identity.epoch, count)
 
     def _apply(self, change: Commit) -> None:
         if change.new_keys:
@@ -928,6 +937,9 @@ class SQLiteStore(SQLStateStore):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         self.path = Path(str(path).removeprefix("sqlite:///"))
         self.snapshot_ratio = snapshot_ratio
+        #: Whether a commit is durable when it returns (``synchronous=FULL``): only then may
+        #: the record beside the database follow every commit (:meth:`_record_commits`).
+        self._commits_durable = synchronous == "FULL"
         if create:
             self._check_absent()
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -977,36 +989,49 @@ class SQLiteStore(SQLStateStore):
                     f"{self.path}{suffix} already exists; a new state store is never created "
                     "over an old one (its keys' budgets would restart). Open it instead, or "
                     "choose a new path.")
+        if self._epoch_path.exists():
+            raise LedgerConflict(
+                f"{self._epoch_path} records a state store that was at {self.path} and is "
+                "gone (a store discarded by renyiboost takes its record with it): a new store "
+                "there would give its keys fresh budgets. Restore the lost store, or, if its "
+                "keys will never come again, delete the record and create the store.")
 
     @property
     def _epoch_path(self) -> Path:
         return Path(f"{os.path.realpath(self.path)}.epoch")
 
-    def _check_not_behind(self, store_id: str, epoch: int) -> None:
-        """Refuse the store if it is behind the epoch recorded beside it at its last open:
-        the file was restored from an older copy, or lost the write-ahead log that held its
-        last commits. Either way its keys' spent budgets went back while what they paid for
-        was already visible, so every key would spend them again. (A store copied to a new
-        path has no record there; the Kafka trainer's model-topic check covers that.)"""
+    def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
+        """Refuse the store if it is behind the epoch recorded beside it, or at that epoch
+        behind the commits recorded there: the file was restored from an older copy (one
+        taken before the last open, or while the trainer ran), or lost the write-ahead log
+        that held its last commits (SQLite moves the log into the file at checkpoints, so a
+        lost log can be a few commits or many). Either way its keys' spent budgets went back
+        while what they paid for was already visible, so every key would spend them again.
+        (A store copied to a new path has no record there; the Kafka trainer's model-topic
+        check covers that.)"""
         try:
             recorded = json.loads(self._epoch_path.read_text())
         except (OSError, ValueError):
             return  # no record (a store from before it, or the record was lost): nothing known
-        if recorded.get("store_id") == store_id and int(recorded.get("epoch", 0)) > epoch:
+        if recorded.get("store_id") != store_id:
+            return
+        seen_epoch, seen_commits = int(recorded.get("epoch", 0)), int(recorded.get("commits", 0))
+        if seen_epoch > epoch or (seen_epoch == epoch and seen_commits > commits):
             raise LedgerConflict(
-                f"the state store {self.path} is at epoch {epoch}, behind epoch "
-                f"{recorded['epoch']} that it reached before: it was restored from an older "
-                "copy or lost its write-ahead log (-wal), so its keys' spent budgets went "
-                "back while what they paid for was already released. Restore the newest copy "
-                "with its -wal file; a store never resumes from an older one.")
+                f"the state store {self.path} is at epoch {epoch} after {commits} commits, "
+                f"behind epoch {seen_epoch} after {seen_commits} commits that it reached "
+                "before: it was restored from an older copy or lost its write-ahead log "
+                "(-wal), so its keys' spent budgets went back while what they paid for was "
+                "already released. Restore the newest copy with its -wal file; a store never "
+                "resumes from an older one.")
 
-    def _record_epoch(self, store_id: str, epoch: int) -> None:
-        """Write ``{store_id, epoch}`` beside the database, durably (a temporary file, fsync,
-        rename, fsync of the directory), after the epoch's commit."""
+    def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
+        """Write ``{store_id, epoch, commits}`` beside the database, durably (a temporary
+        file, fsync, rename, fsync of the directory), after the epoch's commit."""
         target = self._epoch_path
         temporary = target.with_name(f"{target.name}.tmp")
         with open(temporary, "w") as file:
-            file.write(json.dumps({"store_id": store_id, "epoch": epoch}))
+            file.write(json.dumps({"store_id": store_id, "epoch": epoch, "commits": commits}))
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, target)
@@ -1015,6 +1040,17 @@ class SQLiteStore(SQLStateStore):
             os.fsync(directory)
         finally:
             os.close(directory)
+
+    def _record_commits(self, store_id: str, epoch: int, commits: int) -> None:
+        """Update the record beside the database after a commit, without fsync: it must
+        never be ahead of the database, and with ``synchronous=NORMAL`` a power cut can undo
+        the last commits, so such a store records its commits at its opens only. A record
+        the power cut leaves behind only checks less (an older copy a few commits back
+        passes), never refuses a store that is not behind."""
+        if not self._commits_durable:
+            return
+        with open(self._epoch_path, "w") as file:
+            file.write(json.dumps({"store_id": store_id, "epoch": epoch, "commits": commits}))
 
     def _check_present(self) -> None:
         if self.path.is_dir():

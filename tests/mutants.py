@@ -563,6 +563,13 @@ MUTATIONS = [
              "                and not self.multiclass and False):",
              [("tests/test_multiclass.py::test_the_binary_learners_of_the_field_refuse_three"
                "_classes")]),
+    Mutation("a PostgreSQL schema restored from a dump taken mid-run opens",
+             "src/renyiboost/stream/postgres.py",
+             "    def _record_in_transaction(self, store_id: str, epoch: int, commits: int) -> None:\n"
+             "        if self._records:",
+             "    def _record_in_transaction(self, store_id: str, epoch: int, commits: int) -> None:\n"
+             "        if False:",
+             ["tests/test_postgres_store.py::test_a_schema_restored_from_an_older_dump_is_refused"]),
     Mutation("a partition map may send one key to two shards",
              "src/renyiboost/stream/sharded.py",
              "    split = np.flatnonzero((owners != owners[0]).any(axis=0))",

@@ -273,3 +273,36 @@ def test_shard_stores_are_created_together_and_one_count_per_place(
     with pytest.raises(LedgerConflict, match="deployment of 2 shards, not 3"):
         shard_locations(state, 3)
     assert len(shard_locations(state, 3, alone=False)) == 3  # reshard's view
+
+
+def test_a_schema_restored_from_an_older_dump_is_refused(postgres_server) -> None:
+    """PostgreSQL stores had no record of how far they had come: a schema restored from a
+    dump taken while the trainer ran opened behind charges already released (the helper's
+    pg_dump / restore: versions 10-17 released, their keys' charges gone). The epoch and
+    commits are now recorded in a table outside the schema, in the commit's transaction.
+    Emulated here by putting the store's meta back to a copy taken mid-run."""
+    schema = _schema()
+    url = f"{postgres_server.url}?schema={schema}"
+    model = _model(PostgresStore(postgres_server.url, schema=schema, create=True))
+    _feed(model, 60)
+    version = model.engine.release_version
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"CREATE TABLE {schema}_meta AS SELECT * FROM {schema}.meta")
+    _feed(model, 60, start=60)
+    assert model.engine.release_version > version
+    model.engine.store.close()  # a crash
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"DELETE FROM {schema}.meta")
+        db.execute(f"INSERT INTO {schema}.meta SELECT * FROM {schema}_meta")
+        db.execute(f"DROP TABLE {schema}_meta")
+    with pytest.raises(LedgerConflict, match="restored from an older dump"):
+        open_store(url)
+    # a store that is not behind opens, and one discarded leaves no record behind
+    fresh = _schema()
+    store = PostgresStore(postgres_server.url, schema=fresh, create=True)
+    store.close()
+    PostgresStore(f"{postgres_server.url}?schema={fresh}").close()
+    PostgresStore(f"{postgres_server.url}?schema={fresh}")._remove()
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        assert db.execute('SELECT 1 FROM "renyiboost_records"."stores" WHERE schema_name = %s',
+                          (fresh,)).fetchone() is None

@@ -29,6 +29,7 @@ columns (never reused, like SQLite's ``AUTOINCREMENT``) number the events.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import socket
@@ -55,7 +56,17 @@ CREATE TABLE snapshot(id INTEGER PRIMARY KEY CHECK (id = 0), seq BIGINT NOT NULL
                       last_seg BIGINT NOT NULL, uids BYTEA NOT NULL, margin BYTEA NOT NULL,
                       spent BYTEA NOT NULL, crc BIGINT NOT NULL);
 """
+log = logging.getLogger("renyiboost.store")
+
 _TABLES = ("meta", "keys", "retirements", "segments", "trees", "events", "snapshot")
+#: Where each store's epoch and commits are recorded, outside its schema (a restore of an
+#: older dump of the schema leaves this table as it was, so the store is seen to be behind).
+RECORDS = '"renyiboost_records"."stores"'
+_RECORDS_SCHEMA = (
+    'CREATE SCHEMA IF NOT EXISTS "renyiboost_records"',
+    (f"CREATE TABLE IF NOT EXISTS {RECORDS}(schema_name TEXT PRIMARY KEY, "
+    "store_id TEXT NOT NULL, epoch BIGINT NOT NULL, commits BIGINT NOT NULL)"),
+)
 
 #: First half of the advisory lock's two-integer key: says the lock is a renyiboost store's.
 _LOCK_CLASS = 0x52425354  # "RBST"
@@ -239,10 +250,70 @@ class PostgresStore(SQLStateStore):
     def _start(self, create: bool, continues: StoreIdentity | None = None,
                meta: Mapping[str, Any] | None = None) -> None:
         self._db.execute(f'SET search_path TO "{self.schema}"')
+        self._records = self._ensure_records()
         super()._start(create, continues, meta)
+
+    def _ensure_records(self) -> bool:
+        """Create the record table beside the stores' schemas if it is not there (outside
+        any transaction); whether the store can keep its record there. A role that may not
+        create it is warned once that a restored older dump would not be seen."""
+        psycopg = _psycopg()
+        for statement in _RECORDS_SCHEMA:
+            try:
+                self._db.execute(statement)
+            except psycopg.errors.UniqueViolation:  # another store created it meanwhile
+                pass
+            except psycopg.errors.InsufficientPrivilege as error:
+                log.warning("%s: cannot create %s (%s): a restore of an older dump of this "
+                            "store's schema will not be detected; create it, or grant the "
+                            "role CREATE on the database", self.location, RECORDS, error)
+                return False
+        return True
+
+    def _recorded(self) -> tuple[str, int, int] | None:
+        if not self._records:
+            return None
+        row = self._db.execute(f"SELECT store_id, epoch, commits FROM {RECORDS} "
+                               "WHERE schema_name = %s", (self.schema,)).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
+
+    def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
+        """Refuse the store if it is behind the epoch, or the commits of that epoch, that
+        the record table outside its schema holds (:data:`RECORDS`): the schema was
+        restored from an older dump, so its keys' spent budgets went back while what they
+        paid for was already released. The SQLite store checks the same against the file
+        beside it. A whole database restored with the table in it is not seen."""
+        recorded = self._recorded()
+        if recorded is None or recorded[0] != store_id:
+            return
+        _, seen_epoch, seen_commits = recorded
+        if seen_epoch > epoch or (seen_epoch == epoch and seen_commits > commits):
+            raise LedgerConflict(
+                f"the state store {self.location} is at epoch {epoch} after {commits} "
+                f"commits, behind epoch {seen_epoch} after {seen_commits} commits that it "
+                f"reached before ({RECORDS}): it was restored from an older dump, so its "
+                "keys' spent budgets went back while what they paid for was already "
+                "released. Restore the newest dump; a store never resumes from an older one.")
+
+    def _write_record(self, store_id: str, epoch: int, commits: int) -> None:
+        self._db.execute(
+            f"INSERT INTO {RECORDS}(schema_name, store_id, epoch, commits) VALUES "
+            "(%s, %s, %s, %s) ON CONFLICT (schema_name) DO UPDATE SET store_id = "
+            "excluded.store_id, epoch = excluded.epoch, commits = excluded.commits",
+            (self.schema, store_id, epoch, commits))
+
+    def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
+        if self._records:
+            self._write_record(store_id, epoch, commits)
+
+    def _record_in_transaction(self, store_id: str, epoch: int, commits: int) -> None:
+        if self._records:
+            self._write_record(store_id, epoch, commits)
 
     def _remove(self) -> None:
         self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+        if self._records:
+            self._db.execute(f"DELETE FROM {RECORDS} WHERE schema_name = %s", (self.schema,))
         self.close()
 
     def close(self) -> None:

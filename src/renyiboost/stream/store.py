@@ -751,6 +751,10 @@ class SQLStateStore(StateStore):
     def _record_commits(self, store_id: str, epoch: int, commits: int) -> None:
         """Record, outside the database, the commits the store has made (after each)."""
 
+    def _record_in_transaction(self, store_id: str, epoch: int, commits: int) -> None:
+        """Record, in the commit's own transaction but outside the store's tables, the
+        commits the store has made (:class:`~renyiboost.stream.postgres.PostgresStore`)."""
+
     def _write_meta(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
             self._execute("INSERT INTO meta(name, value) VALUES (?, ?) ON CONFLICT (name) "
@@ -789,6 +793,7 @@ class SQLStateStore(StateStore):
             # change than its rounds, and writing the last change's meta alone lost the
             # grid's entry, so a restore released, and charged, a second grid.
             self._write_meta(meta | {"commits": count})
+            self._record_in_transaction(self.identity.store_id, self.identity.epoch, count)
 
         try:
             self._transaction(write)

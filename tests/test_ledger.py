@@ -548,3 +548,28 @@ def test_a_store_is_not_created_where_a_lost_one_left_its_record(tmp_path) -> No
         SQLiteStore(path, create=True)
     Path(f"{path}.epoch").unlink()
     SQLiteStore(path, create=True).close()
+
+
+def test_a_crash_while_the_first_load_pins_the_configuration_pins_nothing(tmp_path,
+                                                                         monkeypatch) -> None:
+    """The configuration, calibration and charge-grid rows were written one by one: a
+    crash between two left a store that refused its own arguments for good ("created with
+    a different calibration"). They are one transaction now: all or none."""
+    from renyiboost.stream.store import SQLStateStore
+
+    path = tmp_path / "s.db"
+    SQLiteStore(path, create=True).close()
+    execute = SQLStateStore._execute
+
+    def dying(self, statement, parameters=()):
+        if statement.startswith("INSERT INTO meta") and parameters[:1] == ("calibration",):
+            raise KeyboardInterrupt("killed between two pinned rows")
+        return execute(self, statement, parameters)
+
+    monkeypatch.setattr(SQLStateStore, "_execute", dying)
+    with pytest.raises(KeyboardInterrupt):
+        _model(SQLiteStore(path))
+    monkeypatch.undo()
+    again = _model(SQLiteStore(path))
+    _feed(again, 30)
+    again.engine.close()

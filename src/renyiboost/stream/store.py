@@ -602,7 +602,10 @@ class SQLStateStore(StateStore):
              absent: Mapping[str, Any] | None = None) -> Snapshot | None:
         stored = {name: self._meta(name) for name in fingerprint}
         if all(value is None for value in stored.values()):
-            self._write_meta(json.loads(json.dumps(fingerprint)))
+            # one transaction: a crash between two rows left a store that refused its own
+            # arguments for good ("created with a different calibration")
+            pinned = json.loads(json.dumps(fingerprint))
+            self._transaction(lambda: self._write_meta(pinned))
             return None
         for name, given in json.loads(json.dumps(fingerprint)).items():
             held = with_absent(stored[name], (absent or {}).get(name))

@@ -290,6 +290,19 @@ def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> 
         assert "warmup must be >= 1, got -3" in err
 
 
+@pytest.mark.parametrize("source", ["memory:nope", "kafka://x"])
+def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
+    """``train --new-state`` with a source that cannot be read created the store and then
+    failed, and the corrected command was refused ("already exists"). The source is read
+    (a bundled data set) or parsed (a Kafka URL) first."""
+    config = _toml(tmp_path, "epsilon = 1.0")
+    state = tmp_path / "x.db"
+    assert main(["train", "--new-state", "--config", str(config), "--state", str(state),
+                 "--source", source]) == 1
+    assert "renyiboost: error:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])
 def test_demo_refuses_a_bad_epsilon_before_touching_its_state(tmp_path, capsys, value) -> None:
     state = tmp_path / "demo.db"

@@ -275,6 +275,10 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
     from renyiboost.connectors.kafka import KafkaTrainer
 
     engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
+    # so does a bad source: a store created before it failed refused the corrected command
+    # ("already exists")
+    memory = _memory_source(config.source)
+    settings = None if memory is not None else kafka_settings(config)
     store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
     log.info("training from %s into %s (store %s, epoch %s) from release version %d",
@@ -282,9 +286,9 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
              engine.store.identity.store_id, engine.store.identity.epoch,
              engine.release_version)
     try:
-        if config.source.startswith("memory:"):
-            return _train_from_memory(engine, config.source.removeprefix("memory:"), as_json)
-        trainer = KafkaTrainer(engine, kafka_settings(config), config.events)
+        if memory is not None:
+            return _train_from_memory(engine, memory, as_json)
+        trainer = KafkaTrainer(engine, settings, config.events)
         _run_until_stopped(trainer, max_idle, as_json)
         engine.flush()  # the records read but not yet in a round: commit them with their offsets
         _print_telemetry(trainer.telemetry(), as_json)
@@ -359,10 +363,17 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
         engine.close()
 
 
-def _train_from_memory(engine: StreamEngine, dataset: str, as_json: bool) -> int:
+def _memory_source(source: str) -> Any:
+    """The bundled data set of a ``memory:NAME`` source (``None`` for another source), loaded
+    before any store is created."""
+    if not source.startswith("memory:"):
+        return None
     from renyiboost.stream.sources import InMemorySource
 
-    source = InMemorySource(dataset, batch_size=1000)
+    return InMemorySource(source.removeprefix("memory:"), batch_size=1000)
+
+
+def _train_from_memory(engine: StreamEngine, source: Any, as_json: bool) -> int:
     for batch in source:
         engine.add(batch.X, batch.y, batch.keys, batch.positions)
     engine.flush()

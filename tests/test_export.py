@@ -106,6 +106,11 @@ def test_a_stream_release_with_dropped_trees_exports_the_committed_model() -> No
     with pytest.raises(ValueError, match="it is part of the model"):
         SGBDT.from_json(part.model_dump_json())
     assert release.check_whole() is release
+    # a seeded model says it is for testing only where a reader of the file looks first
+    assert "SEEDED FOR TESTING ONLY" in to_onnx(release).doc_string
+    production = SGBDT(PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0)),
+                       epsilon=1.0, rounds=2).fit(np.array([[0.2], [0.7]]), [0.2, 0.7])
+    assert "TESTING" not in to_onnx(production.release()).doc_string
 
 
 def test_the_file_holds_the_public_release_only() -> None:

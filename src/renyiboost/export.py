@@ -244,7 +244,10 @@ def to_onnx(release: ModelRelease) -> Any:
     model = helper.make_model(graph, producer_name="renyiboost", opset_imports=[
         helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid("ai.onnx.ml", ML_OPSET)])
     model.doc_string = ("A renyiboost public release: DP trees over schema-encoded inputs "
-                        "(see renyiboost.export).")
+                        "(see renyiboost.export)." + (
+                            " SEEDED FOR TESTING ONLY: its noise came from a fixed seed, so "
+                            "it protects no one." if release.guarantee.seeded_for_testing
+                            else ""))
     helper.set_model_props(model, {
         "renyiboost.format": release.format, "model": release.model,
         "version": str(release.version), "store_id": str(release.store_id),

@@ -115,6 +115,20 @@ def test_seconds_and_rates_are_finite_and_positive(argv, capsys) -> None:
     assert "Invalid value for" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [
+    ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--validation-share", "2"],
+    ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "-3"],
+    ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "inf"],
+    ["experiment", "--epsilons", "0,-1"],
+    ["experiment", "--epsilons", "1,nan"],
+])
+def test_bad_tuning_and_grid_values_are_usage_errors(argv, capsys) -> None:
+    """These failed only once the selection or the grid ran, with exit code 1 (the
+    serving and export reviewer's list); they are usage errors (2) before anything runs."""
+    assert main(argv) == 2
+    assert "Invalid value for" in capsys.readouterr().err
+
+
 def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) -> None:
     from test_ledger import abalone_config
 

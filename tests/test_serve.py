@@ -235,3 +235,30 @@ def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothi
     many = client.post("/predict", json={"rows": [{}] * (MAX_ROWS + 1)})
     assert many.status_code == 422 and len(many.content) < 1_000
     assert "at most 10000 items" in many.text and "\"input\"" not in many.text
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None:
+    """A seeded model's noise came from a fixed seed: /health said only "ready" (the flag
+    sat inside /model's guarantee); it now says so, and says nothing for a production one."""
+    import threading
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import create_app
+
+    class Ready:
+        lock = threading.Lock()
+        follower = SimpleNamespace(version=3, stalled=None, waiting_reason=lambda: None,
+                                   guarantee=SimpleNamespace(seeded_for_testing=seeded))
+
+        def start(self) -> None: ...
+        def stop(self) -> None: ...
+        def refusal(self) -> None:
+            return None
+
+    answer = TestClient(create_app(Ready())).get("/health")  # type: ignore[arg-type]
+    assert answer.status_code == 200
+    assert answer.json() == {"status": "ready", "version": 3} | (
+        {"seeded_for_testing": True} if seeded else {})

@@ -98,6 +98,24 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     return value
 
 
+def _epsilons(ctx: click.Context, param: click.Parameter,
+              value: list[float] | None) -> list[float] | None:
+    """An ``--epsilons`` list: each ε > 0, ``inf`` (a non-private cell) allowed, NaN not
+    (``0,-1`` once failed only when the grid ran, with exit code 1)."""
+    for epsilon in value or []:
+        if not epsilon > 0:  # NaN fails too
+            raise click.BadParameter(f"every ε must be > 0 (inf: non-private), got {epsilon}",
+                                     ctx, param)
+    return value
+
+
+def _mean_runs(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A private selection's expected number of runs: finite and at least 1."""
+    if value is not None and not (math.isfinite(value) and value >= 1):
+        raise click.BadParameter(f"must be a finite number >= 1, got {value}", ctx, param)
+    return value
+
+
 def _stream_datasets() -> Sequence[str]:
     from renyiboost.stream.sources import STREAM_DATASETS
 
@@ -386,7 +404,8 @@ PRESET_OPTIONS: dict[str, tuple[str, ...]] = {
 @click.option("--datasets", type=CommaList(), default=None, help="data sets, comma-separated")
 @click.option("--scenarios", type=CommaList(choices=_scenarios), default=None,
               help="drift scenarios, comma-separated")
-@click.option("--epsilons", type=CommaList(float), default=None, help="ε values, comma-separated")
+@click.option("--epsilons", type=CommaList(float), default=None, callback=_epsilons,
+              help="ε values, comma-separated")
 @click.option("--methods", type=CommaList(choices=_methods), default=None,
               help="methods, comma-separated (renyiboost's variants and the peers)")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="noise seeds per cell")
@@ -448,10 +467,10 @@ def reproduce(**options: Any) -> int:
 @click.option("--epsilon", type=float, required=True, callback=_epsilon,
               help="target ε (with --private: the total, selection included)")
 @click.option("--delta", type=float, default=1e-6, callback=_delta, help="δ (--private)")
-@click.option("--mean-runs", type=float, default=None,
+@click.option("--mean-runs", type=float, default=None, callback=_mean_runs,
               help="expected runs of the private selection (none: the number of candidates)")
-@click.option("--validation-share", type=float, default=0.2,
-              help="share of the rows a private run validates on")
+@click.option("--validation-share", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.2, help="share of the rows a private run validates on")
 @click.option("--seed", type=int, default=None, help="seeded noise, for tests only (--private)")
 @click.option("--space", type=LazyChoice(_spaces), default=None,
               help="search space (default: the data set's)")

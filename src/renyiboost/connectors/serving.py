@@ -270,7 +270,12 @@ def create_app(service: FollowerService) -> Any:
             version, refused = service.follower.version, service.refusal()
             waiting = service.follower.waiting_reason()
         if refused is None:
-            return JSONResponse({"status": "ready", "version": version})
+            guarantee = service.follower.guarantee
+            seeded = guarantee is not None and guarantee.seeded_for_testing
+            # a seeded model protects no one: said where a health check looks, not only in
+            # the guarantee that /model gives
+            return JSONResponse({"status": "ready", "version": version}
+                                | ({"seeded_for_testing": True} if seeded else {}))
         if version == 0 and service.follower.stalled is None:
             return JSONResponse({"status": "waiting", "version": 0}
                                 | ({} if waiting is None else {"reason": waiting}),

@@ -266,7 +266,8 @@ def test_a_version_missing_from_the_model_topic_is_not_served(kafka_bootstrap,
     _produce(kafka_bootstrap, topic, messages[2:])  # a re-publish after a crash
     follower.wait_for(versions)
     _assert_follows(follower, engine)
-    assert client.get("/health").json() == {"status": "ready", "version": versions}
+    assert client.get("/health").json() == {"status": "ready", "version": versions,
+                                            "seeded_for_testing": True}  # a seeded engine
     follower.close()
     engine.close()
 

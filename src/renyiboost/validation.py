@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning
-from renyiboost.schema import BOOL_CATEGORY, PublicSchema
+from renyiboost.schema import PublicSchema, category_key
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -212,7 +212,7 @@ class RecordValidator:
             if index is not None:
                 if kind is not str and kind is not int and kind is not bool:
                     self._check_value(name, value)
-                code = index.get((BOOL_CATEGORY, value) if kind is bool else value)
+                code = index.get(category_key(value) if kind is bool else value)
                 if code is None:
                     code = hi  # the "other" branch
                     if outside is not None:

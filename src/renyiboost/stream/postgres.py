@@ -302,13 +302,12 @@ class PostgresStore(SQLStateStore):
             "excluded.store_id, epoch = excluded.epoch, commits = excluded.commits",
             (self.schema, store_id, epoch, commits))
 
-    def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
-        if self._records:
-            self._write_record(store_id, epoch, commits)
-
     def _record_in_transaction(self, store_id: str, epoch: int, commits: int) -> None:
         if self._records:
             self._write_record(store_id, epoch, commits)
+
+    #: The open's record is the same upsert, after the epoch's own transaction.
+    _record_epoch = _record_in_transaction
 
     def _remove(self) -> None:
         self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')

@@ -538,12 +538,16 @@ MUTATIONS = [
                      "default=None)"), "    latest_epoch = newest.epoch"),)),
     Mutation("a shard learns an event outside its key's partition (a second shard's ledger)",
              "src/renyiboost/connectors/kafka.py",
-             "        stray = [j for j, i in enumerate(batch.index)\n"
-             "                 if messages[i].partition() != key_partition(",
-             "        stray = [j for j, i in enumerate(batch.index)\n"
-             "                 if False and messages[i].partition() != key_partition(",
+             "            if message.partition() != placed:",
+             "            if False and message.partition() != placed:",
              [("tests/test_kafka_ledger.py::test_a_shard_dead_letters_an_event_outside_its_keys"
               "_partition")]),
+    Mutation("a shard learns a key in another spelling (a second shard's ledger)",
+             "src/renyiboost/connectors/kafka.py",
+             "            if raw != key.encode():",
+             "            if False and raw != key.encode():",
+             [("tests/test_connector_faults.py::test_shards_refuse_a_payload_key_and_dead_letter"
+              "_other_spellings")]),
     Mutation("a partition that went back keeps its old dead-letter mark (new bad events lost)",
              "src/renyiboost/connectors/kafka.py",
              "                _, name, offset = going\n"
@@ -576,6 +580,24 @@ MUTATIONS = [
              "    split = np.flatnonzero((owners != owners[0]).all(axis=0) & False)",
              [("tests/test_sharded.py::test_a_partition_map_that_would_give_a_key_two_shards_is"
               "_refused")]),
+    Mutation("a sparse feature is called stopped for being sparse",
+             "src/renyiboost/validation.py",
+             "& (rate * gap >= STOPPED_EXPECTED_VALUES))",
+             "& (rate * gap >= 0))",
+             [("tests/test_stream.py::test_a_feature_that_stops_arriving_warns_once_but_a_sparse"
+              "_one_does_not")]),
+    Mutation("a feature that stops arriving goes unnoticed",
+             "src/renyiboost/validation.py",
+             "        new = self._stopped() & ~self._warned\n",
+             "        new = self._stopped() & False\n",
+             [("tests/test_stream.py::test_a_feature_that_stops_arriving_warns_once_but_a_sparse"
+              "_one_does_not")]),
+    Mutation("a follower's export numbers its trees from round 0 (wrong trees kept)",
+             "src/renyiboost/connectors/kafka.py",
+             "            max(self.version - 1, 0) - ens.n_trees)}).check_whole()",
+             "            0)}).check_whole()",
+             [("tests/test_connector_faults.py::test_a_follower_gives_the_whole_model_it_rebuilt"
+              "_from_the_topic")]),
 ]
 
 

@@ -384,6 +384,40 @@ def test_the_follower_labels_on_the_margins_as_every_path_does(labels) -> None:
         [bool(c) if labels is None else c for c in batch.predict(rows)]
 
 
+
+@pytest.mark.parametrize("max_trees", [None, 4], ids=["every tree", "newest 4"])
+def test_a_follower_gives_the_whole_model_it_rebuilt_from_the_topic(max_trees) -> None:
+    """An export from the model topic alone: the follower, fed one message a version (each
+    holding only its own output), hands out the whole model of its version, equal to the
+    engine's own export, which ``SGBDT.from_json`` and ONNX take. Before, only the engine's
+    store could give one, and a model-topic message was refused as a part of a model."""
+    rng = np.random.default_rng(3)
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)},
+                          target_bounds=(0.0, 2.0))
+    config = EngineConfig.from_defaults(schema, "regression", 1.0, train_every=40,
+                                        warmup=40, max_trees=max_trees)
+    engine = StreamEngine(config, seed=3)
+    X = rng.uniform(0, 1, (400, 2))
+    engine.add(X, X.sum(axis=1), [str(i) for i in range(400)])
+    follower = ModelFollower.without_consumer()
+    with pytest.raises(LookupError, match="no model version"):
+        follower.release()
+    for version in range(1, engine.release_version + 1):
+        message = engine.release(after=version - 1, upto=version)
+        if version > 2:  # one tree of several
+            with pytest.raises(ValueError, match="part of the model"):
+                message.check_whole()
+        follower._apply(message)
+    whole = follower.release()
+    assert engine.release_version >= 8 and len(whole.trees) == min(
+        engine.release_version - 1, max_trees or 10**9)
+    assert whole.model_dump() == engine.release().model_dump()
+    rebuilt = SGBDT.from_json(whole.model_dump_json())
+    rows = [{"a": a, "b": b} for a, b in X[:50].tolist()]
+    np.testing.assert_allclose(rebuilt.predict(X[:50]),
+                               follower.answers(follower.predict_margin(rows))[0], rtol=1e-12)
+
+
 class _RefusingProducer:
     """A producer whose broker refuses one version's message (``error``; ``None``: no
     report yet, still queued) and delivers the others, at flush, as librdkafka reports."""
@@ -498,7 +532,7 @@ def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -
                 for i, (key, value) in enumerate(zip(keys, values, strict=True))]
     batch = EventParser(engine.validator).parse_batch(values, keys)
     assert batch.keys == [composed, composed, "p1"]  # one person, two spellings
-    kept = KafkaTrainer._one_spelling(batch, messages)
+    kept = KafkaTrainer._placed_by_key(batch, messages, {"t": 1}, "consistent_random")
     assert kept.index == [0, 2] and kept.keys == [composed, "p1"] and len(kept.rows) == 2
     assert [(i, why.reason) for i, why in kept.rejected] == [(1, "key")]
     engine.close()

@@ -479,10 +479,10 @@ def test_a_shard_dead_letters_an_event_outside_its_keys_partition(kafka_bootstra
     parser = EventParser(StreamEngine(EngineConfig.from_defaults(
         SOURCE.schema, "regression", 1.0)).validator)
     batch = parser.parse_batch([m.value() for m in messages], [m.key() for m in messages])
-    kept = KafkaTrainer._in_key_partition(batch, messages, {topic: 2}, "consistent_random")
+    kept = KafkaTrainer._placed_by_key(batch, messages, {topic: 2}, "consistent_random")
     rejected = {messages[i].key() for i, why in kept.rejected if why.reason == "partition"}
     assert rejected == misplaced and len(kept.index) == len(placed)
-    java = KafkaTrainer._in_key_partition(batch, messages, {topic: 2}, "murmur2_random")
+    java = KafkaTrainer._placed_by_key(batch, messages, {topic: 2}, "murmur2_random")
     assert len(java.rejected) > len(misplaced)  # other hashes: about half the keys differ
     # and a shard's trainer sends them to the dead-letter topic with the reason
     engine = StreamEngine(EngineConfig.from_defaults(SOURCE.schema, "regression", 1.0),

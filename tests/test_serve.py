@@ -103,6 +103,7 @@ def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
     model = SGBDTRegressor(FEATURES, target_bounds=(-1.0, 4.0), epsilon=1.0, seed=2,
                            rounds=10, depth=3, train_every=50, warmup=50)
     assert client.post("/predict", json={"rows": rows[:2]}).status_code == 503
+    assert client.get("/release").status_code == 503
     for i, x in enumerate(rows[:200]):
         model.learn_one(x, float(np.clip(2 * x["a"] + (x["c"] == "y"), -1, 4)), key=i)
     first = model.engine.release_version
@@ -136,6 +137,8 @@ def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
     assert set(described) == {"model", "version", "store_id", "task", "public_schema",
                               "guarantee"}
     assert described["guarantee"] == model.privacy_guarantee().model_dump(mode="json")
+    # the whole model of the served version, rebuilt from the topic alone: the export
+    assert client.get("/release").json() == model.release("m").model_dump(mode="json")
     # bad rows: the reason and the row, nothing predicted
     bad = client.post("/predict", json={"rows": [probe[0], {"a": 0.5, "d": 1.0}]})
     assert bad.status_code == 422

@@ -762,6 +762,36 @@ def test_a_schema_feature_that_never_arrives_warns_or_with_strict_is_refused() -
     assert batch.rejected[0][1].reason == "schema" and "absent" in batch.rejected[0][1].detail
 
 
+
+def test_a_feature_that_stops_arriving_warns_once_but_a_sparse_one_does_not() -> None:
+    """A producer that drops or renames a field mid-stream: the model reads it as missing
+    from then on. 'b' arrives in every one of the first 400 records and then in none of 300:
+    one warning, and the operator telemetry lists it until it comes back. 'c' arrives in
+    every 20th record and then in none of 300: 16 values overdue at its rate, under the 20
+    that call a feature stopped, so it is not named."""
+    import warnings
+
+    data = _stream(750, seed=4)
+    rows = [{"a": x["a"], "b": x["b"]} | ({"c": x["c"]} if i % 20 == 0 else {})
+            for i, (x, _) in enumerate(data[:400])]
+    rows += [{"a": x["a"]} for x, _ in data[400:700]]
+    model = _regressor()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, (x, (_, y)) in enumerate(zip(rows, data, strict=False)):
+            model.learn_one(x, y, key=i)
+    said = [str(w.message) for w in caught if issubclass(w.category, SchemaMismatchWarning)]
+    assert len(said) == 1, said
+    assert said[0].startswith("feature 'b' had a value in 100% of the first 400 records")
+    telemetry = model.engine.operator_telemetry()
+    assert telemetry.features_stopped == ["b"] and telemetry.features_not_arrived == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        for i, (x, y) in enumerate(data[700:], start=700):
+            model.learn_one(x, y, key=i)  # 'b' is back
+    assert model.engine.operator_telemetry().features_stopped == []
+
+
 def _is_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")

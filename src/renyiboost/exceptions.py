@@ -28,7 +28,8 @@ class TestingOnlyWarning(UserWarning):
 
 class SchemaMismatchWarning(UserWarning):
     """The records do not look like the public schema says: values outside the public bounds
-    or domain (clipped, or sent to "other"), or a feature the schema names that never arrives.
+    or domain (clipped, or sent to "other"), a feature the schema names that never arrives,
+    or one that arrived and then stopped (:class:`~renyiboost.validation.FeatureArrivals`).
 
     Raised once per feature; the counts are operator telemetry (they describe the data).
     """

@@ -515,3 +515,85 @@ class RecordValidator:
             except InvalidRecord as why:
                 out.append((int(i), why))
         return out
+
+
+#: A feature that has had values is taken to have stopped arriving once the values it would
+#: have had in its gap, at its own rate so far, number this many: a feature that still
+#: arrives at that rate shows such a gap by chance with probability about e^-20 (a Poisson
+#: count of mean 20 at 0), so a sparse feature does not raise it for being sparse.
+STOPPED_EXPECTED_VALUES = 20
+#: ... and at least this many records have had no value for it (a feature present in every
+#: record is not called stopped after 20 records a producer left it out of).
+STOPPED_MIN_RECORDS = 200
+
+
+class FeatureArrivals:
+    """Which features of a schema have had a value so far, and which had values and then
+    stopped having them: a producer renamed or dropped a field mid-stream, and the model,
+    which reads it as missing from then on, would lose it without a word (DEVELOPERS
+    invariant 7). Operator telemetry: it describes the data, so it is never released, and
+    it never changes the schedule.
+
+    Counts rows in the order they are merged (:meth:`observe`, vectorised over a batch). A
+    restarted process starts from its pool's rows, not from the stream's whole history.
+
+    >>> arrivals = FeatureArrivals(["a", "b"])
+    >>> arrivals.observe(np.array([[1.0, 2.0]] * 300))
+    []
+    >>> arrivals.observe(np.array([[1.0, np.nan]] * 250))
+    ['b']
+    >>> arrivals.stopped, arrivals.not_arrived
+    (['b'], [])
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        k = len(self.names)
+        self.records = 0
+        #: Per feature: the records that had a value, and the index of the last one (-1: none).
+        self.values = np.zeros(k, dtype=np.int64)
+        self.last = np.full(k, -1, dtype=np.int64)
+        self._warned = np.zeros(k, dtype=bool)
+
+    def observe(self, X: np.ndarray) -> list[str]:
+        """Count the encoded rows ``X`` (NaN: no value); returns the features that stopped
+        arriving with them and were not named before (each is named once per process)."""
+        if not len(X):
+            return []
+        present = ~np.isnan(X)
+        had = present.any(axis=0)
+        last_in_batch = len(X) - 1 - np.argmax(present[::-1], axis=0)
+        self.last = np.where(had, self.records + last_in_batch, self.last)
+        self.values += present.sum(axis=0)
+        self.records += len(X)
+        new = self._stopped() & ~self._warned
+        self._warned |= new
+        return [name for name, hit in zip(self.names, new, strict=True) if hit]
+
+    def _stopped(self) -> np.ndarray:
+        gap = self.records - 1 - self.last
+        rate = self.values / np.maximum(self.last + 1, 1)  # while it arrived
+        return ((self.values > 0) & (gap >= STOPPED_MIN_RECORDS)
+                & (rate * gap >= STOPPED_EXPECTED_VALUES))
+
+    def describe(self, name: str) -> str:
+        """How long ``name`` has had no value, against its rate before (for a warning)."""
+        j = self.names.index(name)
+        gap, rate = self.records - 1 - self.last[j], self.values[j] / (self.last[j] + 1)
+        return (f"feature {name!r} had a value in {rate:.0%} of the first {self.last[j] + 1} "
+                f"records and in none of the {gap} since; check that the producers still "
+                "send it under that name (a renamed or dropped field is read as missing)")
+
+    @property
+    def arrived(self) -> np.ndarray:
+        """Per feature: whether any record had a value."""
+        return self.values > 0
+
+    @property
+    def not_arrived(self) -> list[str]:
+        return [name for name, seen in zip(self.names, self.arrived, strict=True) if not seen]
+
+    @property
+    def stopped(self) -> list[str]:
+        """The features stopped now (one that arrives again leaves this list)."""
+        return [name for name, hit in zip(self.names, self._stopped(), strict=True) if hit]

@@ -97,7 +97,7 @@ from renyiboost.exceptions import (
 )
 from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble, input_shifts
-from renyiboost.release import ModelRelease, PrivacyGuarantee
+from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.positions import PositionRuns, offset_positions
@@ -154,6 +154,11 @@ class RepeatedClientLines(logging.Filter):
 log.addFilter(RepeatedClientLines())
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
+#: Why a shard dead-letters an event whose message key is not its key's canonical spelling.
+_OTHER_SPELLING = Rejected(
+    "key", "with several shards the message key must be the key in its canonical form (NFC, "
+           "as renyiboost normalises it): the producer partitions by its bytes, and another "
+           "spelling of the same key could reach another shard")
 #: Bytes of a rejected event's value (and key) that its dead letter keeps when the whole
 #: event would be too large to produce: an event over the parser's ``max_bytes`` may be close
 #: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
@@ -371,7 +376,7 @@ class KafkaTrainer(_Loop):
         self.partition_map = partition_map
         #: Shards split the keys by partition, which the producer picks from the message
         #: key's bytes: a key must arrive as those bytes, in its one canonical spelling
-        #: (:meth:`_one_spelling`), or one person would keep a ledger on several shards.
+        #: (:meth:`_placed_by_key`), or one person would keep a ledger on several shards.
         self.keys_place_shards = partition_map is not None and len(
             {owner for owners in partition_map.values() for owner in owners}) > 1
         if self.keys_place_shards and event_format is not None and (
@@ -562,8 +567,8 @@ class KafkaTrainer(_Loop):
         batch = self.parser.parse_batch(list(map(Message.value, messages)),
                                         list(map(Message.key, messages)))
         if self.keys_place_shards:
-            batch = self._in_key_partition(
-                self._one_spelling(batch, messages), messages,
+            batch = self._placed_by_key(
+                batch, messages,
                 {topic: len(shards) for topic, shards in (self.partition_map or {}).items()},
                 self.settings.partitioner)
         events, at, back = self._offset_positions(messages)
@@ -603,46 +608,51 @@ class KafkaTrainer(_Loop):
         return batch.positions, batch.at, back
 
     @staticmethod
-    def _one_spelling(batch: ParsedBatch, messages: list[Message]) -> ParsedBatch:
-        """A shard's valid events whose message key is not its key's canonical form
-        (:func:`~renyiboost.validation.normalise_key`: ``"Zoë"`` sent decomposed, say) move
-        to the dead letters (reason ``key``): the producer placed them by bytes that another
-        spelling of the same key does not share, so the same person could reach a second
-        shard and a second ledger."""
-        stray = [j for j, (i, key) in enumerate(zip(batch.index, batch.keys, strict=True))
-                 if messages[i].key() != key.encode()]
-        return KafkaTrainer._dead_letter_strays(batch, stray, Rejected(
-            "key", "with several shards the message key must be the key in its canonical "
-                   "form (NFC, as renyiboost normalises it): the producer partitions by its "
-                   "bytes, and another spelling of the same key could reach another shard"))
+    def _placed_by_key(batch: ParsedBatch, messages: list[Message], counts: dict[str, int],
+                       partitioner: str) -> ParsedBatch:
+        """A shard's valid events that its key's partition may not hold move to the dead
+        letters, in one pass over the batch (each distinct key is hashed once):
+
+        * reason ``key``: the message key is not the key's canonical form
+          (:func:`~renyiboost.validation.normalise_key`: ``"Zoë"`` sent decomposed, say). The
+          producer placed it by bytes that another spelling of the same key does not share,
+          so the same person could reach a second shard and a second ledger;
+        * reason ``partition``: the event is not in the partition ``partitioner`` gives its
+          message key (:func:`key_partition`). A producer with another partitioner (the Java
+          client's murmur2 beside librdkafka's CRC-32), or one that chose partitions itself,
+          put the same key in two partitions, and so on two shards, each spending a budget
+          of its own.
+        """
+        partition_of: dict[tuple[str, bytes], int] = {}
+        strays: list[tuple[int, Rejected]] = []
+        for j, (i, key) in enumerate(zip(batch.index, batch.keys, strict=True)):
+            message = messages[i]
+            raw, topic = message.key(), message.topic()
+            if raw != key.encode():
+                strays.append((j, _OTHER_SPELLING))
+                continue
+            placed = partition_of.get((topic, raw))
+            if placed is None:
+                placed = partition_of[topic, raw] = key_partition(raw, counts[topic],
+                                                                  partitioner)
+            if message.partition() != placed:
+                strays.append((j, Rejected(
+                    "partition", f"with several shards an event must be in the partition "
+                                 f"the {partitioner} partitioner gives its message key "
+                                 "(KafkaSettings.partitioner): in another, its key could "
+                                 "reach a second shard and a second budget")))
+        return KafkaTrainer._dead_letter_strays(batch, strays)
 
     @staticmethod
-    def _in_key_partition(batch: ParsedBatch, messages: list[Message],
-                          counts: dict[str, int], partitioner: str) -> ParsedBatch:
-        """A shard's valid events that are not in the partition ``partitioner`` gives their
-        message key (:func:`key_partition`) move to the dead letters (reason
-        ``partition``): a producer with another partitioner (the Java client's murmur2
-        beside librdkafka's CRC-32), or one that chose partitions itself, put the same key
-        in two partitions, and so on two shards, each spending a budget of its own."""
-        stray = [j for j, i in enumerate(batch.index)
-                 if messages[i].partition() != key_partition(
-                     messages[i].key(), counts[messages[i].topic()], partitioner)]
-        return KafkaTrainer._dead_letter_strays(batch, stray, Rejected(
-            "partition", f"with several shards an event must be in the partition the "
-                         f"{partitioner} partitioner gives its message key (KafkaSettings."
-                         "partitioner): in another, its key could reach a second shard and "
-                         "a second budget"))
-
-    @staticmethod
-    def _dead_letter_strays(batch: ParsedBatch, stray: list[int],
-                            why: Rejected) -> ParsedBatch:
-        """``batch`` without its valid events ``stray`` (indices among them), which join the
-        rejected with ``why``."""
-        if not stray:
+    def _dead_letter_strays(batch: ParsedBatch,
+                            strays: list[tuple[int, Rejected]]) -> ParsedBatch:
+        """``batch`` without its valid events ``strays`` (``(index among them, why)``), which
+        join the rejected."""
+        if not strays:
             return batch
         keep = np.ones(len(batch.index), dtype=bool)
-        keep[stray] = False
-        rejected = sorted([*batch.rejected, *((batch.index[j], why) for j in stray)],
+        keep[[j for j, _ in strays]] = False
+        rejected = sorted([*batch.rejected, *((batch.index[j], why) for j, why in strays)],
                           key=lambda item: item[0])
         return ParsedBatch([i for i, k in zip(batch.index, keep, strict=True) if k],
                            [key for key, k in zip(batch.keys, keep, strict=True) if k],
@@ -1187,6 +1197,9 @@ class ModelFollower:
         self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
         self._spans: list[float] | None = None  # the release's smoothing spans
+        #: The last applied release without its trees: the version's schema, parameters,
+        #: guarantee and post-processing, for :meth:`release`.
+        self._last: ModelRelease | None = None
         #: Why the follower cannot move past :attr:`version` (the model topic lacks the
         #: versions after it), or ``None``; ``renyiboost serve`` answers 503 with it.
         self.stalled: str | None = None
@@ -1354,7 +1367,22 @@ class ModelFollower:
         self._next_round = max(self._next_round, release.version - 1)
         self.version = release.version
         self.guarantee = release.guarantee
+        self._last = release.model_copy(update={"trees": []})
         self.stalled = None
+
+    def release(self) -> ModelRelease:
+        """The whole model of the current version as one public release, as the engine's
+        ``release()`` gives it: the last applied release's schema, parameters, guarantee and
+        post-processing with every tree the follower holds (the newest ``max_trees`` where it
+        keeps only those). An export from the model topic alone: ``to_onnx``,
+        ``SGBDT.from_json``; a model-topic message holds only its own version's output.
+        Raises ``LookupError`` before the first version."""
+        if self._last is None or self.ensemble is None:
+            raise LookupError("no model version received yet")
+        ens = self.ensemble
+        return self._last.model_copy(update={"trees": released_trees(
+            ens.features, ens.thresholds, ens.leaves,
+            max(self.version - 1, 0) - ens.n_trees)}).check_whole()
 
     def predict_margin(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
         if self.ensemble is None or self.validator is None:

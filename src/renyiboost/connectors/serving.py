@@ -211,6 +211,13 @@ class FollowerService:
             **response, predictions=predictions,
             probabilities=[dict(zip(keys, row, strict=True)) for row in proba.tolist()])
 
+    def release(self) -> dict[str, Any]:
+        """The served version's whole model as a public release (JSON-ready: trees, schema,
+        parameters, guarantee), for an export from the server alone (``SGBDT.from_json``,
+        ``to_onnx``)."""
+        with self.lock:
+            return self.follower.release().model_dump(mode="json")
+
     def describe(self) -> dict[str, Any]:
         """The public description of the served version."""
         with self.lock:
@@ -261,6 +268,14 @@ def create_app(service: FollowerService) -> Any:
     def model() -> dict[str, Any]:
         try:
             return service.describe()
+        except LookupError as why:
+            raise HTTPException(status_code=503, detail=str(why)) from None
+
+    @app.get("/release", response_model=None)
+    def release() -> JSONResponse:
+        """The served version's whole model: the public release, trees included."""
+        try:
+            return JSONResponse(service.release())
         except LookupError as why:
             raise HTTPException(status_code=503, detail=str(why)) from None
 

@@ -139,6 +139,7 @@ from renyiboost.stream.store import (
     score_value,
 )
 from renyiboost.validation import (
+    FeatureArrivals,
     RecordValidator,
     normalise_key,
     normalise_keys,
@@ -522,6 +523,8 @@ class OperatorTelemetry(BaseModel):
     offsets: dict[str, int]
     outside_domain: dict[str, int]  # values clipped or sent to "other", since this process
     features_not_arrived: list[str]  # schema features without any value so far
+    #: Features that had values and then none for long (validation.FeatureArrivals).
+    features_stopped: list[str] = Field(default_factory=list)
     #: The answers' recalibration: whether keys pay on arrival now, the refits so far and
     #: the map answers use (``None``: the stream has none).
     recalibration: dict[str, Any] | None = None
@@ -727,7 +730,7 @@ class StreamEngine(OwesRounds):
         self._pid = os.getpid()  # a forked child may not learn (check_forked)
         self._closed = False
         self._warned_keyless = False
-        self._arrived = np.zeros(k, dtype=bool)  # by column: a value was ever present
+        self._arrivals = FeatureArrivals(self.schema.names)  # operator telemetry
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
         #: Rounds of the last trigger a crash left unrun (:meth:`_restore`): they run before
         #: anything else is learned (:meth:`catch_up`).
@@ -1107,8 +1110,7 @@ class StreamEngine(OwesRounds):
         # selected, and a selection that keeps every row keeps the array itself.
         rows = self._pending_rows
         X = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        if not self._arrived.all():
-            self._arrived |= ~np.isnan(X).all(axis=0)
+        self._observe_arrivals(X)
         y = self.booster.loss.scale(_gathered(self._pending_targets, np.float64,
                                               self._pending_chunked))
         self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
@@ -1330,12 +1332,18 @@ class StreamEngine(OwesRounds):
             self._commit(None, self.pool)
             self._drain()
 
+    def _observe_arrivals(self, X: np.ndarray) -> None:
+        """Count merged rows per feature and warn once for each feature that stopped
+        arriving (:class:`~renyiboost.validation.FeatureArrivals`): a warning only, as for a
+        feature that never arrives, since a stop would make the schedule depend on the data."""
+        for name in self._arrivals.observe(X):
+            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning, stacklevel=5)
+
     def _check_arrived(self) -> None:
         """Warn when a schema feature has not arrived by now: its name probably does not
         match the records' (river's ``Friedman`` yields integer keys where a schema may say
         ``"x0"``). Only a warning: stopping here would make the schedule depend on the data."""
-        missing = [name for name, seen in zip(self.schema.names, self._arrived, strict=True)
-                   if not seen]
+        missing = self._arrivals.not_arrived
         if not missing:
             return
         message = (f"features {missing[:8]} of the public schema have no value in the first "
@@ -1684,7 +1692,8 @@ class StreamEngine(OwesRounds):
             self._take_grid(snap.grid)  # before the snapshot, whose spent holds its charges
         self._offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self._offsets)
-        self._arrived = ~np.isnan(self.pool.X).all(axis=0) if len(self.pool) else self._arrived
+        self._arrivals = FeatureArrivals(self.schema.names)
+        self._observe_arrivals(self.pool.X)
         self._positions = self._merged_positions = int(meta["positions"])
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
@@ -1775,7 +1784,8 @@ class StreamEngine(OwesRounds):
         self._status[gone] = RETIRED
         self._ledger_spent[gone] = keys.spent[~keys.active]
         if active.size:
-            self._arrived = ~np.isnan(live.X).all(axis=0)
+            self._arrivals = FeatureArrivals(self.schema.names)
+            self._observe_arrivals(live.X)
         ens = moved.ensemble
         if moved.grid is not None:  # its charges are in the moved spent budgets
             self._take_grid(moved.grid)
@@ -1884,9 +1894,8 @@ class StreamEngine(OwesRounds):
             spent_fraction_quantiles=quantiles, offsets=dict(self._offsets),
             outside_domain={name: int(n) for name, n in
                             zip(self.schema.names, self.validator.outside, strict=True) if n},
-            features_not_arrived=[name for name, seen in
-                                  zip(self.schema.names, self._arrived, strict=True)
-                                  if not seen],
+            features_not_arrived=self._arrivals.not_arrived,
+            features_stopped=self._arrivals.stopped,
             recalibration=None if self.config.recalibration is None else {
                 "open": self.recalibration.open,
                 "refits": self.recalibration.refits,

@@ -121,6 +121,10 @@ def test_seconds_and_rates_are_finite_and_positive(argv, capsys) -> None:
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "inf"],
     ["experiment", "--epsilons", "0,-1"],
     ["experiment", "--epsilons", "1,nan"],
+    ["experiment", "--datasets", "abalone,nope"],
+    ["experiment", "--preset", "field", "--datasets", "friedman"],  # a stream generator
+    ["serve", "--bootstrap", " ", "--model-topic", "m"],
+    ["serve", "--bootstrap", "127.0.0.1:1", "--model-topic", ""],
 ])
 def test_bad_tuning_and_grid_values_are_usage_errors(argv, capsys) -> None:
     """These failed only once the selection or the grid ran, with exit code 1 (the

@@ -116,6 +116,13 @@ def _mean_runs(ctx: click.Context, param: click.Parameter, value: float | None) 
     return value
 
 
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A name that must say something (``serve --bootstrap ''`` waited without a reason)."""
+    if not value.strip():
+        raise click.BadParameter("must not be empty", ctx, param)
+    return value
+
+
 def _stream_datasets() -> Sequence[str]:
     from renyiboost.stream.sources import STREAM_DATASETS
 
@@ -351,10 +358,12 @@ def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | N
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--bootstrap", required=True, help="Kafka bootstrap servers host:port")
-@click.option("--model-topic", required=True,
+@click.option("--bootstrap", required=True, callback=_not_blank,
+              help="Kafka bootstrap servers host:port")
+@click.option("--model-topic", required=True, callback=_not_blank,
               help="the topic the trainer publishes its releases to")
-@click.option("--model-name", default="model", help="the releases' message key")
+@click.option("--model-name", default="model", callback=_not_blank,
+              help="the releases' message key")
 @click.option("--host", default="127.0.0.1", help="address to listen on")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, help="port to listen on")
 def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: int) -> int:
@@ -394,6 +403,24 @@ PRESET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _check_datasets(preset: str | None, datasets: list[str] | None) -> None:
+    """``experiment --datasets``: names the run can load (``nope`` once failed with exit
+    code 1 only when the grid ran)."""
+    if not datasets:
+        return
+    if preset == "field":
+        from renyiboost.experiments.field import DATASETS as known
+    else:
+        from renyiboost.datasets import LOADERS
+        from renyiboost.stream.sources import SYNTHETIC
+
+        known = (*LOADERS, *SYNTHETIC)
+    unknown = sorted(set(datasets) - set(known))
+    if unknown:
+        raise click.BadParameter(f"unknown {unknown}; choose from {', '.join(sorted(known))}",
+                                 param_hint="'--datasets'")
+
+
 @cli.command(context_settings=CONTEXT)
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
               help="TOML file with GridConfig's keys (the options override it)")
@@ -426,6 +453,7 @@ def experiment(config: str | None, preset: str | None, **options: Any) -> int:
     """A cached grid of prequential stream runs: tables and plots (unset options take the
     config file's value or GridConfig's default)."""
     given = {k: v for k, v in options.items() if v is not None}
+    _check_datasets(preset, given.get("datasets"))
     if preset is not None:
         keys = PRESET_OPTIONS[preset]
         refuse_unread_options(["config", *(k for k in options if k not in keys)],

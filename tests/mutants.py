@@ -598,6 +598,18 @@ MUTATIONS = [
              "            0)}).check_whole()",
              [("tests/test_connector_faults.py::test_a_follower_gives_the_whole_model_it_rebuilt"
               "_from_the_topic")]),
+    Mutation("a rare feature's rate is read from its first few values",
+             "src/renyiboost/validation.py",
+             "        return ((self.values >= STOPPED_EXPECTED_VALUES) & (gap >= STOPPED_MIN_RECORDS)",
+             "        return ((self.values > 0) & (gap >= STOPPED_MIN_RECORDS)",
+             ["tests/test_input_checks.py::test_rare_features_that_never_stop_are_not_called_stopped"]),
+    Mutation("a restart reads its pool's key order as the stream's",
+             "src/renyiboost/validation.py",
+             "            arrivals.last = np.where(arrivals.values > 0, len(X) - 1, -1)",
+             ("            arrivals.last = np.where(arrivals.values > 0, len(X) - 1 - np.argmax("
+              "(~np.isnan(X))[::-1], axis=0), -1)"),
+             [("tests/test_stream.py::test_a_restarted_stream_judges_a_features_gaps_from_the"
+              "_restart")]),
 ]
 
 

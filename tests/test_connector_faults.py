@@ -384,7 +384,6 @@ def test_the_follower_labels_on_the_margins_as_every_path_does(labels) -> None:
         [bool(c) if labels is None else c for c in batch.predict(rows)]
 
 
-
 @pytest.mark.parametrize("max_trees", [None, 4], ids=["every tree", "newest 4"])
 def test_a_follower_gives_the_whole_model_it_rebuilt_from_the_topic(max_trees) -> None:
     """An export from the model topic alone: the follower, fed one message a version (each

@@ -762,7 +762,6 @@ def test_a_schema_feature_that_never_arrives_warns_or_with_strict_is_refused() -
     assert batch.rejected[0][1].reason == "schema" and "absent" in batch.rejected[0][1].detail
 
 
-
 def test_a_feature_that_stops_arriving_warns_once_but_a_sparse_one_does_not() -> None:
     """A producer that drops or renames a field mid-stream: the model reads it as missing
     from then on. 'b' arrives in every one of the first 400 records and then in none of 300:
@@ -790,6 +789,38 @@ def test_a_feature_that_stops_arriving_warns_once_but_a_sparse_one_does_not() ->
         for i, (x, y) in enumerate(data[700:], start=700):
             model.learn_one(x, y, key=i)  # 'b' is back
     assert model.engine.operator_telemetry().features_stopped == []
+
+
+def test_a_restarted_stream_judges_a_features_gaps_from_the_restart(tmp_path) -> None:
+    """The pool a restart reads holds each key's latest record in the order keys first
+    came, not the stream's order. 'b' is absent from every key's first event and present
+    when the key returns 600 events later, so live it is in half the events to the end; read
+    from the pool as a stream, the newest keys (not back yet) made a gap of 300, and the
+    reopened engine called 'b' stopped."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    events = []
+    for k in range(1500):
+        events.append((str(k), {"a": float(rng.uniform())}))  # a first visit, without 'b'
+        if k >= 300:  # an older key returns, with 'b'
+            events.append((str(k - 300), {"a": float(rng.uniform()), "b": 1.0}))
+    path = tmp_path / "s.db"
+    settings = {"train_every": 50, "warmup": 50}
+    model = _regressor(store=SQLiteStore(path, create=True), **settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SchemaMismatchWarning)  # 'c' never comes
+        warnings.filterwarnings("error", "feature 'b' had a value", SchemaMismatchWarning)
+        for key, x in events:
+            model.learn_one(x, x["a"], key=key)
+        model.engine.flush()
+    model.engine.store.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SchemaMismatchWarning)  # 'c' never comes
+        warnings.filterwarnings("error", "feature 'b' had a value", SchemaMismatchWarning)
+        again = _regressor(store=SQLiteStore(path), **settings)
+        assert again.engine.operator_telemetry().features_stopped == []
+        assert again.engine.operator_telemetry().features_not_arrived == ["c"]
 
 
 def _is_utf8(raw: bytes) -> bool:

@@ -411,10 +411,7 @@ def _check_datasets(preset: str | None, datasets: list[str] | None) -> None:
     if preset == "field":
         from renyiboost.experiments.field import DATASETS as known
     else:
-        from renyiboost.datasets import LOADERS
-        from renyiboost.stream.sources import SYNTHETIC
-
-        known = (*LOADERS, *SYNTHETIC)
+        from renyiboost.stream.sources import STREAM_DATASETS as known
     unknown = sorted(set(datasets) - set(known))
     if unknown:
         raise click.BadParameter(f"unknown {unknown}; choose from {', '.join(sorted(known))}",
@@ -453,11 +450,11 @@ def experiment(config: str | None, preset: str | None, **options: Any) -> int:
     """A cached grid of prequential stream runs: tables and plots (unset options take the
     config file's value or GridConfig's default)."""
     given = {k: v for k, v in options.items() if v is not None}
-    _check_datasets(preset, given.get("datasets"))
     if preset is not None:
         keys = PRESET_OPTIONS[preset]
         refuse_unread_options(["config", *(k for k in options if k not in keys)],
                               f"--preset {preset} (it takes {', '.join('--' + k for k in keys)})")
+    _check_datasets(preset, given.get("datasets"))
     if preset == "paper":
         from renyiboost.experiments import paper
 

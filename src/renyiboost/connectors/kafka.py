@@ -625,6 +625,11 @@ class KafkaTrainer(_Loop):
         """
         partition_of: dict[tuple[str, bytes], int] = {}
         strays: list[tuple[int, Rejected]] = []
+        elsewhere = Rejected(
+            "partition", f"with several shards an event must be in the partition the "
+                         f"{partitioner} partitioner gives its message key (KafkaSettings."
+                         "partitioner): in another, its key could reach a second shard and a "
+                         "second budget")
         for j, (i, key) in enumerate(zip(batch.index, batch.keys, strict=True)):
             message = messages[i]
             raw, topic = message.key(), message.topic()
@@ -636,11 +641,7 @@ class KafkaTrainer(_Loop):
                 placed = partition_of[topic, raw] = key_partition(raw, counts[topic],
                                                                   partitioner)
             if message.partition() != placed:
-                strays.append((j, Rejected(
-                    "partition", f"with several shards an event must be in the partition "
-                                 f"the {partitioner} partitioner gives its message key "
-                                 "(KafkaSettings.partitioner): in another, its key could "
-                                 "reach a second shard and a second budget")))
+                strays.append((j, elsewhere))
         return KafkaTrainer._dead_letter_strays(batch, strays)
 
     @staticmethod

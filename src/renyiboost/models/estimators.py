@@ -487,11 +487,12 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         is then for testing only (``TestingOnlyWarning``).
     strict
         ``False`` (default): a feature of the schema that has not arrived by the initial
-        score raises a ``SchemaMismatchWarning``, as does one that had values and then none
-        for long (``operator_telemetry().features_stopped``). ``True``: every record must name every
+        score raises a ``SchemaMismatchWarning``. ``True``: every record must name every
         schema feature (``None`` marks a missing value), else ``InvalidRecord`` — per
         record, so the public schedule is unchanged. Values outside the public bounds warn
-        once per feature either way (counts in ``operator_telemetry().outside_domain``).
+        once per feature either way (counts in ``operator_telemetry().outside_domain``), and
+        so does a feature that had values and then none for long (``None`` values too:
+        ``operator_telemetry().features_stopped``).
 
     Examples
     --------

@@ -1110,7 +1110,7 @@ class StreamEngine(OwesRounds):
         # selected, and a selection that keeps every row keeps the array itself.
         rows = self._pending_rows
         X = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        self._observe_arrivals(X)
+        stopped = self._arrivals.observe(X)
         y = self.booster.loss.scale(_gathered(self._pending_targets, np.float64,
                                               self._pending_chunked))
         self._pending_uids, self._pending_rows, self._pending_targets = [], [], []
@@ -1131,6 +1131,7 @@ class StreamEngine(OwesRounds):
             event = MergeEvent(uids, X, y, margin, self._recalibration_charge(uids, margin, y))
             self._apply_merge(event)
             self._pending_events.append(event)
+        self._warn_stopped(stopped)  # once the merge is whole: a warning turned error loses nothing
 
     def _recalibration_charge(self, uids: np.ndarray, margin: np.ndarray,
                               y: np.ndarray) -> float:
@@ -1332,11 +1333,11 @@ class StreamEngine(OwesRounds):
             self._commit(None, self.pool)
             self._drain()
 
-    def _observe_arrivals(self, X: np.ndarray) -> None:
-        """Count merged rows per feature and warn once for each feature that stopped
-        arriving (:class:`~renyiboost.validation.FeatureArrivals`): a warning only, as for a
-        feature that never arrives, since a stop would make the schedule depend on the data."""
-        for name in self._arrivals.observe(X):
+    def _warn_stopped(self, names: list[str]) -> None:
+        """Warn once for each feature that stopped arriving
+        (:class:`~renyiboost.validation.FeatureArrivals`): a warning only, as for a feature
+        that never arrives, since a stop would make the schedule depend on the data."""
+        for name in names:
             warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning, stacklevel=5)
 
     def _check_arrived(self) -> None:
@@ -1692,8 +1693,7 @@ class StreamEngine(OwesRounds):
             self._take_grid(snap.grid)  # before the snapshot, whose spent holds its charges
         self._offsets = dict(meta["offsets"] or {})
         self._merged_offsets = dict(self._offsets)
-        self._arrivals = FeatureArrivals(self.schema.names)
-        self._observe_arrivals(self.pool.X)
+        self._arrivals = FeatureArrivals.from_pool(self.schema.names, self.pool.X)
         self._positions = self._merged_positions = int(meta["positions"])
         self._next_trigger = self.schedule.next_after(self._positions)
         self._committed_positions = self._positions
@@ -1784,8 +1784,7 @@ class StreamEngine(OwesRounds):
         self._status[gone] = RETIRED
         self._ledger_spent[gone] = keys.spent[~keys.active]
         if active.size:
-            self._arrivals = FeatureArrivals(self.schema.names)
-            self._observe_arrivals(live.X)
+            self._arrivals = FeatureArrivals.from_pool(self.schema.names, live.X)
         ens = moved.ensemble
         if moved.grid is not None:  # its charges are in the moved spent budgets
             self._take_grid(moved.grid)

@@ -610,6 +610,13 @@ MUTATIONS = [
               "(~np.isnan(X))[::-1], axis=0), -1)"),
              [("tests/test_stream.py::test_a_restarted_stream_judges_a_features_gaps_from_the"
               "_restart")]),
+    Mutation("a record deleted by hand is not written again (an older copy opens)",
+             "src/renyiboost/stream/store.py",
+             "        if self._record_fd is not None and os.fstat(self._record_fd).st_nlink == 0:",
+             ("        if self._record_fd is not None and os.fstat(self._record_fd).st_nlink == 0 "
+              "and False:"),
+             [("tests/test_ledger.py::test_the_record_beside_a_store_is_rewritten_in_place_and"
+              "_comes_back_if_deleted")]),
 ]
 
 

@@ -550,6 +550,42 @@ def test_a_store_is_not_created_where_a_lost_one_left_its_record(tmp_path) -> No
     SQLiteStore(path, create=True).close()
 
 
+def test_the_record_beside_a_store_is_rewritten_in_place_and_comes_back_if_deleted(
+        tmp_path) -> None:
+    """The record follows every commit at a fixed width, written in place (a rewrite that
+    truncated first cost more than a small commit itself, and left it empty for a moment);
+    deleted by hand while the store is open, the next commit writes it again, so an older
+    copy restored after that is still refused."""
+    import sqlite3
+
+    from renyiboost.stream.store import RECORD_BYTES
+
+    path, model = _fed(tmp_path, 60)
+    record = Path(f"{path}.epoch")
+    store = model.engine.store
+
+    def recorded() -> dict:
+        text = record.read_text()
+        assert len(text) == RECORD_BYTES  # one width: no tail of a longer record
+        return json.loads(text)
+
+    assert recorded() == {"store_id": store.identity.store_id, "epoch": 1,
+                          "commits": store._commits}
+    source, copy = sqlite3.connect(path), sqlite3.connect(tmp_path / "backup.db")
+    source.backup(copy)  # an older copy, taken online
+    source.close()
+    copy.close()
+    record.unlink()
+    _feed(model, 60, start=60)
+    assert recorded()["commits"] == store._commits > 0
+    model.engine.close()
+    shutil.copy(tmp_path / "backup.db", path)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(LedgerConflict, match="behind epoch"):
+        SQLiteStore(path)
+
+
 def test_a_crash_while_the_first_load_pins_the_configuration_pins_nothing(tmp_path,
                                                                          monkeypatch) -> None:
     """The configuration, calibration and charge-grid rows were written one by one: a

@@ -901,6 +901,12 @@ class SQLStateStore(StateStore):
         raise NotImplementedError
 
 
+#: The width of the record beside a SQLite store after a commit (JSON padded with spaces, which
+#: a JSON reader skips): a store id, an epoch and a count of commits fit several times over,
+#: and a fixed width is rewritten in place with no tail of a longer record left behind.
+RECORD_BYTES = 256
+
+
 class SQLiteStore(SQLStateStore):
     """The durable store in one SQLite file (see the module docstring).
 
@@ -948,6 +954,8 @@ class SQLiteStore(SQLStateStore):
         #: Whether a commit is durable when it returns (``synchronous=FULL``): only then may
         #: the record beside the database follow every commit (:meth:`_record_commits`).
         self._commits_durable = synchronous == "FULL"
+        #: The record's file, open for :meth:`_record_commits` (``None``: not opened yet).
+        self._record_fd: int | None = None
         if create:
             self._check_absent()
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -1043,6 +1051,7 @@ class SQLiteStore(SQLStateStore):
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, target)
+        self._close_record()  # an open one is the replaced file's
         directory = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(directory)
@@ -1054,11 +1063,26 @@ class SQLiteStore(SQLStateStore):
         never be ahead of the database, and with ``synchronous=NORMAL`` a power cut can undo
         the last commits, so such a store records its commits at its opens only. A record
         the power cut leaves behind only checks less (an older copy a few commits back
-        passes), never refuses a store that is not behind."""
+        passes), never refuses a store that is not behind.
+
+        Written in place, :data:`RECORD_BYTES` padded with spaces, on a file kept open: a
+        rewrite that truncated the file first cost 240 µs a commit here (ext4 starts
+        writing a file back when it is truncated and rewritten), more than a small
+        ``synchronous=FULL`` commit itself (195 µs); in place, 5 µs. Nor is there a moment
+        when the record is empty."""
         if not self._commits_durable:
             return
-        with open(self._epoch_path, "w") as file:
-            file.write(json.dumps({"store_id": store_id, "epoch": epoch, "commits": commits}))
+        if self._record_fd is not None and os.fstat(self._record_fd).st_nlink == 0:
+            self._close_record()  # the record was deleted: write a new one, as before
+        if self._record_fd is None:
+            self._record_fd = os.open(self._epoch_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        record = json.dumps({"store_id": store_id, "epoch": epoch, "commits": commits})
+        os.pwrite(self._record_fd, record.ljust(RECORD_BYTES).encode(), 0)
+
+    def _close_record(self) -> None:
+        if self._record_fd is not None:
+            os.close(self._record_fd)
+            self._record_fd = None
 
     def _check_present(self) -> None:
         if self.path.is_dir():
@@ -1071,6 +1095,7 @@ class SQLiteStore(SQLStateStore):
                                 f"{NEVER_IMPLICIT}")
 
     def close(self) -> None:
+        self._close_record()
         self._db.close()
         self._lock.release()
 

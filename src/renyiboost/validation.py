@@ -575,14 +575,18 @@ class FeatureArrivals:
     def observe(self, X: np.ndarray) -> list[str]:
         """Count the encoded rows ``X`` (NaN: no value); returns the features that stopped
         arriving with them and were not named before (each is named once per process)."""
-        if not len(X):
+        n = len(X)
+        if not n:
             return []
         present = ~np.isnan(X)
-        had = present.any(axis=0)
-        last_in_batch = len(X) - 1 - np.argmax(present[::-1], axis=0)
-        self.last = np.where(had, self.records + last_in_batch, self.last)
-        self.values += present.sum(axis=0)
-        self.records += len(X)
+        counts = np.count_nonzero(present, axis=0)
+        self.values += counts
+        self.records += n
+        if counts.min() == n:  # every feature in every row: no gap, nothing stops
+            self.last[:] = self.records - 1
+            return []
+        last_in_batch = n - 1 - np.argmax(present[::-1], axis=0)
+        self.last = np.where(counts > 0, self.records - n + last_in_batch, self.last)
         new = self._stopped() & ~self._warned
         self._warned |= new
         return [name for name, hit in zip(self.names, new, strict=True) if hit]

@@ -591,28 +591,27 @@ class FeatureArrivals:
         self._warned |= new
         return [name for name, hit in zip(self.names, new, strict=True) if hit]
 
+    def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per feature: the records since its last value, and its rate until then."""
+        return self.records - 1 - self.last, self.values / np.maximum(self.last + 1, 1)
+
     def _stopped(self) -> np.ndarray:
-        gap = self.records - 1 - self.last
-        rate = self.values / np.maximum(self.last + 1, 1)  # while it arrived
+        gap, rate = self._gaps()
         return ((self.values >= STOPPED_EXPECTED_VALUES) & (gap >= STOPPED_MIN_RECORDS)
                 & (rate * gap >= STOPPED_EXPECTED_VALUES))
 
     def describe(self, name: str) -> str:
         """How long ``name`` has had no value, against its rate before (for a warning)."""
         j = self.names.index(name)
-        gap, rate = self.records - 1 - self.last[j], self.values[j] / (self.last[j] + 1)
+        gap, rate = (column[j] for column in self._gaps())
         return (f"feature {name!r} had a value in {rate:.0%} of the first {self.last[j] + 1} "
                 f"records and in none of the {gap} since; check that the producers still "
                 "send it under that name (a renamed or dropped field is read as missing)")
 
     @property
-    def arrived(self) -> np.ndarray:
-        """Per feature: whether any record had a value."""
-        return self.values > 0
-
-    @property
     def not_arrived(self) -> list[str]:
-        return [name for name, seen in zip(self.names, self.arrived, strict=True) if not seen]
+        """The features no record had a value for."""
+        return [name for name, n in zip(self.names, self.values, strict=True) if not n]
 
     @property
     def stopped(self) -> list[str]:

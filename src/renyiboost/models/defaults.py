@@ -266,10 +266,11 @@ MAINS_CYCLES = 20
 #: for (:data:`FINISH_GRID_SHARE`). Reserving it anyway and releasing it at the public
 #: position 1,000 from the keys present then (thirtieth session; development suite, paired,
 #: 8 shuffles, 16 for the short sets; ε = 0.5 / 1 / 4) was not adopted: ``learn_one``
-#: gained Abalone +0.026 and Elec2 +0.012 at 4 and Bananas +0.013 / +0.014 at 1 / 4, but lost
-#: California −0.029 / −0.022 and Friedman −0.018 at 0.5, and after ``finish()``, which
-#: then buys no grid of its own, Bananas −0.101 / −0.036 and California −0.030 / −0.027. A sharded stream sums its
-#: shards' exact histograms and adds the noise once (:class:`~renyiboost.stream.sharded.ShardedEngine`).
+#: gained Abalone +0.026 and Elec2 +0.012 at 4 and Bananas +0.013 / +0.014 at 1 / 4, but
+#: lost California −0.029 / −0.022 and Friedman −0.018 at 0.5, and after ``finish()``,
+#: which then buys no grid of its own, Bananas −0.101 / −0.036 and California −0.030 /
+#: −0.027. A sharded stream sums its shards' exact histograms and adds the noise once
+#: (:class:`~renyiboost.stream.sharded.ShardedEngine`).
 GRID_SHARE = 0.05
 #: The share of the budget B at which a stream without a size hint buys its split grid
 #: when told that it ended (:meth:`~renyiboost.stream.engine.StreamEngine.finish`), before

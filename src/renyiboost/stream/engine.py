@@ -1131,7 +1131,7 @@ class StreamEngine(OwesRounds):
             event = MergeEvent(uids, X, y, margin, self._recalibration_charge(uids, margin, y))
             self._apply_merge(event)
             self._pending_events.append(event)
-        self._warn_stopped(stopped)  # once the merge is whole: a warning turned error loses nothing
+        self._warn_stopped(stopped)  # after the merge: a warning turned error loses nothing
 
     def _recalibration_charge(self, uids: np.ndarray, margin: np.ndarray,
                               y: np.ndarray) -> float:

@@ -97,8 +97,9 @@ def test_proper_gradients_settle_at_the_base_rate_where_clipped_ones_do_not(epsi
     for gradient in ("clipped", "proper"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TestingOnlyWarning)
-            model = SGBDT(SCHEMA, task="classification", epsilon=epsilon, seed=4,
-                          expected_records=40_000, logistic_gradient=gradient).fit(X, y)
+            model = SGBDT(PublicSchema(features=SCHEMA.features), task="classification",
+                          epsilon=epsilon, seed=4, expected_records=40_000,
+                          logistic_gradient=gradient).fit(X, y)
         means[gradient] = float(model.predict_proba(X)[:, 1].mean())
     assert abs(means["proper"] - y.mean()) < 0.015
     # the clip's link at q = 0.1 + 0.3 a: the mean over a of 0.3 q / (1 − q) is

@@ -540,3 +540,122 @@ def test_rare_features_that_never_stop_are_not_called_stopped() -> None:
     column = np.vstack([np.ones((400, 1)), np.full((300, 1), np.nan)])
     said = [(start, stops.observe(column[start:start + 50])) for start in range(0, 700, 50)]
     assert [start for start, names in said if names] == [550]  # the batch with the 200th gap
+
+
+def test_nan_and_na_in_a_dict_are_missing_as_in_a_frame() -> None:
+    """River's ``iter_pandas`` hands a frame's NaN on in dicts, and its scalers put NaN in
+    the first records they see: a dict's NaN (any float width) or ``pd.NA`` marks a
+    missing value, as in ``learn_many``'s frame, and a whole-number float of a categorical
+    feature is its integer. A dict's NaN was refused, so the same rows worked in a frame
+    and crashed ``progressive_val_score``. ±inf stays refused; a record of NaN only is the
+    record without values, warned about once."""
+    schema = {"a": (0.0, 1.0), "b": (0.0, 1.0), "grade": [1, 2, 3]}
+    model = SGBDTRegressor(schema, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+    rows = [{"a": math.nan, "b": 0.25, "grade": 2.0},
+            {"a": np.float32("nan"), "b": pd.NA, "grade": np.nan},
+            {"a": 0.5, "b": np.nan, "grade": 3}]
+    left_out = [{"b": 0.25, "grade": 2}, {}, {"a": 0.5, "grade": 3}]
+    validator = model.engine.validator
+    with pytest.warns(SchemaMismatchWarning, match="no value for any feature"):
+        encoded = np.vstack([validator.features(x) for x in rows])
+    frame = pd.DataFrame(rows, columns=["a", "b", "grade"])
+    rows_of_frame, bad = validator.columns({c: frame[c].to_numpy() for c in frame},
+                                           len(rows))
+    assert not bad
+    np.testing.assert_array_equal(encoded, rows_of_frame)
+    np.testing.assert_array_equal(encoded, [[np.nan, 0.25, 1.0], [np.nan] * 3,
+                                            [0.5, np.nan, 2.0]])
+    np.testing.assert_array_equal(encoded, [validator.features(x) for x in left_out])
+    for i, x in enumerate(rows):
+        model.learn_one(x, 0.5, key=f"k{i}")
+        assert model.predict_one(x) == model.predict_one(left_out[i])
+    for bad_value, match in [({"a": math.inf}, "'a' is inf"),
+                             ({"grade": 2.5}, "'grade' is categorical"),
+                             ({"a": 10**400}, "an integer beyond the float range")]:
+        with pytest.raises(InvalidRecord, match=match):
+            model.learn_one(bad_value, 0.5, key="bad")
+
+
+def test_encode_columns_takes_a_frame_and_its_missing_categories() -> None:
+    """``encode_columns`` said it took "a DataFrame's columns" and failed on a frame
+    (``'numpy.ndarray' object is not callable``); and a NaN or ``pd.NA`` in a categorical
+    column took the "other" branch (code 3 here), where the rest of the package reads it
+    as missing. A frame's column the schema does not name is refused, not dropped."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "c": ["x", "y", "z"]})
+    frame = pd.DataFrame({"a": [0.5, np.nan, 0.2, 3.0], "c": ["x", np.nan, None, "q"]},
+                         index=[10, 3, 7, 1])  # positions, not index labels, count
+    expected = [[0.5, 0.0], [np.nan, np.nan], [0.2, np.nan], [1.0, 3.0]]
+    outside = np.zeros(2, dtype=np.int64)
+    np.testing.assert_array_equal(schema.encode_columns(frame, outside), expected)
+    assert outside.tolist() == [1, 1]  # the clipped 3.0 and "q"; no missing value counted
+    for kind in ("category", "string"):
+        np.testing.assert_array_equal(schema.encode_columns(frame.astype({"c": kind})),
+                                      expected)
+    np.testing.assert_array_equal(
+        schema.encode_columns({"c": ["y", pd.NA, np.float32("nan"), math.nan]}),
+        [[np.nan, 1.0], [np.nan, np.nan], [np.nan, np.nan], [np.nan, np.nan]])
+    with pytest.raises(ValueError, match="column 'A' is not a feature"):
+        schema.encode_columns(frame.rename(columns={"a": "A"}))
+
+
+@pytest.mark.parametrize("bounds", [(-1e308, 1e308), (0.0, 2e300), (-1.1e300, 0.0)])
+def test_bounds_beyond_the_models_arithmetic_are_refused(bounds) -> None:
+    """Feature bounds of ±1e308 made every threshold inf or NaN (accuracy 0.47, an export
+    that would not load) and target bounds of ±8e307 predicted inf: bounds are refused
+    past a magnitude of 1e300, with the rule in the message."""
+    with pytest.raises(ValueError, match="magnitude at most 1e"):
+        PublicSchema(features={"a": bounds})
+    with pytest.raises(ValueError, match="target_bounds: bounds must be finite numbers"):
+        PublicSchema(features={"a": (0, 1)}, target_bounds=bounds)
+    PublicSchema(features={"a": (-1e300, 1e300)}, target_bounds=(-1e300, 1e300))
+
+
+def test_warnings_name_the_callers_line_not_the_packages() -> None:
+    """Each warning had a fixed ``stacklevel``, so from some entry points it named the
+    package's own line (a ``TestingOnlyWarning`` at ``engine.py:688``): now the first line
+    outside the package, whatever the depth of the path that warned."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0,
+                               seed=0)
+        model.learn_one({"a": 5.0}, 0.5)  # outside the bounds, and no key
+        SGBDT(PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0)),
+              epsilon=1.0, seed=0).fit(np.array([[5.0], [0.5]]), np.array([0.5, 0.5]))
+    kinds = {w.category for w in caught}
+    assert {TestingOnlyWarning, SchemaMismatchWarning, PrivacyLeakWarning} <= kinds
+    assert {w.filename for w in caught} == {__file__}
+
+
+@pytest.mark.parametrize("rounds", [-1, 1.5, True, "2"])
+def test_train_takes_a_whole_number_of_rounds(rounds) -> None:
+    """``train(-1)`` ran nothing and said nothing; ``finish(split_grid="yes")`` read the
+    string as true. Both are refused before anything is merged or released."""
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+    model.learn_one({"a": 0.5}, 0.5, key="k")
+    with pytest.raises(ValueError, match="rounds must be a whole number >= 0"):
+        model.train(rounds)
+    with pytest.raises(ValueError, match="split_grid must be None"):
+        model.finish(split_grid="yes")
+    assert model.engine.n_pending == 1 and model.train(0) == 0
+
+
+def test_a_batch_learner_takes_its_task_from_the_schema_and_refuses_a_contradiction() -> None:
+    """``SGBDT(schema_with_labels, epsilon=1)`` built a regressor that then asked for target
+    bounds; a regressor answered ``hasattr(model, "predict_proba")`` with True and raised
+    when called. The task now follows the schema's label set or target bounds, a task
+    that contradicts them is refused (the other half would be ignored), and only a
+    classifier has ``predict_proba``."""
+    X = np.random.default_rng(0).uniform(0, 1, size=(300, 1))
+    labelled = PublicSchema(features={"a": (0.0, 1.0)}, labels=["n", "y"])
+    bounded = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    classifier = SGBDT(labelled, epsilon=1.0, seed=0).fit(X, np.where(X[:, 0] > 0.5, "y", "n"))
+    assert classifier.params.task == "classification"
+    assert classifier.predict_proba(X).shape == (300, 2)
+    regressor = SGBDT(bounded, epsilon=1.0, seed=0)
+    assert regressor.params.task == "regression" and not hasattr(regressor, "predict_proba")
+    with pytest.raises(ValueError, match="only a classifier reads"):
+        SGBDT(labelled, task="regression", epsilon=1.0)
+    with pytest.raises(ValueError, match="only a regressor reads"):
+        SGBDT(bounded, task="classification", epsilon=1.0)
+    with pytest.raises(ValueError, match="pass task='classification'"):
+        SGBDT(PublicSchema(features={"a": (0.0, 1.0)}), epsilon=1.0)

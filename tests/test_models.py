@@ -240,14 +240,15 @@ def test_leaf_noise_has_the_calibrated_standard_deviation() -> None:
 
 
 class _ScriptedNoise(SeededNoise):
-    """Seeded draws, except that Gaussian calls return scripted arrays in turn."""
+    """Seeded draws, except that Gaussian releases add scripted arrays in turn (and are not
+    rounded to their grid: the values below are the releases themselves)."""
 
     def __init__(self, *normals: np.ndarray) -> None:
         super().__init__(0)
         self.normals = list(normals)
 
-    def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
-        return self.normals.pop(0)
+    def add_gaussian(self, values: np.ndarray, std: float | np.ndarray = 1.0) -> np.ndarray:
+        return values + self.normals.pop(0)
 
 
 def test_a_negative_noisy_count_zeroes_the_leaf_or_is_clamped_to_zero() -> None:

@@ -169,7 +169,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     release = sums_release(POLICY, engine.booster.calibration)
     twin = noise_source(0, warn=False)
     twin.set_state(state)
-    noisy = sums + twin.normal(5, release.noise_stds)
+    noisy = twin.add_gaussian(sums, release.noise_stds)
     scale, offset = platt_step(noisy, release.noise_stds, 1.0, 0.0)
     assert engine.ensemble.answer_map == pytest.approx((scale, offset), rel=1e-12)
     assert engine.recalibration.refitted_at == 2

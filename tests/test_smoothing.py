@@ -102,8 +102,8 @@ def test_explanations_of_a_smoothed_model_add_up_to_its_margin() -> None:
     X = np.column_stack([rng.uniform(0, 8, 2000), rng.uniform(-1, 1, 2000),
                          rng.integers(0, 2, 2000)]).astype(float)
     y = X[:, 0] / 8 + X[:, 1] > 0.5
-    model = SGBDT(SCHEMA, task="classification", epsilon=2.0, expected_records=2000,
-                  seed=0, feature_selection="cyclic").fit(X, y)  # one feature a tree
+    model = SGBDT(PublicSchema(features=SCHEMA.features), task="classification", epsilon=2.0,
+                  expected_records=2000, seed=0, feature_selection="cyclic").fit(X, y)
     assert model.ensemble.shifts is not None
     parts = feature_contributions(model.ensemble, X[:100], 3)
     np.testing.assert_allclose(model.ensemble.init_score + parts.sum(axis=1),

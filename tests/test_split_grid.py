@@ -74,15 +74,15 @@ def test_the_histograms_noise_is_the_gaussian_their_charge_pays_for() -> None:
 
 
 class _RecordingNoise:
-    """A seeded source that records the std of every Gaussian draw."""
+    """A seeded source that records the size and std of every Gaussian release."""
 
     def __init__(self) -> None:
         self.inner = noise_source(0)
         self.normal_stds: list[tuple[int, float]] = []
 
-    def normal(self, size: int, std: float = 1.0) -> np.ndarray:
-        self.normal_stds.append((size, float(std)))
-        return self.inner.normal(size, std)
+    def add_gaussian(self, values: np.ndarray, std: float = 1.0) -> np.ndarray:
+        self.normal_stds.append((np.size(values), float(std)))
+        return self.inner.add_gaussian(values, std)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

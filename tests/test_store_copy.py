@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from renyiboost import SGBDTClassifier
-from renyiboost.exceptions import LedgerConflict, TestingOnlyWarning
+from renyiboost.exceptions import LedgerConflict, StoreLocked, TestingOnlyWarning
 from renyiboost.stream.postgres import PostgresStore
 from renyiboost.stream.store import MemoryStore, SQLiteStore
 
@@ -64,6 +64,18 @@ def test_an_estimator_on_a_durable_store_refuses_clone_and_says_why(tmp_path) ->
                                                                  create=True))
     with pytest.raises(LedgerConflict, match="cannot be copied"):
         model.clone()
+    model.learn_one({"a": 0.5}, True, key="k0")  # the original goes on
+    model.engine.close()
+
+
+def test_a_clone_of_a_model_opened_by_path_says_this_process_holds_the_store(tmp_path) -> None:
+    """A model given ``store="s.db"`` clones by opening that path again, and the lock then
+    blamed "pid <this process> … stop that one first", as if another program held it."""
+    SQLiteStore(tmp_path / "s.db", create=True).close()
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=str(tmp_path / "s.db"))
+    with pytest.raises(StoreLocked, match="this process: another model") as refused:
+        model.clone()
+    assert "one ledger" in str(refused.value) and "stop that one" not in str(refused.value)
     model.learn_one({"a": 0.5}, True, key="k0")  # the original goes on
     model.engine.close()
 
@@ -126,7 +138,7 @@ def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path
     assert os.waitstatus_to_exitcode(done[1]) == 0
     for i in range(60, 100):  # the parent goes on, still holding its lock
         model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
-    with pytest.raises(Exception, match="in use by"):
+    with pytest.raises(StoreLocked, match="this process: another model"):
         SQLiteStore(path)
     version = model.engine.release_version
     assert version > released

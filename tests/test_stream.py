@@ -585,8 +585,8 @@ def test_bad_input_raises_clear_errors_and_leaves_the_pool_untouched() -> None:
     _fill(model, _stream(30), list(range(30)))
     engine = model.engine
     state = (len(engine.pool), engine.n_pending, engine.pool.spent.copy())
-    with pytest.raises(ValueError, match="'a' is nan"):
-        model.learn_one({"a": float("nan"), "b": 0.0}, 1.0)
+    with pytest.raises(ValueError, match="'a' is inf"):
+        model.learn_one({"a": float("inf"), "b": 0.0}, 1.0)
     with pytest.raises(ValueError, match="'b' is numeric"):
         model.learn_one({"a": 0.5, "b": "high"}, 1.0)
     with pytest.raises(ValueError, match="outside the public target_bounds"):

@@ -7,6 +7,24 @@ and exits non-zero.
 
 from __future__ import annotations
 
+import os
+import sys
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` that names the first line outside this
+    package: the user's ``learn_one`` or ``fit``, not ``engine.py``, whichever path inside
+    led to the warning (a fixed level named the package's own lines from some entry points,
+    e.g. a ``TestingOnlyWarning`` at ``engine.py:688``). Call it in the ``warn`` call."""
+    frame = sys._getframe(1)  # the function that warns: level 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
+
 
 class PrivacyLeakWarning(UserWarning):
     """Something the privacy guarantee does not cover is happening.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
@@ -33,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from renyiboost.exceptions import PrivacyLeakWarning
+from renyiboost.exceptions import PrivacyLeakWarning, outside_stacklevel
 
 Category = str | int | bool
 _BOOLS = frozenset({bool, np.bool_})
@@ -55,6 +56,36 @@ def _object_vector(values: Any) -> np.ndarray:
 
 #: Tags a bool category in a category index (:func:`category_key`).
 BOOL_CATEGORY = "renyiboost.bool"
+#: The largest magnitude a public bound may have. Splits, leaf values and noise are computed
+#: on the bounds' width and midpoint: bounds of ±1e308 made thresholds infinite (accuracy
+#: 0.47 where ±1e30 gave 0.95) and exports unreadable, and target bounds of ±8e307
+#: predicted inf. 1e300 leaves that arithmetic eight orders of magnitude of room and is far
+#: beyond any quantity a schema describes; an "unbounded" feature needs real bounds anyway,
+#: since the trees split evenly between them.
+MAX_BOUND = 1e300
+
+
+_BOUNDS_RULE = f"bounds must be finite numbers lo < hi of magnitude at most {MAX_BOUND:g}"
+
+
+def _bounds_ok(lo: float, hi: float) -> bool:
+    """Whether ``(lo, hi)`` are public bounds the model's arithmetic can use
+    (:data:`MAX_BOUND`); NaN fails every comparison."""
+    return -MAX_BOUND <= lo < hi <= MAX_BOUND
+
+
+def pandas_na() -> Any:
+    """pandas' ``NA`` if pandas is loaded (a caller holding an ``NA`` has loaded it), else
+    ``None``: the check never imports pandas."""
+    return getattr(sys.modules.get("pandas"), "NA", None)
+
+
+def _is_missing(value: Any) -> bool:
+    """Whether a categorical column's ``value`` marks a missing value: NaN (a float, of
+    any width) or pandas' ``NA`` (``None`` is handled before)."""
+    if isinstance(value, float | np.floating):
+        return bool(np.isnan(value))
+    return value is not None and value is pandas_na()
 
 
 def category_key(value: Any) -> Any:
@@ -79,8 +110,11 @@ class PublicSchema(BaseModel):
         Maps each feature name to ``(lo, hi)`` for a numeric feature or to the list of
         allowed values for a categorical one. The order of the mapping is the column order.
         Two numbers, in a list or a tuple, are always a numeric feature's bounds (as a
-        TOML or JSON config writes them): a categorical feature of two numeric values
-        takes them as strings (``["1", "5"]``), or three values or more.
+        TOML or JSON config writes them). A feature of two integer codes is best declared
+        by its bounds, ``(1, 5)``: a tree's threshold between them splits them as the two
+        categories would, and records that say ``1`` or ``5`` match. As strings
+        (``["1", "5"]``) it would match only records that say ``"1"`` or ``"5"``; an
+        integer record would take the "other" branch.
         Names are kept as strings (``0`` becomes ``"0"``; a record may still say ``0``);
         two names that are one string, such as ``0`` and ``"0"``, are refused.
     target_bounds
@@ -124,10 +158,8 @@ class PublicSchema(BaseModel):
                 isinstance(v, int | float) and not isinstance(v, bool) for v in spec
             ):
                 lo, hi = float(spec[0]), float(spec[1])
-                if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                    raise ValueError(
-                        f"feature {name!r}: bounds must be finite with lo < hi, got {spec!r}"
-                    )
+                if not _bounds_ok(lo, hi):
+                    raise ValueError(f"feature {name!r}: {_BOUNDS_RULE}, got {spec!r}")
                 normalised[key] = (lo, hi)
             elif isinstance(spec, list | tuple) and len(spec) == 1:
                 raise ValueError(
@@ -150,8 +182,8 @@ class PublicSchema(BaseModel):
     def _check_target_bounds(cls, value: tuple[float, float] | None) -> Any:
         if value is not None:
             lo, hi = value
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"target_bounds must be finite with lo < hi, got {value!r}")
+            if not _bounds_ok(lo, hi):
+                raise ValueError(f"target_bounds: {_BOUNDS_RULE}, got {value!r}")
         return value
 
     @field_validator("labels", mode="before")
@@ -336,13 +368,15 @@ class PublicSchema(BaseModel):
             for name, lo, hi in zip(self.names, self.lower, self.upper, strict=True)
         ]
 
-    def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray],
+    def encode_columns(self, columns: Mapping[str, Sequence[Any] | np.ndarray] | Any,
                        outside: np.ndarray | None = None,
                        n_rows: int | None = None) -> np.ndarray:
-        """Encode a column mapping (e.g. a DataFrame's columns) into a float matrix.
+        """Encode a column mapping or a data frame into a float matrix.
 
-        Vectorised per column; a missing column is all-missing, and so is ``None`` (or NaN)
-        in a numeric column: the values are trusted here, :class:`~renyiboost.validation.
+        Vectorised per column; a missing column is all-missing, and so is ``None``, NaN or
+        pandas' ``NA`` in any column; a data frame's column names are matched as strings,
+        and one the schema does not name is refused (``ValueError``: it would be all-missing
+        without a word). The values are trusted here, :class:`~renyiboost.validation.
         RecordValidator` judges them first. Values are encoded as
         :meth:`RecordValidator.features` encodes one record, bit for bit (a value inside the
         bounds is kept as it is: ``np.clip`` would turn −0.0 on a bound of 0 into 0.0).
@@ -350,6 +384,13 @@ class PublicSchema(BaseModel):
         bounds or domain (clipped, or sent to "other"). ``n_rows`` is the number of rows
         when ``columns`` may be empty (rows with no feature at all: every value missing).
         """
+        if not isinstance(columns, Mapping) and hasattr(columns, "columns"):
+            columns = {str(name): columns[name] for name in columns.columns}
+            unknown = [name for name in columns if name not in self.features]
+            if unknown:
+                raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
+                                 f"({', '.join(map(repr, self.names[:8]))}"
+                                 f"{', …' if self.n_features > 8 else ''})")
         lengths = {len(c) for c in columns.values()}
         if n_rows is not None:
             lengths.add(n_rows)
@@ -366,6 +407,10 @@ class PublicSchema(BaseModel):
                 index = self._category_index[name]
                 out[:, j] = [math.nan if v is None else index.get(category_key(v), len(spec))
                              for v in col]
+                other = np.flatnonzero(out[:, j] == len(spec))  # NaN and NA land here too
+                if other.size:  # by position: a Series' [] would read its index labels
+                    given = np.asarray(col, dtype=object)[other]
+                    out[other[[_is_missing(v) for v in given]], j] = math.nan
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
@@ -482,7 +527,7 @@ class PublicSchema(BaseModel):
             "feature bounds were read from the data; the privacy guarantee does not cover "
             "them. Pass public bounds to avoid this warning.",
             PrivacyLeakWarning,
-            stacklevel=2,
+            stacklevel=outside_stacklevel(),
         )
         X = np.asarray(X, dtype=float)
         names = list(names) if names is not None else [f"x{j}" for j in range(X.shape[1])]

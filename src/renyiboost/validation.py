@@ -11,8 +11,10 @@ A rejection is an :class:`~renyiboost.exceptions.InvalidRecord` (a ``ValueError`
   would otherwise be ignored without a word; a name that is not a ``str``, such as River's
   ``0``, is matched as its string, as the schema stores names, and a record that gives one
   feature twice, as ``0`` and ``"0"``, is refused), or holds a value of the wrong kind: a numeric
-  feature takes a finite real number (not a bool, not a string; NaN and ±inf are refused,
-  leave a feature out to mark it missing), a categorical one a string, integer or bool.
+  feature takes a finite real number (not a bool, not a string; ±inf is refused), a
+  categorical one a string, integer or bool (a whole-number float is its integer). A value
+  left out, ``None``, NaN or pandas' ``NA`` marks a missing value, in a dict as in a data
+  frame's column (River's ``iter_pandas`` and its scalers hand NaN on).
   Numbers outside the public bounds are clipped and categories outside the public domain take
   the "other" branch: that is the schema's meaning of a bound, not an error.
 * ``label`` — a regression label must be a finite real number inside the public
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,8 +42,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning
-from renyiboost.schema import PublicSchema, category_key
+from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning, outside_stacklevel
+from renyiboost.schema import PublicSchema, category_key, pandas_na
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -211,7 +212,10 @@ class RecordValidator:
             kind = type(value)
             if index is not None:
                 if kind is not str and kind is not int and kind is not bool:
-                    self._check_value(name, value)
+                    value = self._unusual(name, value, categorical=True)
+                    if value is None:
+                        continue
+                    kind = type(value)
                 code = index.get(category_key(value) if kind is bool else value)
                 if code is None:
                     code = hi  # the "other" branch
@@ -221,7 +225,8 @@ class RecordValidator:
                 continue
             number = value if kind is float else _as_float(value) if kind is int else None
             if number is None or not -math.inf < number < math.inf:  # NaN fails both
-                self._check_value(name, value)  # raises unless a finite real (numpy, …)
+                if self._unusual(name, value, categorical=False) is None:
+                    continue  # NaN or NA: missing
                 number = _as_float(value)
             if lo <= number <= hi:
                 row[j] = number
@@ -232,10 +237,26 @@ class RecordValidator:
         if self.strict and len(x) < len(encoders):
             given = set(map(str, x))
             self._absent(next(name for name in encoders if name not in given))
-        if not self._warned_empty and (not x or (None in x.values() and all(
-                value is None for value in x.values()))):
+        if not self._warned_empty and all(map(math.isnan, row)):  # stops at a value
             self.note_empty()
         return np.array(row)
+
+    def _unusual(self, name: Any, value: Any, categorical: bool) -> Any:
+        """A value of a dict that :meth:`features`' fast paths do not take, as a data
+        frame's column gives it (:meth:`columns`): ``None`` for a missing mark (NaN of any
+        float type, pandas' ``NA``: River's ``iter_pandas`` and scalers hand those on), the
+        integer of a whole-number float in a categorical feature, else the value itself once
+        :meth:`_check_value` has judged it (it raises for ±inf, strings in a numeric
+        feature, fractions in a categorical one …)."""
+        if isinstance(value, float | np.floating):
+            if np.isnan(value):
+                return None
+            if categorical and abs(value) <= 2.0**53 and float(value).is_integer():
+                return int(value)
+        elif value is pandas_na():
+            return None
+        self._check_value(str(name), value)
+        return value
 
     def note_empty(self) -> None:
         """Warn, the first time only, that a record held no value for any feature of the
@@ -251,7 +272,7 @@ class RecordValidator:
                       f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
                       "whose every feature is missing. Check the records' feature names "
                       "(strict=True refuses such records)", SchemaMismatchWarning,
-                      stacklevel=4)
+                      stacklevel=outside_stacklevel())
 
     def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
         """The encoder of a name that is not a schema name as given: a name that is not a
@@ -296,7 +317,7 @@ class RecordValidator:
                      "outside its public domain and takes the 'other' branch")
             warnings.warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
                           f"the public schema (counts: {self.counts_at})",
-                          SchemaMismatchWarning, stacklevel=4)
+                          SchemaMismatchWarning, stacklevel=outside_stacklevel())
 
     def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema
@@ -313,9 +334,9 @@ class RecordValidator:
         row's dict without its missing values; bad rows come back as all-NaN rows. A
         DataFrame cannot leave a value out, so it marks one missing with ``None``, NaN or
         pandas' ``NA`` (``pd.DataFrame(dicts)`` puts NaN where a dict lacked a key): all
-        three are missing here, in any column, where a dict leaves the key out (a NaN in a
-        dict is refused, as ±inf is everywhere). A whole-number float in a categorical column
-        is its integer (pandas stores integer categories with a gap as floats). Rows in
+        three are missing here, in any column, as in a dict. A whole-number float in a
+        categorical column is its integer (pandas stores integer categories with a gap as
+        floats). Rows in
         ``exclude`` (refused for another reason) are not judged; with ``count``, the accepted
         rows' values outside the public bounds or domain are noted (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
@@ -349,7 +370,7 @@ class RecordValidator:
                 copied = True
             else:
                 suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
-            missing_marker = getattr(sys.modules.get("pandas"), "NA", None)
+            missing_marker = pandas_na()
             for i in np.flatnonzero(suspects).tolist():
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]
                 if categorical and type(value) is str:
@@ -407,9 +428,10 @@ class RecordValidator:
             raise InvalidRecord("schema", f"feature {name!r} is numeric, got "
                                           f"{type(value).__name__} {value!r:.40}")
         if not math.isfinite(_as_float(value)):
-            raise InvalidRecord("schema", f"feature {name!r} is {value!r:.40}: numeric features "
-                                          "must be finite (leave a feature out to mark it "
-                                          "missing)")
+            what = ("an integer beyond the float range" if isinstance(value, numbers.Integral)
+                    else repr(value))
+            raise InvalidRecord("schema", f"feature {name!r} is {what:.40}: numeric features "
+                                          "must be finite (None or NaN marks a missing value)")
 
     # ------------------------------------------------------------------ labels
     def label(self, y: Any) -> float:

@@ -72,7 +72,7 @@ def randomise(values: np.ndarray, randomiser: Randomiser, epsilon: float, clip: 
     if not (np.abs(values) <= clip * (1 + 1e-12)).all():
         raise ValueError("values must be clipped to [-clip, clip] before randomising")
     if randomiser == "laplace":
-        return values + noise.laplace(values.size, laplace_scale(epsilon, clip))
+        return noise.add_laplace(values, laplace_scale(epsilon, clip))
     magnitude = duchi_magnitude(epsilon)
     up = noise.uniform(values.size) < 0.5 + values / (2.0 * magnitude * clip)
     return np.where(up, magnitude * clip, -magnitude * clip)

@@ -114,7 +114,7 @@ class DPAdditiveBoost(MarginModel):
     """
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self._setup(schema, seed, AdditiveParams(**params))
+        self._setup(schema, seed, AdditiveParams, params)
         self.noise = AdditiveNoise.of(self.params, schema.n_features)
         self.edges = [None if schema.is_categorical[f] else
                       np.linspace(schema.lower[f], schema.upper[f], self.params.bins + 1)[1:-1]
@@ -146,8 +146,8 @@ class DPAdditiveBoost(MarginModel):
         # Leaves are Newton steps at the initial model's hessian: 1 for squared loss, and
         # 1/4 for log-loss at p = 1/2 (its largest: a step is never longer than Newton's).
         hessian = 0.25 if params.task == "classification" else 1.0
-        counts = [np.bincount(bins[:, f], minlength=self.n_bins[f])
-                  + noise.normal(int(self.n_bins[f]), self.noise.count_sigma)
+        counts = [noise.add_gaussian(np.bincount(bins[:, f], minlength=self.n_bins[f]),
+                                     self.noise.count_sigma)
                   for f in range(self.schema.n_features)]
         shapes = [np.zeros(int(n)) for n in self.n_bins]
         margin = np.zeros(y.size)
@@ -158,7 +158,7 @@ class DPAdditiveBoost(MarginModel):
                 n_leaves = int(leaf_of_bin.max()) + 1
                 per_bin = np.bincount(bins[:, f], weights=grad, minlength=self.n_bins[f])
                 sums = np.bincount(leaf_of_bin, weights=per_bin, minlength=n_leaves)
-                sums += noise.normal(n_leaves, self.noise.tree_sigma * params.grad_clip)
+                sums = noise.add_gaussian(sums, self.noise.tree_sigma * params.grad_clip)
                 leaf_counts = np.bincount(leaf_of_bin, weights=counts[f], minlength=n_leaves)
                 # A leaf whose noisy count is within 3 noise stds of 0 (e.g. the empty
                 # missing bin, a tail of bins) holds too few rows to tell from its noise;

@@ -64,8 +64,8 @@ class DPMeanBaseline:
                 raise ValueError("binary labels must be 0 or 1 (or give the schema a public "
                                  "label set, labels=[...]): each adds at most 1 to the noisy "
                                  "sum")
-        total = scaled.sum() + noise.normal(1, release.sum_noise_std(1.0))[0]
-        count = scaled.size + noise.normal(1, release.count_noise_std(1.0))[0]
+        total = noise.add_gaussian(scaled.sum(), release.sum_noise_std(1.0))
+        count = noise.add_gaussian(scaled.size, release.count_noise_std(1.0))
         mean = float(total / count) if count > 1 else 0.0
         if self.task == "regression":
             bounds = self.schema.target_bounds

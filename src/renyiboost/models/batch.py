@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from scipy.special import expit
+from sklearn.utils.metaestimators import available_if
 
 from renyiboost.accounting import SizeEstimate
 from renyiboost.accounting.budget import PrivacyAccountant
@@ -31,6 +32,42 @@ from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.validation import RecordValidator
+
+
+def require_target_bounds(model: Any, task: str, schema: PublicSchema) -> None:
+    """Refuse regression without the schema's public target bounds (reading them from the
+    labels would leak them), and say how to ask for a classifier instead."""
+    if task == "regression" and schema.target_bounds is None:
+        raise ValueError(f"{type(model).__name__} regression needs the schema's public "
+                         "target_bounds (reading them from the labels would leak them); "
+                         "for 0/1 labels pass task='classification'")
+
+
+def task_of_schema(schema: PublicSchema, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the task the public schema implies when they name none: a label set
+    is a classifier's (a fit without ``task`` built a regressor and then asked for target
+    bounds), target bounds a regressor's. A task that contradicts the schema is refused,
+    since the other half of the schema would be ignored without a word; regression without
+    target bounds is refused where the learner is built (:meth:`MarginModel._setup`)."""
+    task = params.get("task")
+    if task is None:
+        if schema.labels is not None:
+            return {**params, "task": "classification"}
+        return params if schema.target_bounds is None else {**params, "task": "regression"}
+    if task == "regression" and schema.labels is not None:
+        raise ValueError("task='regression', but the schema has a public label set "
+                         "(labels=...), which only a classifier reads: pass "
+                         "task='classification', or a schema with target_bounds")
+    if task == "classification" and schema.target_bounds is not None:
+        raise ValueError("task='classification', but the schema has target_bounds, which "
+                         "only a regressor reads: pass task='regression', or a schema "
+                         "without them (labels=[...] for a label set)")
+    return params
+
+
+def is_classifier(model: Any) -> bool:
+    """Whether ``model`` is a classifier, which alone has ``predict_proba``."""
+    return model.params.task == "classification"
 
 
 class MarginModel:
@@ -69,13 +106,14 @@ class MarginModel:
         if self.accountant is not None:
             self.accountant.charge(self.accounting_name, *self.planned_privacy())
 
-    def _setup(self, schema: PublicSchema, seed: int | None, params: Any) -> None:
-        """The schema, the noise seed and the validated parameters of a private learner;
+    def _setup(self, schema: PublicSchema, seed: int | None, params_type: Any,
+               given: dict[str, Any]) -> None:
+        """The schema, the noise seed and the parameters ``given``, validated by
+        ``params_type`` with the task the schema implies (:func:`task_of_schema`);
         regression needs the schema's public target bounds."""
+        params = params_type(**task_of_schema(schema, given))
         self.schema, self.seed, self.params = schema, seed, params
-        if params.task == "regression" and schema.target_bounds is None:
-            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
-                             "target_bounds")
+        require_target_bounds(self, params.task, schema)
         self.ensemble = None
 
     def _record_checks(self) -> RecordValidator:
@@ -135,9 +173,7 @@ class MarginModel:
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
-        if self.params.task == "regression" and self.schema.target_bounds is None:
-            raise ValueError(f"{type(self).__name__} regression needs the schema's public "
-                             "target_bounds; reading them from the labels would leak them")
+        require_target_bounds(self, self.params.task, self.schema)
         return X, y, outside
 
     def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -193,10 +229,10 @@ class MarginModel:
             return codes
         return np.asarray(self.schema.classes, dtype=object)[codes]
 
+    @available_if(is_classifier)
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """Class probabilities, one column a class in the order of the public labels."""
-        if self.params.task != "classification":
-            raise AttributeError("predict_proba is for task='classification'")
+        """Class probabilities, one column a class in the order of the public labels (a
+        regressor has no such method: ``hasattr`` says so, as scikit-learn's do)."""
         return class_probabilities(self.decision_function(X))
 
     # ------------------------------------------------------------------ explanations
@@ -271,11 +307,12 @@ class SGBDT(MarginModel):
     >>> from renyiboost.schema import PublicSchema
     >>> rng = np.random.default_rng(0)
     >>> X = rng.uniform(0, 1, size=(2000, 2)); y = 3 * X[:, 0] + rng.normal(0, 0.1, 2000)
-    >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 1)}, target_bounds=(0, 3))
-    >>> model = SGBDT(schema, epsilon=1.0, rounds=30, depth=3, learning_rate=0.3,
-    ...               sampling_rate=0.5, seed=1).fit(X, y)   # doctest: +SKIP
-    >>> model.privacy_guarantee().epsilon <= 1.0   # doctest: +SKIP
-    True
+    >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 1)}, target_bounds=(-1, 4))
+    >>> model = SGBDT(schema, epsilon=1.0, expected_records=2000).fit(X, y)  # the policy's
+    >>> model.params.depth, model.params.rounds, model.privacy_guarantee().epsilon <= 1.0
+    (4, 89, True)
+    >>> model.predict(np.array([[0.1, 0.5], [0.9, 0.5]]))  # doctest: +SKIP
+    array([0.25, 2.7 ])
     """
 
     multiclass = True  # softmax leaves, one vector a leaf
@@ -288,8 +325,9 @@ class SGBDT(MarginModel):
         if expected_records is not None:
             expected_records_hint(expected_records)
         #: The caller's explicit parameters; the default policy fills in the others.
-        self.explicit_params: dict[str, Any] = dict(params)
-        self._given = SGBDTParams(**params)  # what was given, validated now
+        self.explicit_params: dict[str, Any] = task_of_schema(schema, params)
+        self._given = SGBDTParams(**self.explicit_params)  # what was given, validated now
+        require_target_bounds(self, self._given.task, schema)
         #: The parameters the fit uses (known at construction when the size is public).
         self.params: SGBDTParams = self._resolve(expected_records)
         #: The size estimate's ε when :meth:`fit` bought one (public; part of the guarantee).
@@ -355,7 +393,7 @@ class SGBDT(MarginModel):
         if self.expected_records is None and self._needs_size():
             if self._given.private:
                 split = SizeEstimate.split(float(self._given.epsilon))
-                self.size_estimate_ = float(y.size + noise.laplace(1, split.laplace_scale)[0])
+                self.size_estimate_ = float(noise.add_laplace(y.size, split.laplace_scale))
                 self.size_estimate_epsilon = split.epsilon
                 self.params = self._resolve(self.size_estimate_, split.rest_epsilon)
             else:

@@ -214,7 +214,7 @@ def noisy_class_frequencies(codes: np.ndarray, n_classes: int, noise_std: float,
     costs it."""
     counts = np.bincount(np.asarray(codes, dtype=np.int64), minlength=n_classes).astype(float)
     if noise_std > 0:
-        counts += noise.normal(n_classes, noise_std)
+        counts = noise.add_gaussian(counts, noise_std)
     counts = np.maximum(counts, 0.0)
     total = counts.sum()
     return counts / total if total > 0 else np.full(n_classes, 1.0 / n_classes)
@@ -446,8 +446,8 @@ class SGBDTBooster:
             if cal.init_sigma is None:
                 return self._neutral_score(), spent
             init = LeafRelease(cal.init_sigma, self.params.count_share)
-            total += float(self.noise.normal(1, init.sum_noise_std(1.0))[0])
-            count += float(self.noise.normal(1, init.count_noise_std(1.0))[0])
+            total = float(self.noise.add_gaussian(total, init.sum_noise_std(1.0)))
+            count = float(self.noise.add_gaussian(count, init.count_noise_std(1.0)))
         return self.score_of_mean(total, count), spent
 
     def release_split_grid(self, pool: RecordPool) -> np.ndarray:
@@ -498,7 +498,7 @@ class SGBDTBooster:
         if cal.init_sigma is None:
             return self._neutral_score()
         init = LeafRelease(cal.init_sigma, self.params.count_share)
-        total += float(self.noise.normal(1, init.lone_sum_noise_std(1.0))[0])
+        total = float(self.noise.add_gaussian(total, init.lone_sum_noise_std(1.0)))
         return self.score_of_mean(total, float(public_count))
 
     def score_of_mean(self, total: float, count: float) -> float:
@@ -783,7 +783,6 @@ class SGBDTBooster:
         """
         params = self.params
         shift = params.depth - levels
-        n_leaves = 2**levels
         noisy_sums: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         # Vector leaves (multiclass): grad_sum is (leaves, C), one count a leaf; every
         # coordinate of the sum gets the scalar sum's noise (see losses.SoftmaxLoss).
@@ -793,16 +792,16 @@ class SGBDTBooster:
             den = (den_sum + params.reg_lambda)[column]
             values = np.divide(grad_sum, den, out=np.zeros(grad_sum.shape), where=den > 0)
             if release is not None:
-                values += self.noise.normal(grad_sum.size, release.static_value_noise_std(
-                    params.grad_clip, params.reg_lambda)).reshape(grad_sum.shape)
+                values = self.noise.add_gaussian(values, release.static_value_noise_std(
+                    params.grad_clip, params.reg_lambda))
             values *= -params.learning_rate
         else:
             reg_lambda = self.leaf_lambda(release)
             if release is not None:
                 sum_std = release.sum_noise_std(params.grad_clip)
-                grad_sum += self.noise.normal(grad_sum.size, sum_std).reshape(grad_sum.shape)
-                den_sum += self.noise.normal(
-                    n_leaves, release.count_noise_std(self.count_sensitivity))
+                grad_sum = self.noise.add_gaussian(grad_sum, sum_std)
+                den_sum = self.noise.add_gaussian(
+                    den_sum, release.count_noise_std(self.count_sensitivity))
             noisy_sums = (grad_sum.copy(), den_sum.copy())
             if params.negative_count == "clamp":
                 den_sum = np.maximum(den_sum, 0.0)

@@ -63,7 +63,7 @@ import warnings
 from typing import Any
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
-from renyiboost.exceptions import PrivacyLeakWarning
+from renyiboost.exceptions import PrivacyLeakWarning, outside_stacklevel
 from renyiboost.stream.schedule import TriggerSchedule
 
 
@@ -388,7 +388,7 @@ def check_privacy_inputs(epsilon: Any, delta: Any, records: float | None) -> Non
             f"delta={delta:g} is not far below 1/n for {where} (delta · n = {delta * n:.3g} "
             ">= 1): at such a delta a release that publishes some key's records verbatim "
             "is within the guarantee; δ should be far below 1/n (e.g. 1e-6)",
-            PrivacyLeakWarning, stacklevel=3)
+            PrivacyLeakWarning, stacklevel=outside_stacklevel())
 
 
 def effective_size(epsilon: float | None, records: float) -> float:
@@ -470,7 +470,7 @@ def warn_unread(explicit: dict[str, Any], feature_selection: str) -> None:
         warnings.warn(f"mains_cycles={explicit['mains_cycles']} is read only by "
                       "feature_selection='mains_then_pairs', and this model's is "
                       f"{feature_selection!r} (yours, or the default policy's at this size and "
-                      "ε), so it has no effect", UserWarning, stacklevel=4)
+                      "ε), so it has no effect", UserWarning, stacklevel=outside_stacklevel())
 
 
 def policy_fields(task: str) -> frozenset[str]:

@@ -45,10 +45,11 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from sklearn.utils.metaestimators import available_if
 
 from renyiboost.accounting.diprime import DiPriMeBudget
 from renyiboost.accounting.dpboost import gain_sensitivity
-from renyiboost.models.batch import PureDPModel
+from renyiboost.models.batch import PureDPModel, is_classifier
 from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import NoiseSource, noise_source
@@ -90,7 +91,7 @@ class DiPriMe(PureDPModel):
     """
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self._setup(schema, seed, DiPriMeParams(**params))
+        self._setup(schema, seed, DiPriMeParams, params)
         self.budget = DiPriMeBudget(epsilon=self.params.epsilon, depth=self.params.depth,
                                     candidates=self.params.candidates,
                                     split_share=self.params.split_share,
@@ -202,21 +203,20 @@ class DiPriMe(PureDPModel):
             sums = np.bincount(leaf, weights=signed, minlength=n_leaves)
             counts = np.bincount(leaf, minlength=n_leaves).astype(float)
             # (sum, count) moves by at most (1, 1): Laplace(2/ε) on each is ε-DP.
-            sums += noise.laplace(n_leaves, 2.0 / epsilon)
-            counts += noise.laplace(n_leaves, 2.0 / epsilon)
+            sums = noise.add_laplace(sums, 2.0 / epsilon)
+            counts = noise.add_laplace(counts, 2.0 / epsilon)
             return np.where(counts >= 1.0, np.clip(sums / np.maximum(counts, 1.0), -1, 1), 0.0)
         ones = np.bincount(leaf, weights=y, minlength=n_leaves)
         zeros = np.bincount(leaf, minlength=n_leaves) - ones
         # A row is in one of the two counts: Laplace(1/ε) on each is ε-DP.
-        ones = np.maximum(ones + noise.laplace(n_leaves, 1.0 / epsilon), 0.0)
-        zeros = np.maximum(zeros + noise.laplace(n_leaves, 1.0 / epsilon), 0.0)
+        ones = np.maximum(noise.add_laplace(ones, 1.0 / epsilon), 0.0)
+        zeros = np.maximum(noise.add_laplace(zeros, 1.0 / epsilon), 0.0)
         total = ones + zeros
         return np.where(total > 0, ones / np.where(total > 0, total, 1.0), 0.5) - 0.5
 
     # ------------------------------------------------------------------ prediction
+    @available_if(is_classifier)
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """The trees' mean probability of class 1 (not a log-odds: a forest's vote)."""
-        if self.params.task != "classification":
-            raise AttributeError("predict_proba is for task='classification'")
         p = np.clip(self.decision_function(X) + 0.5, 0.0, 1.0)
         return np.column_stack([1.0 - p, p])

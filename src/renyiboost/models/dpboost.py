@@ -122,7 +122,7 @@ class DPBoost(PureDPModel):
     """
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self._setup(schema, seed, DPBoostParams(**params))
+        self._setup(schema, seed, DPBoostParams, params)
         self.budget = DPBoostBudget(epsilon=self.params.epsilon, rounds=self.params.rounds,
                                     trees_per_ensemble=self.params.trees_per_ensemble,
                                     depth=self.params.depth)
@@ -170,7 +170,7 @@ class DPBoost(PureDPModel):
             sensitivity = leaf_sensitivity(G_STAR, params.reg_lambda, params.learning_rate,
                                            tree_in_ensemble)
         scale = sensitivity / self.budget.leaf_epsilon
-        return params.learning_rate * (value + noise.laplace(n_leaves, scale))
+        return params.learning_rate * noise.add_laplace(value, scale)
 
 
 def _draw_parts(shares: np.ndarray, size: int, noise: NoiseSource) -> np.ndarray:

@@ -17,7 +17,12 @@ import numpy as np
 from river import base
 
 from renyiboost.accounting.budget import PrivacyAccountant
-from renyiboost.exceptions import BudgetExceeded, InvalidRecord, PrivacyLeakWarning
+from renyiboost.exceptions import (
+    BudgetExceeded,
+    InvalidRecord,
+    PrivacyLeakWarning,
+    outside_stacklevel,
+)
 from renyiboost.models.defaults import POLICY, Policy
 from renyiboost.models.losses import class_codes, class_probabilities
 from renyiboost.models.recalibration import RecalibrationPolicy
@@ -277,7 +282,7 @@ class _SGBDTEstimator:
             risk = _composition_risk(frame.f_locals.get("self"), self)
             if risk is not None:
                 warnings.warn(f"a private {type(self).__name__} {risk}", PrivacyLeakWarning,
-                              stacklevel=3)
+                              stacklevel=outside_stacklevel())
                 return
             frame = frame.f_back
 

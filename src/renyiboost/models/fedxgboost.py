@@ -96,7 +96,7 @@ class FedXGBoostLDP(MarginModel):
     """
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
-        self._setup(schema, seed, FedXGBoostParams(**params))
+        self._setup(schema, seed, FedXGBoostParams, params)
         self.budget = LocalBudget(epsilon=self.params.epsilon, rounds=self.params.rounds,
                                   randomiser=self.params.randomiser)
 

@@ -129,7 +129,7 @@ class QuantileMap:
         if columns.size == 0:
             return cls.from_cdf(schema, cdf, mapped)
         if noise_std > 0:
-            counts += noise.normal(counts.size, noise_std).reshape(counts.shape)
+            counts = noise.add_gaussian(counts, noise_std)
         counts = np.where(counts > GRID_COUNT_CUTOFF * noise_std, counts, 0.0)
         survived = counts > 0
         beside = np.zeros_like(survived)

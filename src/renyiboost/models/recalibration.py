@@ -258,7 +258,7 @@ def noisy_platt_sums(sums: np.ndarray, release: PlattSumsRelease | None,
     if release is None:
         return sums, np.zeros(N_PLATT_SUMS)
     stds = release.noise_stds
-    return sums + noise.normal(N_PLATT_SUMS, stds), stds
+    return noise.add_gaussian(sums, stds), stds
 
 
 def platt_step(sums: np.ndarray, noise_stds: np.ndarray, scale: float,

@@ -196,8 +196,8 @@ def private_tune(
         run_seed = None if seed is None else seed * 100_003 + run
         model = SGBDT(schema, seed=run_seed, **_run_fields(pool[index], task, budget, delta)
                       ).fit(X_fit, y_fit)
-        score = (_validation_score(task, model, X_val, y_val, target_range)
-                 + float(noise.normal(1, score_std)[0]))
+        score = float(noise.add_gaussian(
+            _validation_score(task, model, X_val, y_val, target_range), score_std))
         if best is None or score > best[0]:
             best = (score, index, model)
     assert best is not None

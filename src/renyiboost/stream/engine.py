@@ -59,6 +59,7 @@ import copy
 import dataclasses
 import json
 import logging
+import numbers
 import os
 import threading
 import warnings
@@ -78,6 +79,7 @@ from renyiboost.exceptions import (
     SchemaMismatchWarning,
     StateStoreError,
     StoreResharded,
+    outside_stacklevel,
 )
 from renyiboost.models.booster import (
     LeafSums,
@@ -254,7 +256,7 @@ class EngineConfig(BaseModel):
                 "affords more than those at their noise: the burst's later trees would have "
                 "noise-only leaves. Give rounds as well (rounds=final_trees calibrates for "
                 "the burst; a warmup at the hint then puts every tree at the end, as a batch "
-                "fit does)", UserWarning, stacklevel=2)
+                "fit does)", UserWarning, stacklevel=outside_stacklevel())
         return self
 
     @classmethod
@@ -429,6 +431,17 @@ def rounds_left(config: EngineConfig, booster: SGBDTBooster) -> bool:
     """Whether a round may still run: ``max_rounds`` (a public count) is not reached."""
     cap = config.params.max_rounds
     return cap is None or booster.rounds_done < cap
+
+
+def check_call(rounds: Any = 0, split_grid: Any = None) -> None:
+    """Refuse a ``train(rounds)`` that is not a whole number >= 0 (``train(-1)`` ran nothing
+    and said nothing) and a ``finish(split_grid)`` that is not ``None``, ``True`` or
+    ``False`` (``"yes"`` was read as true), before anything is merged or released."""
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 0:
+        raise ValueError(f"rounds must be a whole number >= 0, got {rounds!r}")
+    if split_grid is not None and not isinstance(split_grid, bool):
+        raise ValueError(f"split_grid must be None (the default rule), True or False, got "
+                         f"{split_grid!r}")
 
 
 def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[[], None],
@@ -622,7 +635,7 @@ def warn_finished_early(positions: int, warmup: int) -> None:
                   "positions ends: the public schedule releases nothing before it, so there "
                   "is no model yet and answers are the public prior. Learn more records, or "
                   "give expected_records (a short stream's warmup is shorter)",
-                  UserWarning, stacklevel=3)
+                  UserWarning, stacklevel=outside_stacklevel())
 
 
 class OwesRounds:
@@ -901,7 +914,7 @@ class StreamEngine(OwesRounds):
             warnings.warn(
                 "records without a key: each gets a fresh sequence id, so the privacy unit is "
                 "one record, not one person. Pass key=... (a person or account id) to protect "
-                "everything a person contributes.", PrivacyLeakWarning, stacklevel=5)
+                "everything a person contributes.", PrivacyLeakWarning, stacklevel=outside_stacklevel())
 
     def _uid_for(self, key: Any | None, origin: str | None = None) -> int:
         if key is None:
@@ -1204,6 +1217,7 @@ class StreamEngine(OwesRounds):
         expected end has passed (:meth:`_release_split_grid`). Every round releases a tree,
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
+        check_call(rounds)
         self._learn_gate()
         self._merge_pending()
         if not self._initialized:
@@ -1302,6 +1316,7 @@ class StreamEngine(OwesRounds):
         this one, and counted in what it returns), none after a finished burst, instead of
         spending the budget of a second burst.
         """
+        check_call(split_grid=split_grid)
         self._may_learn()
         if self.coordinated:
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
@@ -1338,7 +1353,7 @@ class StreamEngine(OwesRounds):
         (:class:`~renyiboost.validation.FeatureArrivals`): a warning only, as for a feature
         that never arrives, since a stop would make the schedule depend on the data."""
         for name in names:
-            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning, stacklevel=5)
+            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning, stacklevel=outside_stacklevel())
 
     def _check_arrived(self) -> None:
         """Warn when a schema feature has not arrived by now: its name probably does not
@@ -1350,7 +1365,7 @@ class StreamEngine(OwesRounds):
         message = (f"features {missing[:8]} of the public schema have no value in the first "
                    f"{self._positions} stream positions; check that their names match the "
                    "records'")
-        warnings.warn(message, SchemaMismatchWarning, stacklevel=5)
+        warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
 
     def _release_initial_score(self) -> None:
         # The positions are public and at least the pool's size: no noisy count is released.

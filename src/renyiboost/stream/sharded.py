@@ -82,6 +82,7 @@ from renyiboost.stream.engine import (
     KeyBudget,
     OwesRounds,
     StreamEngine,
+    check_call,
     end_grid_charge,
     finish_burst,
     hinted_grid_charge,
@@ -791,6 +792,7 @@ class ShardedEngine(OwesRounds):
         """Run ``rounds`` rounds over all shards (the initial score first, once ``warmup``
         positions have passed); returns the trees added. A shard that dies aborts the round
         in progress and the rest of this call (see :meth:`recover`)."""
+        check_call(rounds)
         try:
             if not self._initialized:
                 if self._positions < self.config.warmup:
@@ -815,6 +817,7 @@ class ShardedEngine(OwesRounds):
         shards, the burst recorded in every shard's store before its first round, so that a
         restarted deployment resumes it (or runs none after a finished one) instead of
         starting a second. Returns the trees added."""
+        check_call(split_grid=split_grid)
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:

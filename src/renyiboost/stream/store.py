@@ -418,8 +418,16 @@ class _FileLock:
             self._file.seek(0)
             holder = self._file.read().strip() or "an unknown process"
             self._file.close()
+            store = str(path).removesuffix(".lock")
+            if holder.startswith(f"pid {os.getpid()} on {socket.gethostname()} "):
+                raise StoreLocked(
+                    f"the state store {store} is in use by pid {os.getpid()}, this process: "
+                    "another model or engine here holds it (e.g. the one this model was "
+                    "cloned from). A store is one ledger, so one model at a time may hold it: "
+                    "close() the other model first, or give this one a store of its own"
+                ) from None
             raise StoreLocked(
-                f"the state store {str(path).removesuffix('.lock')} is in use by {holder}; "
+                f"the state store {store} is in use by {holder}; "
                 "one process at a time may hold a store (stop that one first)") from None
         self._file.seek(0)
         self._file.truncate()

@@ -465,7 +465,9 @@ class RecordValidator:
                 return float(y)
             if _is_real(y) and _as_float(y) in (0.0, 1.0):
                 return float(y)
-            raise InvalidRecord("label", f"binary labels must be 0/1 or False/True, got {y!r:.40}")
+            raise InvalidRecord("label", f"binary labels must be 0/1 or False/True, got {y!r:.40} "
+                                         "(give the model a public label set, labels=[...], "
+                                         "for labels of other values)")
         if not _is_real(y):
             raise InvalidRecord("label", f"a regression label must be a number, got "
                                          f"{type(y).__name__} {y!r:.40}")

@@ -201,10 +201,8 @@ class MarginModel:
         bad = self._record_checks().bad_labels(raw)
         if bad:
             first, why = bad[0]
-            hint = ("" if self.params.task == "regression" else
-                    " (or give the schema a public label set, labels=[...])")
             raise ValueError(f"y holds {len(bad)} labels a stream would refuse; y[{first}]: "
-                             f"{why.detail}{hint}")
+                             f"{why.detail}")
         return raw.astype(float)
 
     def _ensemble(self) -> Ensemble:

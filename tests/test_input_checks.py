@@ -659,3 +659,17 @@ def test_a_batch_learner_takes_its_task_from_the_schema_and_refuses_a_contradict
         SGBDT(bounded, task="classification", epsilon=1.0)
     with pytest.raises(ValueError, match="pass task='classification'"):
         SGBDT(PublicSchema(features={"a": (0.0, 1.0)}), epsilon=1.0)
+
+
+def test_finish_asked_for_a_grid_it_cannot_buy_says_why() -> None:
+    """``finish(split_grid=True)`` where no burst runs (here: a second end at the same
+    position) bought nothing and returned as if it had."""
+    rng = np.random.default_rng(0)
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+    for i in range(300):
+        model.learn_one({"a": float(rng.random())}, float(rng.random()), key=f"k{i}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert model.finish(split_grid=True) > 0  # the grid and the burst: no warning
+    with pytest.warns(UserWarning, match="bought no split grid: this end runs no burst"):
+        assert model.finish(split_grid=True) == 0

@@ -489,10 +489,18 @@ def end_grid_charge(config: EngineConfig, booster: SGBDTBooster,
     own end, a burst already done): a grid reaches the model topic with the next version's
     tree, and without one the keys paid for spans that changed the answers of a version
     number the topic already holds (59 of 200 rows answered otherwise), with no tree to use
-    the grid."""
-    if (split_grid is False or not rounds_left(config, booster) or burst <= 0
-            or booster.grower.quantile_map is not None
-            or config.public_schema.n_numeric == 0):
+    the grid. ``split_grid=True`` that buys nothing for one of these reasons says so (a
+    ``UserWarning``), rather than returning as if it had."""
+    reasons = {"max_rounds is reached": not rounds_left(config, booster),
+               "this end runs no burst (a hinted stream at its own end, or a burst already "
+               "run here)": burst <= 0,
+               "the model has its grid already": booster.grower.quantile_map is not None,
+               "the schema has no numeric feature": config.public_schema.n_numeric == 0}
+    why = next((reason for reason, holds in reasons.items() if holds), None)
+    if split_grid is False or why is not None:
+        if split_grid and why is not None:
+            warnings.warn(f"finish(split_grid=True) bought no split grid: {why}",
+                          UserWarning, stacklevel=outside_stacklevel())
         return None
     if config.params.grid_share > 0:
         return _charge_of(booster, None)

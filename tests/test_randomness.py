@@ -7,6 +7,7 @@ reused a key across processes, or skipped rekeying fails here.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import struct
@@ -122,12 +123,12 @@ _MANTISSAS = 2**52
 
 def _dense_value(rank: np.ndarray) -> np.ndarray:
     k, m = 128 - rank // _MANTISSAS, rank % _MANTISSAS
-    return np.ldexp(1.0 + (m.astype(float) + 0.5) * 2.0**-52, -(k + 1))
+    return np.ldexp(1.0 + m.astype(float) * 2.0**-52, -(k + 1))
 
 
 def _mass_below(rank: np.ndarray) -> np.ndarray:
-    """P(u < the uniform of ``rank``): the binades below hold 2^−k, the mantissas before it
-    m · 2^−k · 2⁻⁵² (exact in a double)."""
+    """P(u < the uniform of ``rank``): the binades below hold 2^−k (the deeper ones past
+    binade 128 included), the mantissas before it m · 2^−k · 2⁻⁵² (exact in a double)."""
     k, m = 128 - rank // _MANTISSAS, rank % _MANTISSAS
     return np.ldexp(1.0 + m.astype(float) * 2.0**-52, -k)
 
@@ -145,22 +146,48 @@ def _first_rank(reaches: callable, n: int) -> np.ndarray:
 
 def test_dense_uniforms_are_the_binade_and_mantissa_of_their_words() -> None:
     """Three words make one draw: the mantissa and sign from the first, the binade from the
-    leading zeros of the other two (128 bits), as the exact count below assumes."""
+    leading zeros of the other two (128 bits), as the exact count below assumes; every
+    double of a binade is a possible draw (all 2⁵² mantissas, the binade's edge included,
+    never ½)."""
     rng = np.random.default_rng(7)
     words = rng.integers(0, 2**64, size=(200, 3), dtype=np.uint64)
-    words[0, 1:] = 0  # both zero: the smallest binade
+    words[0, 1:] = 0  # both zero: left to the deeper words (marked 0 here)
     words[1, 1], words[1, 2] = 0, 1  # 127 leading zeros
     words[2, 1] = 1 << 63  # none: [1/4, 1/2)
     words[3, 1] = 1  # 63
     words[4, 1], words[4, 2] = 0, 1 << 63  # 64: the binade is read on into the third word
+    words[5, 0], words[6, 0] = 0, 2**64 - 1  # the binade's edge; its last double below 1/2
     u, sign = np.empty(200), np.empty(200)
     randomness._dense_half_uniforms(words.ravel(), u, sign)
-    for (first, high, low), value, s in zip(words.tolist(), u, sign, strict=True):
-        zeros = 128 - ((high << 64) | low).bit_length()
-        k = min(1 + zeros, 128)
+    assert u[0] == 0.0
+    for (first, high, low), value, s in list(zip(words.tolist(), u, sign, strict=True))[1:]:
+        k = 1 + 128 - ((high << 64) | low).bit_length()
         assert value == _dense_value(np.array([(128 - k) * _MANTISSAS + (first >> 12)]))[0]
         assert s == (1.0 if first & 1 else -1.0)
-    assert u.max() < 0.5 and u.min() > 0
+    assert u[1:].max() < 0.5 and u[1:].min() > 0
+    assert np.frexp(u[5])[0] == 0.5  # a binade's edge, 2^−(k+1) itself
+    assert u[6] == np.nextafter(np.ldexp(1.0, np.frexp(u[6])[1]), 0)  # the binade's last
+
+
+def test_a_draw_past_128_zero_bits_reads_its_binade_from_more_words() -> None:
+    """The 2⁻¹²⁸ chance that the two exponent words are zero: the binade is read on from
+    further words (here 64 more zeros, then a word with 3 leading zeros: binade
+    129 + 64 + 3), down to the last binade of normal doubles."""
+    class Scripted(SecureNoise):
+        def __init__(self, words: list[int]) -> None:
+            super().__init__()
+            self.queue = list(words)
+
+        def words(self, size: int, out: np.ndarray | None = None) -> np.ndarray:
+            taken, self.queue = self.queue[:size], self.queue[size:]
+            return np.array(taken, dtype=np.uint64)
+
+    first = (12345 << 12) | 1
+    u, sign = Scripted([first, 0, 0, 0, 1 << 60])._signed_half_uniforms(1)
+    assert u[0] == math.ldexp(1.0 + 12345 * 2.0**-52, -(129 + 64 + 3 + 1)) and sign[0] == 1.0
+    u, _ = Scripted([first, 0, 0] + [0] * 20)._signed_half_uniforms(1)  # zeros to the end
+    assert u[0] == math.ldexp(1.0 + 12345 * 2.0**-52, -(randomness.DEEPEST_BINADE + 1))
+    assert u[0] >= np.finfo(float).tiny  # a normal double
 
 
 @pytest.mark.parametrize(("shift", "kind"), [(0.0, "gaussian"), (0.37, "gaussian"),

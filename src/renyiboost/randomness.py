@@ -17,7 +17,8 @@ Drawing it through the ``cryptography`` package (OpenSSL's vectorised ChaCha20) 
 production noise no longer costs more than seeded noise. Forward secrecy between rekeys is
 not needed: the key lives only in this process's memory, like the noise it produces.
 
-Uniforms take the top 53 bits of each 64-bit word: ``(w >> 11 + ½) / 2⁵³`` lies in (0, 1).
+Uniforms (sampling, tree shapes, choices) are ``(2j + 1)·2⁻⁵³`` for the top 52 bits ``j`` of
+a 64-bit word: odd multiples of 2⁻⁵³, in (0, 1), never 0 or 1.
 
 **Noise on floating-point numbers** (Mironov, "On significance of the least significant bits
 for differential privacy", CCS 2012). Noise drawn as a function of such a uniform takes at
@@ -26,21 +27,27 @@ moves with ``f(D)``: a released value can be impossible under a neighbouring dat
 infinite privacy loss. A read-only audit measured it here on one noisy leaf sum (σ = 2.76):
 48 % of the releases ruled the neighbour out. Two measures close it:
 
-* Gaussian and Laplace noise is drawn from a *dense* uniform in (0, ½) — a 52-bit mantissa
-  under an exponent drawn from 128 random bits, so every double of (2⁻¹²⁹, ½) is reachable
-  with its own probability — turned into a magnitude by the inverse CDF of the lower half
-  (``ndtri(u)``; ``−b·ln(2u)``) and given a random sign. Near ``u`` the uniforms are spaced
-  ``u · 2⁻⁵²``, so the noise's resolution is relative everywhere (its tails end past 12
-  standard deviations, or 88 Laplace scales, not at 8.3 and 36.7).
+* Gaussian and Laplace noise is drawn from a *dense* uniform in (0, ½): every double of
+  ``[2⁻¹⁰²², ½)``, each with the probability of the width it stands for (a 52-bit mantissa
+  under an exponent read from as many random bits as it takes; ``P(u < x) = 2x`` at every
+  such double), turned into a magnitude by the inverse CDF of the lower half (``ndtri(u)``;
+  ``−b·ln(2u)``) and given a random sign. Near ``u`` the uniforms are spaced ``u·2⁻⁵²``, so
+  the noise's resolution is relative everywhere, and its tails end at 37.5 standard
+  deviations or 707 Laplace scales (they ended at 8.3 and 36.7); the mass beyond, 2⁻¹⁰²¹,
+  is read as the last binade's.
 * Every released noisy value is rounded to a grid of :data:`NOISE_GRID_SHARE` of its noise
-  scale (:meth:`NoiseSource.add_gaussian`, :meth:`NoiseSource.add_laplace`). Rounding is
-  post-processing of the ideal mechanism, and a grid cell of ``σ/64`` holds at least about
-  2⁴⁵ of the dense uniforms' values (``2⁴⁵·|z|`` at ``z`` standard deviations), so each
-  output's probability is the ideal mechanism's up to a relative error set by ``ndtri``'s
-  own accuracy: counted exactly, cell by cell, in ``tests/test_randomness.py``, at most
-  6.2e-13 across ±12σ (4.5e-13 for Laplace, ±12 scales). That moves the privacy loss of a
-  release by as much: nothing the accounting needs to carry. The rounding adds
-  ``1/49,152`` of the noise's variance.
+  scale (:meth:`NoiseSource.add_gaussian`, :meth:`NoiseSource.add_laplace`). The sum
+  ``f(D) + Z`` is rounded to a double first, so the release is a fixed function (that
+  rounding, then :func:`snap`) of the ideal ``f(D) + Z``: post-processing of the ideal
+  mechanism, up to how far the sampler's law is from the ideal over each set of noise
+  values that gives one release. A grid cell of ``σ/64`` holds about ``2⁴⁵·max(1, |z|)`` of
+  the dense uniforms' values at ``z`` standard deviations, so that distance is set by
+  ``ndtri``'s own accuracy: counted exactly, cell by cell, in ``tests/test_randomness.py``,
+  at most 6.2e-13 relative across ±12σ (4.5e-13 for Laplace), and a review measured the
+  privacy loss of a release within 1.1e-12 of the ideal's for values up to 2⁴⁷. Beyond the
+  tails' end, a mass of 2⁻¹⁰²¹ per draw, an output can be possible under one value and not
+  the other: a δ of that size per draw, which the accounting does not carry. The rounding
+  adds ``1/49,152`` of the noise's variance.
 
 Seeded sources (tests only) draw their Gaussians with numpy's ziggurat and round the same way.
 """
@@ -66,12 +73,17 @@ NOISE_GRID_SHARE = 2.0**-6
 
 def snap(values: np.ndarray, scale: float | np.ndarray) -> np.ndarray:
     """``values`` rounded to the nearest multiple of ``scale · NOISE_GRID_SHARE`` (elementwise
-    for an array of scales; a scale of 0, no noise, leaves the value as it is)."""
+    for an array of scales; a scale of 0, no noise, leaves the value as it is). A scale
+    that is negative or not finite is refused; ``+ 0.0`` makes a −0.0 (a value just below
+    0 rounded up) the 0.0 of its cell, so the sign bit says nothing more."""
     grid = np.asarray(scale, dtype=float) * NOISE_GRID_SHARE
+    if not (np.isfinite(grid).all() and (grid >= 0).all()):
+        raise ValueError(f"a noise scale must be finite and >= 0, got {scale!r}")
     if grid.ndim == 0:
-        return np.round(values / grid) * grid if grid > 0 else np.asarray(values, dtype=float)
+        return (np.round(values / grid) * grid + 0.0 if grid > 0
+                else np.asarray(values, dtype=float))
     safe = np.where(grid > 0, grid, 1.0)
-    return np.where(grid > 0, np.round(values / safe) * safe, values)
+    return np.where(grid > 0, np.round(values / safe) * safe + 0.0, values)
 
 
 def gaussian_of(u: np.ndarray, sign: np.ndarray, std: float | np.ndarray) -> np.ndarray:
@@ -143,45 +155,63 @@ REKEY_BYTES = 1 << 30
 
 #: 2⁻⁵³: a 53-bit integer times this is a double in [0, 1) without rounding.
 _TWO_TO_MINUS_53 = 1.0 / 9007199254740992.0
+#: 2⁻⁵²: the spacing of the doubles in [1, 2).
+_TWO_TO_MINUS_52 = 2.0 * _TWO_TO_MINUS_53
+#: The deepest binade ``k`` of the dense uniforms (``[2⁻¹⁰²², 2⁻¹⁰²¹)``, the last of normal
+#: doubles): noise ends past 37 standard deviations and 707 Laplace scales.
+DEEPEST_BINADE = 1021
 
 
 @numba.njit(cache=True, nogil=True)
 def _open_unit_uniforms(words: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
-    """``out[i] = ((words[i] >> 11) + ½)·2⁻⁵³``: a uniform in (0, 1), never 0 or 1.
+    """``out[i] = (2·(words[i] >> 12) + 1)·2⁻⁵³``: a uniform in (0, 1) on the grid of odd
+    multiples of 2⁻⁵³, never 0 or 1 (an odd number below 2⁵³ is exact in a double; the
+    53-bit ``(j + ½)·2⁻⁵³`` needed 54 bits and rounded its largest ``j`` to 1.0, which made
+    a Gumbel draw infinite).
 
     Compiled because numpy's uint64 → float64 cast is not vectorised (336 ms for 10⁷ words
     here, 6 ms in this loop). ``out`` may be ``words`` itself, viewed as float64."""
     for i in range(words.size):
-        out[i] = (float(words[i] >> np.uint64(11)) + 0.5) * _TWO_TO_MINUS_53
+        out[i] = float((words[i] >> np.uint64(12)) * np.uint64(2) + np.uint64(1)) * \
+            _TWO_TO_MINUS_53
 
 
 @numba.njit(cache=True, nogil=True)
 def _dense_half_uniforms(words: np.ndarray, out: np.ndarray,
                          sign: np.ndarray) -> None:  # pragma: no cover
-    """From three words a draw: ``out[i]`` uniform in (0, ½) with every double reachable
-    in proportion to the width it stands for, and ``sign[i]`` = ±1.
+    """From three words a draw: ``out[i]`` uniform in (0, ½) with every double of
+    ``[2⁻¹²⁹, ½)`` reachable, each with the probability of the width it stands for, and
+    ``sign[i]`` = ±1.
 
     The binade ``[2^−(k+1), 2^−k)`` holds probability ``2^−k`` of a uniform on (0, ½), so
     ``k`` − 1 is the number of leading zero bits of the 128-bit number of words 2 and 3
-    (``P(k) = 2^−k``; the 2⁻¹²⁸ chance that both are zero is taken as ``k = 128``); the
-    top 52 bits of word 1 are the mantissa, offset by half a unit so that no draw is a
-    binade's edge; its lowest bit is the sign."""
+    (``P(k) = 2^−k``), and its 2⁵² doubles ``2^−(k+1)·(1 + j·2⁻⁵²)`` are equally likely:
+    ``j`` is the top 52 bits of word 1, whose lowest bit is the sign. Then
+    ``P(u < x) = 2x`` at every double ``x`` of the range. When both words are zero (a
+    chance of 2⁻¹²⁸) ``out[i]`` is 0, and :meth:`SecureNoise._signed_half_uniforms` reads
+    the binade on from more words."""
     for i in range(out.size):
         first, high, low = words[3 * i], words[3 * i + 1], words[3 * i + 2]
+        sign[i] = 1.0 if first & np.uint64(1) else -1.0
         k = 1
         bits = high
         if bits == 0:
             k += 64
             bits = low
         if bits == 0:
-            k = 128
-        else:
-            while bits < np.uint64(1) << np.uint64(63):
-                bits <<= np.uint64(1)
-                k += 1
-        mantissa = float(first >> np.uint64(12)) + 0.5
-        out[i] = math.ldexp(1.0 + mantissa * 2.220446049250313e-16, -(k + 1))
-        sign[i] = 1.0 if first & np.uint64(1) else -1.0
+            out[i] = 0.0
+            continue
+        while bits < np.uint64(1) << np.uint64(63):
+            bits <<= np.uint64(1)
+            k += 1
+        out[i] = math.ldexp(binade_point(first), -(k + 1))
+
+
+@numba.njit(cache=True, nogil=True)
+def binade_point(first: np.uint64) -> float:  # pragma: no cover
+    """``1 + j·2⁻⁵²`` for the top 52 bits ``j`` of ``first``: one of the 2⁵² doubles of
+    [1, 2), exact."""
+    return 1.0 + float(first >> np.uint64(12)) * _TWO_TO_MINUS_52
 
 
 class SecureNoise(NoiseSource):
@@ -229,8 +259,25 @@ class SecureNoise(NoiseSource):
 
     def _signed_half_uniforms(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         u, sign = np.empty(size), np.empty(size)
-        _dense_half_uniforms(self.words(3 * size), u, sign)
+        words = self.words(3 * size)
+        _dense_half_uniforms(words, u, sign)
+        for i in np.flatnonzero(u == 0.0).tolist():  # 128 zero bits: a chance of 2⁻¹²⁸
+            u[i] = self._deep_uniform(words[3 * i])
         return u, sign
+
+    def _deep_uniform(self, first: np.uint64) -> float:
+        """The uniform of a draw whose first 128 exponent bits were zero: its binade read on
+        from further words, down to :data:`DEEPEST_BINADE` (the binades below it, a mass of
+        2⁻¹⁰²¹, are read as that one: a double there would be subnormal and could not hold
+        the 2⁵² points)."""
+        k = 129
+        while k < DEEPEST_BINADE:
+            word = int(self.words(1)[0])
+            if word:
+                k = min(k + 64 - word.bit_length(), DEEPEST_BINADE)
+                break
+            k += 64
+        return math.ldexp(binade_point(first), -(min(k, DEEPEST_BINADE) + 1))
 
     def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
         """Gaussians from dense uniforms (see the module docstring)."""

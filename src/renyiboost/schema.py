@@ -80,9 +80,9 @@ def pandas_na() -> Any:
     return getattr(sys.modules.get("pandas"), "NA", None)
 
 
-def _is_missing(value: Any) -> bool:
-    """Whether a categorical column's ``value`` marks a missing value: NaN (a float, of
-    any width) or pandas' ``NA`` (``None`` is handled before)."""
+def is_missing(value: Any) -> bool:
+    """Whether ``value`` marks a missing value besides ``None`` (which callers test first,
+    on their fast paths): NaN of any float width, or pandas' ``NA``."""
     if isinstance(value, float | np.floating):
         return bool(np.isnan(value))
     return value is not None and value is pandas_na()
@@ -410,7 +410,7 @@ class PublicSchema(BaseModel):
                 other = np.flatnonzero(out[:, j] == len(spec))  # NaN and NA land here too
                 if other.size:  # by position: a Series' [] would read its index labels
                     given = np.asarray(col, dtype=object)[other]
-                    out[other[[_is_missing(v) for v in given]], j] = math.nan
+                    out[other[[is_missing(v) for v in given]], j] = math.nan
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:

@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning, outside_stacklevel
-from renyiboost.schema import PublicSchema, category_key, pandas_na
+from renyiboost.schema import PublicSchema, category_key, is_missing, pandas_na
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -248,13 +248,11 @@ class RecordValidator:
         integer of a whole-number float in a categorical feature, else the value itself once
         :meth:`_check_value` has judged it (it raises for ±inf, strings in a numeric
         feature, fractions in a categorical one …)."""
-        if isinstance(value, float | np.floating):
-            if np.isnan(value):
-                return None
-            if categorical and abs(value) <= 2.0**53 and float(value).is_integer():
-                return int(value)
-        elif value is pandas_na():
+        if is_missing(value):
             return None
+        if (categorical and isinstance(value, float | np.floating) and abs(value) <= 2.0**53
+                and float(value).is_integer()):
+            return int(value)
         self._check_value(str(name), value)
         return value
 
@@ -336,9 +334,9 @@ class RecordValidator:
         pandas' ``NA`` (``pd.DataFrame(dicts)`` puts NaN where a dict lacked a key): all
         three are missing here, in any column, as in a dict. A whole-number float in a
         categorical column is its integer (pandas stores integer categories with a gap as
-        floats). Rows in
-        ``exclude`` (refused for another reason) are not judged; with ``count``, the accepted
-        rows' values outside the public bounds or domain are noted (:meth:`note_outside`)."""
+        floats). Rows in ``exclude`` (refused for another reason) are not judged; with
+        ``count``, the accepted rows' values outside the public bounds or domain are noted
+        (:meth:`note_outside`)."""
         bad: dict[int, InvalidRecord] = {}
         skip = set(exclude)
         if not all(type(name) is str for name in columns):

@@ -125,12 +125,13 @@ class NoiseSource:
         return out
 
     def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
-        return ndtri(self.uniform(size)) * std
+        """``size`` Gaussians of std ``std``: each source says how (a secure one from dense
+        uniforms; there is no default, which would be a function of a 2⁻⁵³ grid)."""
+        raise NotImplementedError
 
     def laplace(self, size: int, scale: float) -> np.ndarray:
-        """Laplace draws by inversion of the CDF: −b·sign(u)·ln(1 − 2|u|), u ∈ (−½, ½)."""
-        u = self.uniform(size) - 0.5
-        return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+        """``size`` Laplace draws of scale ``scale`` (as :meth:`normal`: no default)."""
+        raise NotImplementedError
 
     def bernoulli(self, probability: float, size: int) -> np.ndarray:
         if probability >= 1.0:
@@ -310,6 +311,12 @@ class SeededNoise(NoiseSource):
 
     def normal(self, size: int, std: float | np.ndarray = 1.0) -> np.ndarray:
         return self._rng.standard_normal(size) * std
+
+    def laplace(self, size: int, scale: float) -> np.ndarray:
+        """Laplace draws by inversion of the CDF: −b·sign(u)·ln(1 − 2|u|), u ∈ (−½, ½)
+        (test-only: a u of exactly −½, a chance of 2⁻⁵³, gives an infinite draw)."""
+        u = self.uniform(size) - 0.5
+        return -scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
 
     def get_state(self) -> dict | None:
         return self._rng.bit_generator.state

@@ -509,13 +509,13 @@ MUTATIONS = [
              [("tests/test_budget.py::test_a_draw_comes_before_learning_and_a_copy_that_may_"
                "learn_draws_too")]),
     Mutation("a bad label erases the call's positions", "src/renyiboost/stream/engine.py",
-             "        if not labels_checked and (bad := self.validator.bad_labels(targets)):",
-             "        if False and (bad := self.validator.bad_labels(targets)):",
+             "        if not labels_checked and (bad := self.validator.bad_rows(targets, keys)):",
+             "        if False and (bad := self.validator.bad_rows(targets, keys)):",
              [("tests/test_sharded.py::test_a_bad_label_keeps_its_position_and_a_bad_shape_"
                "changes_no_shard")]),
     Mutation("the Kafka key source is not pinned", "src/renyiboost/connectors/kafka.py",
-             "        pin_meta(engine.store, \"key_source\", key_source, lambda recorded: (",
-             "        (lambda *_: None)(engine.store, \"key_source\", key_source, lambda recorded: (",
+             "        pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
+             "        (lambda *_: None)(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
              ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
     Mutation("a re-created shard store joins its deployment", "src/renyiboost/stream/sharded.py",
              "        self._pin_members()\n", "        pass\n",
@@ -624,6 +624,27 @@ MUTATIONS = [
               "and False:"),
              [("tests/test_ledger.py::test_the_record_beside_a_store_is_rewritten_in_place_and"
               "_comes_back_if_deleted")]),
+    Mutation("a PostgreSQL store is created where a lost one's record remains",
+             "src/renyiboost/stream/postgres.py",
+             "        recorded = self._recorded()\n        if recorded is not None:\n",
+             "        recorded = self._recorded()\n        if recorded is not None and False:\n",
+             ["tests/test_postgres_store.py::test_a_store_is_never_created_where_a_lost_one_was"]),
+    Mutation("a reshard forgets where the keys came from",
+             "src/renyiboost/stream/reshard.py",
+             "            if key_source is not None:\n                marks[KEY_SOURCE_META]",
+             "            if False:\n                marks[KEY_SOURCE_META]",
+             ["tests/test_reshard.py::test_where_keys_came_from_moves_with_the_ledgers"]),
+    Mutation("reconciled shards follow one without the initial score (a second score)",
+             "src/renyiboost/stream/sharded.py",
+             "key=lambda k: (states[k].rounds_done, states[k].initialized))",
+             "key=lambda k: (states[k].rounds_done, not states[k].initialized))",
+             [("tests/test_sharded.py::test_a_crash_between_two_shards_initial_scores_installs"
+              "_it_once")]),
+    Mutation("a seeded store resumed without a seed says it is not seeded",
+             "src/renyiboost/stream/engine.py",
+             "                               booster.noise.seeded or booster.seeded_before,",
+             "                               booster.noise.seeded,",
+             ["tests/test_ledger.py::test_a_store_once_seeded_says_so_however_it_is_resumed"]),
 ]
 
 

@@ -4,6 +4,7 @@ help with defaults on every option, one-line errors with exit codes, tracebacks 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import click
 import pytest
 
 from renyiboost.cli import cli, main, one_line
+from renyiboost.stream.store import SQLiteStore
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -90,6 +92,10 @@ def test_options_a_mode_does_not_read_are_refused_instead_of_ignored(capsys) -> 
     assert "--space, --candidates do not apply to a private selection" in capsys.readouterr().err
     assert main(["tune", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "3"]) == 2
     assert "--mean-runs does not apply to the non-private search" in capsys.readouterr().err
+    assert main(["tune", "--dataset", "abalone", "--epsilon", "1", "--against-config",
+                 "--refine-seeds", "3"]) == 2  # the committed config was never scored
+    assert ("--against-config, --refine-seeds do not apply to a search without --refine N"
+            in capsys.readouterr().err)
     assert main(["experiment", "--preset", "field", "--methods", "irf"]) == 2
     assert "--methods does not apply to --preset field" in capsys.readouterr().err
     assert main(["experiment", "--preset", "paper", "--config", "grid.toml"]) == 2
@@ -115,6 +121,24 @@ def test_seconds_and_rates_are_finite_and_positive(argv, capsys) -> None:
     assert "Invalid value for" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("lines", "why"), [
+    ("group.id=mine\n", "sets ['group.id'], which renyiboost sets itself"),
+    ("# a comment\nsasl.username\n", ":2: expected key=value, got 'sasl.username'"),
+])
+@pytest.mark.parametrize("command", [
+    ["serve", "--bootstrap", "127.0.0.1:1", "--model-topic", "m"],
+    ["replay", "abalone", "--to", "kafka://127.0.0.1:1/t"]])
+def test_a_client_config_that_would_be_misread_is_a_usage_error(tmp_path, capsys, lines, why,
+                                                                command) -> None:
+    """``serve`` and ``replay`` had no way to reach a secured cluster; ``--client-config``
+    gives them librdkafka settings, and refuses a line it cannot read or a setting
+    renyiboost makes itself before anything connects."""
+    path = tmp_path / "client.properties"
+    path.write_text(lines)
+    assert main([*command, "--client-config", str(path)]) == 2
+    assert why in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--validation-share", "2"],
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "-3"],
@@ -132,6 +156,90 @@ def test_bad_tuning_and_grid_values_are_usage_errors(argv, capsys) -> None:
     serving and export reviewer's list); they are usage errors (2) before anything runs."""
     assert main(argv) == 2
     assert "Invalid value for" in capsys.readouterr().err
+
+
+def test_a_report_path_is_checked_before_the_run_and_never_replaces_a_store(tmp_path, capsys,
+                                                                          monkeypatch) -> None:
+    """``--json`` wrote over whatever was there after the run: a copy of a trained store
+    became a JSON file, and a path in a missing folder failed after the demo had committed
+    its rounds (exit 1, budgets spent). Both are refused before anything runs; a new
+    folder is created."""
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "trained.db"
+    SQLiteStore(store, create=True).close()
+    before = store.read_bytes()
+    for argv in (["demo", "--json", str(store)],
+                 ["reproduce", "--dataset", "abalone", "--epsilon", "1", "--json", str(store)],
+                 ["tune", "--dataset", "abalone", "--epsilon", "1", "--json", str(store)]):
+        assert main(argv) == 2
+        assert "is a SQLite database (a state store?)" in capsys.readouterr().err
+    assert store.read_bytes() == before
+    assert main(["demo", "--plot", "/proc/no/plot.png"]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+    assert main(["demo", "--state", "s.db", "--json", "s.db"]) == 1
+    assert "is the state file" in capsys.readouterr().err
+    assert not (tmp_path / "s.db").exists()  # nothing ran
+    assert main(["demo", "--dataset", "sea", "--batch-size", "5000", "--json",
+                 "new/folder/h.json"]) == 0
+    assert json.loads((tmp_path / "new" / "folder" / "h.json").read_text())["history"]
+
+
+def test_a_memory_source_trains_only_with_the_data_sets_own_features(tmp_path, capsys) -> None:
+    """``memory:abalone`` rows come encoded by Abalone's schema: a misspelt feature trained
+    with exit 0, and categories in another order published a schema that encodes "M" as
+    another category than the trees had. Both are refused before a store is created."""
+    example = (Path(__file__).parents[1] / "examples" / "abalone.toml").read_text()
+    for old, new in (("length = [0, 1]", "lenght = [0, 1]"),
+                     ('sex = ["M", "F", "I"]', 'sex = ["I", "F", "M"]'),
+                     ('task = "regression"', 'task = "classification"')):
+        config = tmp_path / "c.toml"
+        config.write_text(example.replace(old, new).replace(
+            'state = "out/abalone-state.db"', f'state = "{tmp_path / "s.db"}"'))
+        assert main(["train", "--config", str(config), "--new-state"]) == 1
+        assert "memory:abalone" in capsys.readouterr().err
+        assert not (tmp_path / "s.db").exists()
+
+
+def test_a_grid_of_nothing_that_can_run_is_refused_before_the_outputs(tmp_path, capsys,
+                                                                       caplog) -> None:
+    """A method for the other task was left out in silence; a grid of only such methods ran,
+    exited 0 and emptied ``runs.csv`` and ``summary.md``. Each left-out combination is now
+    named, and an empty grid is refused before the outputs are touched."""
+    out = tmp_path / "grid"
+    assert main(["experiment", "--datasets", "abalone", "--scenarios", "iid", "--epsilons",
+                 "1", "--methods", "arf", "--repeats", "1", "--limit", "200", "--out",
+                 str(out)]) == 1
+    assert "no cell of this grid can run: abalone × arf (arf is for classification, " \
+           "abalone is regression)" in capsys.readouterr().err
+    assert not out.exists()
+    assert "left out of the grid: abalone × arf" in caplog.text
+
+
+def test_config_and_search_errors_are_one_plain_line(tmp_path, capsys, monkeypatch) -> None:
+    """An unknown method in a grid file ended as ``error: 'nope'``, a grid file's syntax
+    error did not name the file, a TOML's bad bounds printed pydantic's dump and link, and
+    a search space of the other task failed inside a worker: each is now one line that
+    names the file or option and says what to change."""
+    monkeypatch.chdir(tmp_path)
+    example = (Path(__file__).parents[1] / "examples" / "abalone.toml").read_text()
+    Path("grid.toml").write_text('methods = ["nope"]\n')
+    Path("broken.toml").write_text("methods = \n")
+    Path("bounds.toml").write_text(example.replace("length = [0, 1]", "length = [1, 0]"))
+    cases = [
+        (["experiment", "--config", "grid.toml"],
+         "methods: unknown methods ['nope']; choose from arf, "),
+        (["experiment", "--config", "broken.toml"], "broken.toml: not a valid TOML file"),
+        (["train", "--config", "bounds.toml", "--new-state"],
+         "bounds.toml: model.features: feature 'length': bounds must be finite numbers"),
+        (["tune", "--dataset", "abalone", "--epsilon", "1", "--space", "adult"],
+         ("the search space 'adult' does not fit abalone: value: hess_clip (Newton leaves) "
+          "applies to task='classification' only")),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
+        assert "pydantic.dev" not in err and "input_value" not in err and "Value error" not in err
 
 
 def test_log_records_have_levels_and_timestamps_at_the_chosen_level(tmp_path) -> None:

@@ -109,6 +109,25 @@ def test_a_1mb_event_is_dead_lettered_truncated_and_the_trainer_goes_on(kafka_bo
     engine.close()
 
 
+def test_more_dead_letters_than_the_producer_queue_holds_wait_for_room(kafka_bootstrap,
+                                                                       tmp_path) -> None:
+    """A burst of bad events larger than the producer's local queue (here 20 messages, by
+    default 100,000) waits for room instead of raising ``BufferError`` out of the trainer,
+    which, since nothing of the batch had committed, did so again on every restart."""
+    topic = _topic("burst")
+    create_topic(kafka_bootstrap, topic)
+    _produce(kafka_bootstrap, topic, [(f"k{i}".encode(), b"{not json") for i in range(60)]
+             + _events(0, 100))
+    engine = _engine(tmp_path / "s.db")
+    settings = _settings(kafka_bootstrap, topic).model_copy(
+        update={"extra": {"queue.buffering.max.messages": "20"}})
+    trainer = KafkaTrainer(engine, settings)
+    trainer.run(max_idle=3.0)
+    assert dict(trainer.dead_letters) == {"json": 60} and engine.positions == 160
+    assert len(read_topic(kafka_bootstrap, f"{topic}.dlq", 60)) == 60
+    engine.close()
+
+
 def test_a_dead_letter_the_producer_refuses_as_too_large_is_sent_truncated(
         kafka_bootstrap, tmp_path) -> None:
     """An event under the parser's limit but over the producer's ``message.max.bytes`` (a
@@ -240,7 +259,8 @@ def test_a_version_missing_from_the_model_topic_is_not_served(kafka_bootstrap,
                                                               tmp_path) -> None:
     """Version 3 is not on the topic: the follower stays at version 2 (re-reading the topic
     does not find 3), and the server says why with 503; once the trainer publishes the
-    versions again, the follower catches up with the engine."""
+    versions again, the follower catches up with the engine. ``/model`` and ``/release``
+    refuse too (they once answered the older version while ``/predict`` refused)."""
     from fastapi.testclient import TestClient
 
     from renyiboost.connectors.serving import FollowerService, create_app
@@ -262,12 +282,16 @@ def test_a_version_missing_from_the_model_topic_is_not_served(kafka_bootstrap,
     assert health.json()["reason"] == follower.stalled
     refused = client.post("/predict", json={"rows": [{"a": 0.5, "b": 0.5}]})
     assert refused.status_code == 503 and refused.json()["detail"] == follower.stalled
+    for path in ("/model", "/release"):  # nor is the older version described or exported
+        refused = client.get(path)
+        assert refused.status_code == 503 and refused.json()["detail"] == follower.stalled
 
     _produce(kafka_bootstrap, topic, messages[2:])  # a re-publish after a crash
     follower.wait_for(versions)
     _assert_follows(follower, engine)
     assert client.get("/health").json() == {"status": "ready", "version": versions,
                                             "seeded_for_testing": True}  # a seeded engine
+    assert client.get("/release").json()["version"] == versions
     follower.close()
     engine.close()
 

@@ -92,3 +92,27 @@ def test_covertype_loads_from_a_given_path_only(monkeypatch) -> None:
     # bound), and the one-hot groups decode into their domains
     assert int((data.X[:, num] == schema.upper[num]).sum()) == 51
     assert np.all(data.X[:, ~num] < schema.n_categories[~num])
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda row: row[:14] + ["0"] * 40 + row[54:], "exactly one 1 among its soil columns"),
+    (lambda row: row[:10] + ["1", "1", "0", "0"] + row[14:], "among its wilderness columns"),
+    (lambda row: row[:54] + ["9"], "has class 9, not one of"),
+    (lambda row: row[:54], "Covertype, RENYIBOOST_COVTYPE.*number of columns changed"),
+])
+def test_covertype_rows_that_break_its_codebook_are_refused(tmp_path, change, why) -> None:
+    """A row without its soil type was read as soil type 1, and a class 9 as class 0 (the
+    label set is public): such a file is refused, naming the row."""
+    import gzip
+
+    from renyiboost.datasets import load_covertype
+
+    with gzip.open(SHARED / "covtype.csv.gz", "rt") as source:
+        lines = [next(source) for _ in range(4)]
+    rows = [line.strip().split(",") for line in lines[1:]]
+    rows[1] = change(rows[1])
+    bad = tmp_path / "covtype.csv.gz"
+    with gzip.open(bad, "wt") as out:
+        out.write(lines[0] + "".join(",".join(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match=why):
+        load_covertype(str(bad))

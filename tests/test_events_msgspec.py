@@ -219,21 +219,29 @@ def test_nested_wrong_types() -> None:
         "schema", "schema", "schema", "schema", "label", "json", "json"]  # too deep for JSON
 
 
-def test_duplicate_json_fields_take_the_last_value_as_the_reference_does() -> None:
-    fast = _check([
-        b'{"x": {"length": 0.5, "length": 0.75}, "y": 5}',  # 0.75
-        b'{"x": {"length": "bad", "length": 0.75}, "y": 5}',  # valid: the last value counts
-        b'{"x": {"length": 0.75, "length": "bad"}, "y": 5}',  # schema
-        b'{"x": {"length": 0.75, "length": null}, "y": 5}',  # missing
-        b'{"x": {"colour": 1}, "x": {"length": 0.25}, "y": 5}',  # valid
-        b'{"x": {"length": 0.25}, "y": "5", "y": 6}',  # valid: 6
-        b'{"x": {"length": 0.25}, "y": 6, "y": 99}',  # label
-        b'{"x": {"sex": "F", "sex": "M"}, "y": 5}',  # M
-    ])
-    assert fast.index == [0, 1, 3, 4, 5, 7]
-    assert [why.reason for _, why in fast.rejected] == ["schema", "label"]
-    assert fast.rows[:, 0].tolist()[:2] == [0.75, 0.75] and fast.labels[4] == 6.0
-    assert fast.rows[5][2] == 2.0
+def test_a_field_named_twice_in_one_object_is_refused_on_both_paths() -> None:
+    """JSON parsers keep a repeated field's last value, so an event named a feature twice
+    and lost one, or hid an out-of-bounds label behind a good one, without a word
+    (invariant 7). Both paths now refuse it with reason ``schema``, naming the field,
+    wherever it repeats; colons inside strings and features given as ``null`` are not
+    repeats."""
+    repeats = [
+        (b'{"x": {"length": 0.5, "length": 0.75}, "y": 5}', "length"),
+        (b'{"x": {"length": "bad", "length": 0.75}, "y": 5}', "length"),
+        (b'{"x": {"length": 0.75, "length": null}, "y": 5}', "length"),
+        (b'{"x": {"colour": 1}, "x": {"length": 0.25}, "y": 5}', "x"),
+        (b'{"x": {"length": 0.25}, "y": "5", "y": 6}', "y"),
+        (b'{"x": {"length": 0.25}, "y": 6, "y": 99}', "y"),
+        (b'{"x": {"sex": "F", "sex" :"M"}, "y": 5}', "sex"),
+        (b'{"x": {"sex": "a:b", "sex": "F"}, "y": 5}', "sex"),
+    ]
+    fine = [b'{"x": {"sex": "a:b\\":", "length": null, "height": null}, "y": 5}',
+            b'{"x": {"length": 0.5}, "y": 5}']
+    fast = _check([value for value, _ in repeats] + fine)
+    assert fast.index == [8, 9]
+    assert [why.reason for _, why in fast.rejected] == ["schema"] * len(repeats)
+    for (_, why), (_, field) in zip(fast.rejected, repeats, strict=True):
+        assert why.detail.startswith(f"the field {field!r} appears twice in one object")
 
 
 def test_whitespace_around_and_inside_a_document() -> None:

@@ -302,12 +302,15 @@ def test_sigterm_finishes_the_batch_commits_and_exits_cleanly(kafka_bootstrap, t
     assert report.n_active + report.n_retired == len(events)
 
 
-def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap) -> None:
+def test_replay_command_produces_the_drifted_data_set(kafka_bootstrap, tmp_path) -> None:
     from renyiboost.cli import main as cli
 
     topic = _topic("replay")
+    client = tmp_path / "client.properties"  # a secured cluster's settings would go here
+    client.write_text("# librdkafka settings\nclient.id = replay-test\n\n")
     assert cli(["replay", "abalone", "--scenario", "late", "--to",
-                f"kafka://{kafka_bootstrap}/{topic}", "--limit", "400", "--rate", "4000"]) == 0
+                f"kafka://{kafka_bootstrap}/{topic}", "--limit", "400", "--rate", "4000",
+                "--client-config", str(client)]) == 0
     got = read_topic(kafka_bootstrap, topic, 400)
     assert len(got) == 400
     events = [json.loads(m.value()) for m in got]

@@ -155,6 +155,35 @@ def test_a_model_topic_without_the_published_offset_is_read_from_its_start(
     assert "no longer holds offset 10000" in caplog.text
 
 
+def test_the_model_topic_keeps_every_release_or_the_trainer_refuses_it(kafka_bootstrap,
+                                                                       tmp_path):
+    """Kafka deletes a topic's messages after 7 days by default, and a group's offsets 7
+    days after its last member left: with both gone, a store restored (with its record)
+    from an older backup passed every start check and re-published versions its followers
+    held. The trainer creates a missing model topic keeping every release, and refuses one
+    that deletes or compacts them."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    _train(kafka_bootstrap, topic, SQLiteStore(tmp_path / "s.db", create=True)).close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    settings = _settings(kafka_bootstrap, topic)
+    [described] = admin.describe_configs([ConfigResource("topic", settings.model_topic)]
+                                         ).values()
+    assert {name: entry.value for name, entry in described.result(10).items()} == {
+        "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    assert model_releases(settings)  # and it holds the releases
+    for config, shown in (({"retention.ms": "604800000"}, "retention.ms=604800000"),
+                          ({"cleanup.policy": "compact"}, "cleanup.policy=compact")):
+        other = _topic()
+        _produce(kafka_bootstrap, other, _events()[:10])
+        admin.create_topics([NewTopic(f"{other}.models", 1, 1, config=config)]
+                            )[f"{other}.models"].result(10)
+        with pytest.raises(LedgerConflict, match=f"does not keep every release \\({shown}"):
+            _train(kafka_bootstrap, other, SQLiteStore(tmp_path / f"{other}.db", create=True))
+
+
 def test_a_release_of_a_later_epoch_of_the_store_is_refused(kafka_bootstrap, tmp_path):
     """A copy of the store that opened a later epoch and published (even an old version
     again, so that the newest version on the topic is still this store's) is another

@@ -78,8 +78,53 @@ def test_a_missing_empty_or_identityless_file_is_never_a_new_store(tmp_path) -> 
         _model(str(empty))
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.commit()
-    with pytest.raises(StoreNotFound, match="no identity"):
+    with pytest.raises(StoreNotFound, match="no store identity"):
         _model(str(other))
+    # refused before SQLite opens it: the file is not switched to WAL, no lock file is left
+    assert sqlite3.connect(other).execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert not Path(f"{other}.lock").exists()
+    garbage = tmp_path / "notes.db"
+    garbage.write_bytes(b"not a database " * 100)
+    with pytest.raises(StoreNotFound, match="not a SQLite database"):
+        _model(str(garbage))
+    wal = tmp_path / "wal.db"  # another program's table named meta: no raw SQLite error
+    with sqlite3.connect(wal) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE meta(k INTEGER, v INTEGER)")
+    with pytest.raises(StoreNotFound, match="meta table is not a store's"):
+        _model(str(wal))
+    SQLiteStore(tmp_path / "store.db", create=True).close()  # a store copied by VACUUM INTO
+    with sqlite3.connect(tmp_path / "store.db") as db:  # (no WAL mode) still opens
+        db.execute(f"VACUUM INTO '{tmp_path / 'vacuumed.db'}'")
+    SQLiteStore(tmp_path / "vacuumed.db").close()
+
+
+def test_a_store_once_seeded_says_so_however_it_is_resumed(tmp_path) -> None:
+    """A seeded store resumed without a seed released ``seeded_for_testing: false`` over
+    trees whose noise a seed predicts (the guarantee read only this process's noise). A
+    store once opened seeded is marked for good; a store from before the mark is known by
+    the generator state in its snapshot; a production store says false until a seeded
+    engine opens it."""
+    path, model = _fed(tmp_path, 100)
+    model.engine.close()
+    with sqlite3.connect(path) as db:  # a store from before the mark: its snapshot says it
+        (marked,) = db.execute("DELETE FROM meta WHERE name = 'side:seeded_noise' "
+                               "RETURNING value").fetchone()
+    assert marked == "true"
+    for _ in range(2):  # the mark is written again, and kept by a production engine's commits
+        resumed = _model(str(path), seed=None)
+        assert resumed.privacy_guarantee().seeded_for_testing
+        assert resumed.release("m").guarantee.seeded_for_testing  # the public release too
+        _feed(resumed, 30, start=100)
+        resumed.engine.close()
+    production = _model(SQLiteStore(tmp_path / "p.db", create=True), seed=None)
+    _feed(production, 60)
+    assert not production.privacy_guarantee().seeded_for_testing
+    production.engine.close()
+    _model(str(tmp_path / "p.db"), seed=3).engine.close()
+    again = _model(str(tmp_path / "p.db"), seed=None)
+    assert again.privacy_guarantee().seeded_for_testing
+    again.engine.close()
 
 
 def test_a_state_file_without_its_write_ahead_log_is_refused(tmp_path) -> None:

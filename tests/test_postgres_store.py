@@ -306,3 +306,27 @@ def test_a_schema_restored_from_an_older_dump_is_refused(postgres_server) -> Non
     with psycopg.connect(postgres_server.url, autocommit=True) as db:
         assert db.execute('SELECT 1 FROM "renyiboost_records"."stores" WHERE schema_name = %s',
                           (fresh,)).fetchone() is None
+
+
+def test_a_store_is_never_created_where_a_lost_one_was(postgres_server) -> None:
+    """A schema dropped by hand (or a restore that lacks it) leaves the record outside it:
+    creating a store there is refused, as SQLite refuses beside a lost file's ``.epoch``,
+    and the record still names the lost store. A store discarded by renyiboost takes its
+    record with it, so its schema can hold a new one."""
+    schema = _schema()
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()
+    lost = PostgresStore(postgres_server.url, schema=schema)
+    lost_id = lost.identity.store_id
+    lost.close()
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with pytest.raises(LedgerConflict, match="is gone"):
+        PostgresStore(postgres_server.url, schema=schema, create=True)
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        assert db.execute('SELECT store_id, epoch FROM "renyiboost_records"."stores" WHERE '
+                          "schema_name = %s", (schema,)).fetchone() == (lost_id, 2)
+        db.execute('DELETE FROM "renyiboost_records"."stores" WHERE schema_name = %s',
+                   (schema,))  # the operator's decision: its keys never come again
+    again = PostgresStore(postgres_server.url, schema=schema, create=True)
+    again._remove()
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()

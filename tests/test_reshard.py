@@ -37,7 +37,7 @@ from renyiboost.stream.sharded import (
     shard_locations,
     shard_of,
 )
-from renyiboost.stream.store import SQLStateStore, store_at
+from renyiboost.stream.store import KEY_SOURCE_META, SEEDED_META, SQLStateStore, store_at
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
 
@@ -105,6 +105,11 @@ def test_one_unsharded_store_splits_into_shards(tmp_path) -> None:
     sharded.close()
     with pytest.raises(StoreResharded):
         StreamEngine(config, store=str(tmp_path / "one.db"))
+    # resharding it again, elsewhere, names where it went (it said "no state store at …",
+    # as if one should be created there)
+    (tmp_path / "three").mkdir()
+    with pytest.raises(LedgerConflict, match="already resharded into .*two"):
+        reshard(config, [str(tmp_path / "one.db")], shard_locations(str(tmp_path / "three"), 3))
 
 
 def test_the_old_stores_are_refused_for_good(tmp_path) -> None:
@@ -122,6 +127,59 @@ def test_the_old_stores_are_refused_for_good(tmp_path) -> None:
         for path in archived:
             path.rename(tmp_path / path.name)
         ShardedEngine(config, shard_locations(str(tmp_path), 2, alone=False))
+
+
+def _one_store_reading_keys_from(tmp_path, name: str, key_source: dict) -> str:
+    """A single engine's store that learned 200 records, its keys pinned to ``key_source``
+    as the Kafka trainer pins them."""
+    config = _config("regression")
+    path = str(tmp_path / f"{name}.db")
+    engine = StreamEngine(config, store=store_at(path, create=True), seed=1)
+    _feed(engine, _records("regression", 200))
+    engine.store.set_meta(KEY_SOURCE_META, key_source)
+    engine.close()
+    return path
+
+
+def test_where_keys_came_from_moves_with_the_ledgers(tmp_path) -> None:
+    """The Kafka trainer's pin of the keys' source (message key or a payload field) is
+    copied to the new stores: without it a new store would take its keys from wherever its
+    first start says, and a person whose payload field differs from the message key would
+    get a second ledger. A payload field cannot place keys on several shards, so resharding
+    such a store into several is refused, and old stores that disagree are refused. The
+    mark of a seeded past moves too."""
+    config = _config("regression")
+    field = {"key_field": "user"}
+    one = _one_store_reading_keys_from(tmp_path, "field", field)
+    with pytest.raises(LedgerConflict, match="payload field 'user'"):
+        reshard(config, [one], shard_locations(str(tmp_path / "two"), 2))
+    into = str(tmp_path / "moved.db")
+    reshard(config, [one], [into])
+    store = store_at(into)
+    assert store.get_meta(KEY_SOURCE_META) == field
+    assert store.get_meta(SEEDED_META) is True  # and so does the model's seeded past
+    store.close()
+    moved = StreamEngine(config, store=into)  # resumed without a seed, it still says so
+    assert moved.privacy_guarantee().seeded_for_testing
+    moved.close()
+    old, _, _ = _deployment(tmp_path / "shards", 2)
+    for location in old:
+        store = store_at(location)
+        store.set_meta(KEY_SOURCE_META, {"message_key": True})
+        store.close()
+    reshard(_config("classification"), old, shard_locations(str(tmp_path / "three"), 3))
+    for location in shard_locations(str(tmp_path / "three"), 3, alone=False):
+        store = store_at(location)
+        assert store.get_meta(KEY_SOURCE_META) == {"message_key": True}
+        store.close()
+    mixed = shard_locations(str(tmp_path / "mixed"), 2)
+    create_shard_stores(config, mixed)
+    for location, source in zip(mixed, [field, {"message_key": True}], strict=True):
+        store = store_at(location)
+        store.set_meta(KEY_SOURCE_META, source)
+        store.close()
+    with pytest.raises(LedgerConflict, match="different key sources"):
+        reshard(config, mixed, [str(tmp_path / "joined.db")])
 
 
 def test_an_interrupted_reshard_is_redone_or_finished(tmp_path, monkeypatch) -> None:

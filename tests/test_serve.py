@@ -172,7 +172,8 @@ def test_serve_gives_labels_and_probabilities_of_a_multiclass_model(server,
 
 def test_a_follower_says_why_it_cannot_read_the_topic() -> None:
     """With no broker at its address, ``serve`` answered "waiting" forever, with no word of
-    why; the client's error is now the waiting reason (and ``/health`` gives it)."""
+    why; it now says the topic cannot be read (and ``/health`` gives that), and leaves the
+    client's error text, which can name internal addresses, to the log."""
     from renyiboost.connectors.kafka import ModelFollower
 
     follower = ModelFollower(f"127.0.0.1:{_free_port()}", "models", "m",
@@ -183,6 +184,8 @@ def test_a_follower_says_why_it_cannot_read_the_topic() -> None:
             follower.poll(0.2)
         reason = follower.waiting_reason()
         assert reason is not None and "cannot be read yet" in reason, reason
+        # the client's text (here the address it could not reach) stays in the log
+        assert follower.client_error[0] not in reason and "127.0.0.1" not in reason
         follower.client_error = (follower.client_error[0], time.monotonic() - 60)
         assert follower.waiting_reason() is None  # an old error explains nothing now
     finally:
@@ -240,10 +243,43 @@ def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothi
     assert "at most 10000 items" in many.text and "\"input\"" not in many.text
 
 
+def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> None:
+    """``{"a": "bad", "a": 0.5}`` was answered 200 from the last value (JSON parsers keep
+    it), as an event with a repeated field was learned: now 422, naming the field, before
+    anything is predicted; a colon inside a string is no repeat."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import create_app
+
+    class Answers:
+        calls = 0
+
+        def start(self) -> None: ...
+        def stop(self) -> None: ...
+
+        def predict(self, rows):  # reached only by bodies without a repeated field
+            Answers.calls += 1
+            raise LookupError("no model version received yet")
+
+    client = TestClient(create_app(Answers()))  # type: ignore[arg-type]
+    for body, field in ((b'{"rows": [{"a": "bad", "a": 0.5}]}', "a"),
+                        (b'{"rows": [{"a": 0.5}], "rows": [{"a": 0.7}]}', "rows")):
+        answer = client.post("/predict", content=body,
+                             headers={"content-type": "application/json"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"] == {
+            "reason": "schema", "detail": f"the field {field!r} appears twice in one object"}
+    assert Answers.calls == 0
+    fine = client.post("/predict", content=b'{"rows": [{"c": "x:y", "a": 0.5}]}',
+                       headers={"content-type": "application/json"})
+    assert fine.status_code == 503 and Answers.calls == 1
+
+
 @pytest.mark.parametrize("seeded", [True, False])
 def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None:
     """A seeded model's noise came from a fixed seed: /health said only "ready" (the flag
-    sat inside /model's guarantee); it now says so, and says nothing for a production one."""
+    sat inside /model's guarantee); it now says so, and says nothing for a production one.
+    While the Kafka client reports errors it says "degraded" (still 200: it answers)."""
     import threading
     from types import SimpleNamespace
 
@@ -254,6 +290,7 @@ def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None
     class Ready:
         lock = threading.Lock()
         follower = SimpleNamespace(version=3, stalled=None, waiting_reason=lambda: None,
+                                   unreadable=lambda: False,
                                    guarantee=SimpleNamespace(seeded_for_testing=seeded))
 
         def start(self) -> None: ...
@@ -265,3 +302,8 @@ def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None
     assert answer.status_code == 200
     assert answer.json() == {"status": "ready", "version": 3} | (
         {"seeded_for_testing": True} if seeded else {})
+    # the client reports errors: still answering, but from what may no longer be the newest
+    Ready.follower.unreadable = lambda: True
+    answer = TestClient(create_app(Ready())).get("/health")  # type: ignore[arg-type]
+    assert answer.status_code == 200 and answer.json()["status"] == "degraded"
+    assert "version 3, the newest this server received" in answer.json()["reason"]

@@ -178,6 +178,47 @@ def test_a_crash_between_two_shards_commits_is_reconciled_without_under_charging
     again.close()
 
 
+def test_a_crash_between_two_shards_initial_scores_installs_it_once(tmp_path) -> None:
+    """Shards commit in parallel (Ray), so the initial score can be durable on shard 1 and
+    not on shard 0. Reopened, the deployment takes the score shard 1 committed: shard 0
+    installs it, no second one is released, every key pays for one score, and every
+    shard's cached margins are the model's."""
+    config = _config("regression")
+    records = _records("regression", 39, seed=4)  # the warmup is 40: one short of the score
+    paths = [tmp_path / f"s{k}.db" for k in range(2)]
+    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths], seed=3)
+    _feed(sharded, records)
+    sharded.shards.all("flush")
+    total = sum(sharded.shards.all("initial_sum"))
+    score = sharded.booster.score_over_public_count(total, 40)  # the score's own draw
+    sharded.shards.one(1, "install_initial", score)  # shard 1 committed it, shard 0 died
+    sharded.shards.one(1, "wait_durable")
+    sharded.close()
+    again = ShardedEngine(config, [SQLiteStore(path) for path in paths], seed=3)
+    assert again._initialized and again.booster.ensemble.init_score == score
+    init_charge = again.booster.calibration.init_charge
+    arrived = {key for _, _, key in records}
+    assert {shard_of(key, 2) for key in arrived} == {0, 1}
+    for key in arrived:  # one score's charge on both shards
+        assert again.operator_budget_of(key).spent_rdp == pytest.approx(init_charge, rel=1e-12)
+    reference = ShardedEngine(config, [None, None], seed=3)
+    more = _records("regression", 200, seed=5)
+    _feed(reference, records + more)
+    _feed(again, more)
+    assert again.release_version == reference.release_version  # no second score
+    assert again.booster.ensemble.init_score == score
+    for worker in again.shards.workers:  # every cached margin is the model's
+        pool = worker.engine.active_pool()
+        trees = worker.engine.ensemble  # training margins are the unsmoothed trees'
+        np.testing.assert_allclose(pool.margin,
+                                   trees.init_score + trees.leaf_sum(pool.X, smoothed=False),
+                                   rtol=1e-9, atol=1e-12)
+    again.close()
+    unseeded = ShardedEngine(config, [SQLiteStore(path) for path in paths])  # its past is
+    assert unseeded.privacy_guarantee().seeded_for_testing  # seeded, whatever it draws now
+    unseeded.close()
+
+
 def _two_shards_that_learned(tmp_path) -> tuple[EngineConfig, list]:
     """A closed deployment of two SQLite shards that learned 100 records, and its paths."""
     config = _config("regression")
@@ -222,8 +263,9 @@ def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> No
     """A label outside the public bounds (it would widen the initial score's sensitivity)
     is not learned, but its row keeps its position, as an empty event: the call once raised
     with no position counted, so one record's label moved the public schedule of every other
-    row in the call (neighbouring streams then released 6 and 7 versions). The other rows
-    are learned, single or sharded. A row of the wrong width changes no shard."""
+    row in the call (neighbouring streams then released 6 and 7 versions). A bad key
+    likewise. The other rows are learned, single or sharded. A row of the wrong width
+    changes no shard."""
     rows = np.array([[0.5, 0.0, 1.0], [0.2, 1.0, 0.0], [0.7, 0.5, 2.0]])
     for engine in (ShardedEngine(_config("regression"), [None, None]),
                    StreamEngine(_config("regression"))):
@@ -235,6 +277,11 @@ def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> No
         assert engine.positions == 3
         assert [engine.operator_budget_of(k).status for k in "abc"] == [
             "pending", "unknown", "pending"]
+        with pytest.raises(InvalidRecord, match="2 of 3 rows were not learned; row 0: keys "
+                                                "must be str"):  # and a bad key likewise
+            engine.add(rows, [1.0, 1.0, 1.5], [1.5, "d", ""])
+        assert engine.positions == 6
+        assert engine.operator_budget_of("d").status == "pending"
     sharded = ShardedEngine(_config("regression"), [None, None])
     assert [state.positions for state in sharded.shards.all("state")] == [0, 0]
 
@@ -243,10 +290,13 @@ def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> No
         for start in range(0, 400, 100):
             X = np.array([r[0] for r in records[start:start + 100]])
             y = [r[1] for r in records[start:start + 100]]
+            keys = [r[2] for r in records[start:start + 100]]
             if bad and start == 100:
                 y[7] = 30.0  # neighbouring stream: one label out of bounds
+            if bad and start == 200:
+                keys[3] = ""  # and one key that is no key
             try:
-                engine.add(X, y, [r[2] for r in records[start:start + 100]])
+                engine.add(X, y, keys)
             except InvalidRecord:
                 pass
         return engine.positions, engine.release_version

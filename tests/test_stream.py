@@ -366,8 +366,11 @@ def test_a_store_refuses_a_different_configuration(tmp_path) -> None:
     model.engine.close()
     with pytest.raises(LedgerConflict, match="different config") as refused:
         _regressor(store=str(path), epsilon=2.0)
-    # the refusal names what differs, so an operator knows which argument to pass
+    # the refusal names what differs, so an operator knows which argument to pass; the
+    # whole values (3 KB on the command's one line) are notes, for a traceback
     assert "config.params.epsilon: 1.0 stored, 2.0 given" in str(refused.value)
+    assert len(str(refused.value)) < 400
+    assert [note[:8] for note in refused.value.__notes__] == ["stored: ", "given:  "]
 
 
 def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(
@@ -748,6 +751,13 @@ def test_a_schema_feature_that_never_arrives_warns_or_with_strict_is_refused() -
     with pytest.warns(SchemaMismatchWarning, match=r"\['c'\].*first 20 stream positions"):
         _fill(lenient, data, list(range(60)))
     assert lenient.operator_telemetry().features_not_arrived == ["c"]
+    with warnings.catch_warnings():  # made an error, the warning stops no release
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        erring = _regressor(train_every=20, warmup=20)
+        with pytest.raises(SchemaMismatchWarning):
+            _fill(erring, data[:20], list(range(20)))
+        _fill(erring, data[20:], list(range(20, 60)))
+    assert erring.engine.release_version == lenient.engine.release_version > 1
     strict = _regressor(train_every=20, warmup=20, strict=True)
     for i, (x, y) in enumerate(data):
         with pytest.raises(InvalidRecord, match="'c' is absent"):

@@ -19,6 +19,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -29,6 +30,36 @@ EXTRAS = {"interpret": "experiments", "diffprivlib": "experiments", "xgboost": "
           "matplotlib": "plot", "fastapi": "serve", "uvicorn": "serve", "onnx": "onnx",
           "psycopg": "postgres", "ray": "ray"}
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 100}
+
+
+class OutputFile(click.ParamType):
+    """A file a command writes after its run, checked before the run (which may spend
+    budget, or take an hour): not a directory, not a SQLite database (a state store's keys'
+    budgets would be overwritten by a report), and writable, its folder created. A failed
+    write once came after the run had committed its rounds, with exit code 1."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        path = Path(value)
+        if path.is_dir():
+            self.fail(f"{value} is a directory; give a file path", param, ctx)
+        existed = path.is_file()
+        if existed:
+            with open(path, "rb") as file:
+                if file.read(16) == b"SQLite format 3\x00":
+                    self.fail(f"{value} is a SQLite database (a state store?); a report never "
+                              "replaces one: give another path", param, ctx)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as error:
+            self.fail(f"{value} cannot be written ({error.strerror or error})", param, ctx)
+        return str(path)
 
 
 class LazyChoice(click.Choice):
@@ -190,8 +221,9 @@ def cli(log_level: str, debug: bool) -> None:
               help="SQLite state file (a store the demo created is replaced unless "
                    "--resume; any other file there is refused)")
 @click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
-@click.option("--plot", "plot_path", default="out/demo/demo.png", help="where the plot goes")
-@click.option("--json", "json_path", default=None,
+@click.option("--plot", "plot_path", type=OutputFile(), default="out/demo/demo.png",
+              help="where the plot goes")
+@click.option("--json", "json_path", type=OutputFile(), default=None,
               help="write the per-batch history here (each row's operator counts marked "
                    "as operator telemetry)")
 @click.option("--seed", type=int, default=None, help="seeded noise, for tests only")
@@ -338,6 +370,24 @@ def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
     return run_reshard(_load_config(config, {"state": state}), shards, to_shards, into)
 
 
+#: ``--client-config`` of the commands that reach Kafka without a renyiboost config.
+CLIENT_CONFIG = click.option(
+    "--client-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None, help="librdkafka settings, one key=value a line (a secured cluster's "
+    "security.protocol, sasl.*, ssl.*), as [kafka] extra gives them to train")
+
+
+def _client_settings(path: Path | None) -> dict[str, str]:
+    from renyiboost.connectors.kafka import read_client_config
+
+    if path is None:
+        return {}
+    try:
+        return read_client_config(path)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise click.BadParameter(str(error), param_hint="--client-config") from None
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("dataset", type=LazyChoice(_stream_datasets))
 @click.option("--scenario", type=LazyChoice(_scenarios), default="iid", help="drift scenario")
@@ -349,12 +399,14 @@ def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
 @click.option("--seed", type=int, default=0, help="shuffle seed of the scenario")
 @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
               callback=_finite, help="seconds to wait for the cluster before giving up")
+@CLIENT_CONFIG
 def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | None,
-           seed: int, connect_timeout: float) -> int:
+           seed: int, connect_timeout: float, client_config: Path | None) -> int:
     """Produce a bundled data set under a drift scenario into a Kafka topic."""
     from renyiboost.connectors.service import run_replay
 
-    return run_replay(dataset, scenario, target, rate, limit, seed, connect_timeout)
+    return run_replay(dataset, scenario, target, rate, limit, seed, connect_timeout,
+                      _client_settings(client_config))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -366,11 +418,14 @@ def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | N
               help="the releases' message key")
 @click.option("--host", default="127.0.0.1", help="address to listen on")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, help="port to listen on")
-def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: int) -> int:
+@CLIENT_CONFIG
+def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: int,
+          client_config: Path | None) -> int:
     """An HTTP JSON predict endpoint that follows a model topic (public releases only)."""
     from renyiboost.connectors.serving import run_serve
 
-    return run_serve(bootstrap, model_topic, model_name, host, port)
+    return run_serve(bootstrap, model_topic, model_name, host, port,
+                     _client_settings(client_config))
 
 
 # ---------------------------------------------------------------------------------- experiments
@@ -475,7 +530,8 @@ def experiment(config: str | None, preset: str | None, **options: Any) -> int:
 @click.option("--repeats", type=click.IntRange(min=1), default=5, help="noise seeds")
 @click.option("--workers", type=click.IntRange(min=1), default=2, help="processes")
 @click.option("--secure", is_flag=True, help="CSPRNG noise (not reproducible)")
-@click.option("--json", "json_path", default=None, help="write the result record here")
+@click.option("--json", "json_path", type=OutputFile(), default=None,
+              help="write the result record here")
 def reproduce(**options: Any) -> int:
     """Reproduce the S-GBDT paper's batch results (Abalone, Adult)."""
     from renyiboost.experiments.reproduce import run_reproduce
@@ -508,7 +564,8 @@ def reproduce(**options: Any) -> int:
 @click.option("--refine", type=click.IntRange(min=0), default=0, help="re-score the best K")
 @click.option("--refine-seeds", type=click.IntRange(min=1), default=8,
               help="seeds of the re-scoring")
-@click.option("--json", "json_path", default=None, help="write the table or report here")
+@click.option("--json", "json_path", type=OutputFile(), default=None,
+              help="write the table or report here")
 def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: float | None,
          validation_share: float, seed: int | None, space: str | None, against_config: bool,
          candidates: int, seeds: int, workers: int, refine: int, refine_seeds: int,
@@ -525,6 +582,9 @@ def tune(private: bool, dataset: str, epsilon: float, delta: float, mean_runs: f
                                      param_hint="--dataset")
         return run_private_tune(dataset, epsilon, delta, mean_runs, validation_share, seed,
                                 json_path)
+    if refine == 0:  # both belong to the re-scoring of the best --refine candidates
+        refuse_unread_options(("against_config", "refine_seeds"),
+                              "a search without --refine N (they re-score its best N)")
     from renyiboost.experiments.reproduce import DATASETS
     from renyiboost.experiments.tune import run_tune
 
@@ -541,9 +601,10 @@ def one_line(error: BaseException) -> str:
     missing optional package with the extra that installs it."""
     from pydantic import ValidationError
 
+    from renyiboost.exceptions import field_errors
+
     if isinstance(error, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                         for e in error.errors(include_url=False))
+        return field_errors(error)
     if isinstance(error, ModuleNotFoundError) and error.name:
         root = error.name.split(".")[0]
         if root in EXTRAS:

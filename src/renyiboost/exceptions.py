@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -24,6 +25,17 @@ def outside_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+def field_errors(error: Any, prefix: str = "") -> str:
+    """A pydantic ``ValidationError`` as one line, ``field: message; …``, each field named
+    from ``prefix`` (``model.`` for a config's table), without pydantic's documentation
+    link, its dump of the input or its "Value error, " (a TOML's bad bounds once printed
+    all three)."""
+    return "; ".join(
+        f"{prefix}{'.'.join(map(str, e['loc'])) or 'value'}: "
+        f"{str(e['msg']).removeprefix('Value error, ')}"
+        for e in error.errors(include_url=False))
 
 
 class PrivacyLeakWarning(UserWarning):

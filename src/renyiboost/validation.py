@@ -107,6 +107,20 @@ def normalise_keys(keys: Sequence[Any]) -> list[str]:
     return [normalise_key(key) for key in keys]
 
 
+def bad_keys(keys: Sequence[Any]) -> list[tuple[int, InvalidRecord]]:
+    """``(index, why)`` of every key :func:`normalise_key` refuses (none for a batch that is
+    :func:`already_canonical`, without a loop)."""
+    if set(map(type, keys)) <= {str} and already_canonical(keys):
+        return []
+    out = []
+    for i, key in enumerate(keys):
+        try:
+            normalise_key(key)
+        except InvalidRecord as why:
+            out.append((i, why))
+    return out
+
+
 def _is_real(value: Any) -> bool:
     """A real number that is not a bool (numpy scalars included)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
@@ -518,6 +532,18 @@ class RecordValidator:
         if not ok.all():
             self.label(raw.reshape(-1)[~ok][0])
         return values
+
+    def bad_rows(self, y: Any, keys: Sequence[Any] | None
+                 ) -> list[tuple[int, InvalidRecord]]:
+        """``(index, why)`` of every row a batch call cannot learn, in order: a label
+        :meth:`label` refuses, or a key :func:`normalise_key` refuses (the label's reason
+        first). Such a row keeps its stream position as an empty one, so one record's key
+        or label never moves the schedule."""
+        bad = dict(self.bad_labels(y))
+        if keys is not None:
+            for i, why in bad_keys(keys):
+                bad.setdefault(i, why)
+        return sorted(bad.items())
 
     def bad_labels(self, y: Any) -> list[tuple[int, InvalidRecord]]:
         """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""

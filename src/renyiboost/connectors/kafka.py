@@ -67,6 +67,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -106,7 +107,14 @@ from renyiboost.stream.sharded import (
     check_one_shard_a_key,
     default_partition_map,
 )
-from renyiboost.stream.store import InitEvent, RoundEvent, StoreIdentity, pin_meta, score_value
+from renyiboost.stream.store import (
+    KEY_SOURCE_META,
+    InitEvent,
+    RoundEvent,
+    StoreIdentity,
+    pin_meta,
+    score_value,
+)
 from renyiboost.validation import RecordValidator
 
 __all__ = ["KafkaSettings", "KafkaTrainer", "ModelFollower", "ShardedKafkaTrainer", "event_json",
@@ -171,6 +179,9 @@ EMPTY_RUN_WARNING = 1_000
 #: Seconds for which a follower's last client error explains why it has no model yet
 #: (:meth:`ModelFollower.waiting_reason`); a client retries and reports again within them.
 CLIENT_ERROR_FRESH = 30.0
+#: What a public answer says of the Kafka client's error instead of its text, which can
+#: name the cluster's internal addresses or an authentication failure (operator telemetry).
+CLIENT_ERROR_LOGGED = "the Kafka client's error is in the server's log"
 
 #: librdkafka settings the trainer, the publisher and the follower set themselves
 #: (:class:`KafkaSettings` refuses them in ``extra``).
@@ -178,6 +189,27 @@ MANAGED_CLIENT_SETTINGS = frozenset({
     "bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
     "auto.offset.reset", "isolation.level", "transactional.id", "enable.idempotence",
     "enable.partition.eof", "logger", "error_cb", "on_delivery", "stats_cb", "throttle_cb"})
+
+
+def read_client_config(path: str | Path) -> dict[str, str]:
+    """librdkafka settings from a ``key=value`` file (``#`` comments; the format of kcat's
+    ``-F``), for the commands without a renyiboost config (``serve``, ``replay``): a
+    secured cluster's ``security.protocol``, ``sasl.*`` and ``ssl.*``, kept out of the
+    command line. Settings renyiboost manages (:data:`MANAGED_CLIENT_SETTINGS`) are
+    refused, as in ``[kafka] extra``."""
+    settings: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.strip():
+            raise ValueError(f"{path}:{number}: expected key=value, got {line[:60]!r}")
+        settings[name.strip()] = value.strip()
+    managed = sorted(settings.keys() & MANAGED_CLIENT_SETTINGS)
+    if managed:
+        raise ValueError(f"{path} sets {managed}, which renyiboost sets itself")
+    return settings
 
 
 class KafkaSettings(BaseModel):
@@ -262,6 +294,24 @@ def _scan(consumer: Consumer, assignment: list[TopicPartition], timeout: float,
                 raise RenyiboostError(f"reading the model topic failed: {error}")
 
 
+def produce_waiting(producer: Producer, timeout: float, topic: str, **message: Any) -> None:
+    """``producer.produce`` that waits, serving delivery reports, while the producer's local
+    queue is full (``BufferError``), and gives up after ``timeout`` seconds with
+    :class:`BrokerUnavailable`. A burst larger than the queue (``queue.buffering.max.messages``,
+    100,000 by default) once raised ``BufferError`` out of the trainer on every restart."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.produce(topic, **message)
+            return
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"the producer's queue to {topic!r} stayed full for {timeout:g} s: the "
+                    "broker does not take messages as fast as they come") from None
+            producer.poll(0.1)
+
+
 def start_within(offset: int, retained: tuple[int, int], where: str) -> int:
     """The offset to read a partition from, ``offset`` if the partition still holds it:
     retention may have deleted it (``offset`` below the low watermark), or the topic may
@@ -284,7 +334,9 @@ def model_releases(settings: KafkaSettings, start: Mapping[int, int] | None = No
     ``start`` maps partitions to the offset to read from (others from the beginning)."""
     consumer = Consumer(settings.client(**{
         "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        "enable.partition.eof": True}))
+        "enable.partition.eof": True,
+        # what followers read: an aborted publication is no release (and names none)
+        "isolation.level": "read_committed"}))
     try:
         topic = settings.model_topic
         meta = consumer.list_topics(topic, timeout=settings.connect_timeout).topics.get(topic)
@@ -399,7 +451,7 @@ class KafkaTrainer(_Loop):
         key_source = ({"key_field": event_format.key_field}
                       if event_format is not None and event_format.key_field is not None
                       else {"message_key": True})
-        pin_meta(engine.store, "key_source", key_source, lambda recorded: (
+        pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (
             f"this store's keys came from {_key_source_name(recorded)}, and this start takes "
             f"them from {_key_source_name(key_source)}: every person would get a second "
             "ledger under another name. Keep [events] key_field as it was"))
@@ -733,8 +785,9 @@ class KafkaTrainer(_Loop):
             value = None if value is None else value[:DEAD_LETTER_HEAD_BYTES]
             key = None if key is None else key[:DEAD_LETTER_HEAD_BYTES]
         try:
-            self.producer.produce(
-                f"{message.topic()}.dlq", value=value, key=key, headers=headers,
+            produce_waiting(
+                self.producer, self.settings.dlq_timeout, f"{message.topic()}.dlq",
+                value=value, key=key, headers=headers,
                 on_delivery=functools.partial(self._on_dead_letter_delivery, message, parsed,
                                               truncated))
         except KafkaException as error:
@@ -847,10 +900,61 @@ class KafkaTrainer(_Loop):
                 "engine": self.engine.operator_telemetry().model_dump()}
 
 
+#: The model topic's settings that keep every release: followers rebuild the model from all
+#: of its versions, and the start check reads them for evidence of another ledger.
+MODEL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+
+
+def keep_model_topic_forever(settings: KafkaSettings) -> None:
+    """Create the model topic keeping every release (:data:`MODEL_TOPIC_CONFIG`, one
+    partition) if it does not exist, and refuse one that deletes or compacts them.
+
+    Kafka's defaults delete a topic's messages after 7 days (``retention.ms``) and a group's
+    committed offsets after 7 days without members (``offsets.retention.minutes``). Once both
+    were gone, a store restored with its record from an older backup passed every start
+    check and re-published versions its followers already held, over trees they kept; a
+    follower started later could not rebuild the model at all. A broker that reports no
+    settings for the topic (Tansu reports only those set explicitly) is taken at its
+    word."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient(settings.client())
+    topic, timeout = settings.model_topic, settings.connect_timeout
+    try:
+        if topic not in admin.list_topics(timeout=timeout).topics:
+            created = admin.create_topics(
+                [NewTopic(topic, num_partitions=1, config=MODEL_TOPIC_CONFIG)])
+            try:
+                created[topic].result(timeout)
+                log.info("created the model topic %r keeping every release", topic)
+                return
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        described = admin.describe_configs([ConfigResource("topic", topic)])
+        configs = next(iter(described.values())).result(timeout)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    found = {name: configs[name].value for name in MODEL_TOPIC_CONFIG if name in configs}
+    wrong = {name: value for name, value in found.items() if value is not None and (
+        "compact" in value if name == "cleanup.policy" else value != "-1")}
+    if wrong:
+        raise LedgerConflict(
+            f"the model topic {topic!r} does not keep every release ("
+            + ", ".join(f"{name}={value}" for name, value in wrong.items())
+            + "): followers rebuild the model from all of its versions, and the start check "
+            "reads them to see that no other ledger trained this model. Set "
+            + ", ".join(f"{name}={value}" for name, value in MODEL_TOPIC_CONFIG.items())
+            + f" on it (kafka-configs --alter --entity-type topics --entity-name {topic} "
+            "--add-config ...), or name a new model topic.")
+
+
 def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
                       published: Mapping[str, int]) -> None:
     """Refuse to train a model whose topic shows another ledger (see the module docstring):
-    releases from another store, versions this store has not committed, or a later epoch."""
+    releases from another store, versions this store has not committed, or a later epoch;
+    or whose topic does not keep its releases (:func:`keep_model_topic_forever`)."""
+    keep_model_topic_forever(settings)
     releases = model_releases(settings, {published["partition"]: published["offset"]}
                               if "offset" in published else None)
     if not releases:
@@ -1256,13 +1360,20 @@ class ModelFollower:
             log.warning("the model topic holds releases of %r; this follower follows %r "
                         "(--model-name)", other, self.model_name)
 
+    def unreadable(self) -> bool:
+        """Whether the Kafka client reported an error in the last
+        :data:`CLIENT_ERROR_FRESH` seconds without a message since (the cluster is
+        unreachable, the topic missing): newer versions may exist that this follower
+        cannot see."""
+        error = self.client_error
+        return error is not None and time.monotonic() - error[1] < CLIENT_ERROR_FRESH
+
     def waiting_reason(self) -> str | None:
         """Why no version arrived yet, where the topic says more than "nothing yet"."""
         if self.version:
             return None
-        error = self.client_error
-        if error is not None and time.monotonic() - error[1] < CLIENT_ERROR_FRESH:
-            return f"the model topic cannot be read yet: {error[0]}"
+        if self.unreadable():
+            return f"the model topic cannot be read yet ({CLIENT_ERROR_LOGGED})"
         if not self.other_models:
             return None
         return (f"no release of {self.model_name!r} on the model topic yet; it holds releases "

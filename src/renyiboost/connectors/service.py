@@ -34,6 +34,7 @@ import signal
 import time
 import tomllib
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -42,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.connectors.events import EventFormat
-from renyiboost.exceptions import BrokerUnavailable, RenyiboostError
+from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_errors
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import FeatureSpec, PublicSchema
@@ -98,7 +99,10 @@ ModelConfig = create_model(  # the [model] table: schema, learner and triggers, 
 def engine_config(model: Any) -> EngineConfig:
     """The engine's configuration of a ``[model]`` table: the default policy with the
     table's explicit values on top."""
-    schema = PublicSchema(features=model.features, target_bounds=model.target_bounds)
+    try:
+        schema = PublicSchema(features=model.features, target_bounds=model.target_bounds)
+    except ValidationError as error:
+        raise ValueError(field_errors(error, "model.")) from None
     explicit = {name: value for name, value in model.model_dump(
         include=set(_LEARNER_FIELDS) | set(_TRIGGER_FIELDS)).items() if value is not None}
     if explicit.get("recalibration") is False:
@@ -107,9 +111,7 @@ def engine_config(model: Any) -> EngineConfig:
         return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
                                           model.expected_records, **explicit)
     except ValidationError as error:  # named as the file names them (it said "depth: ...")
-        raise ValueError("; ".join(
-            f"model.{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-            for e in error.errors(include_url=False))) from None
+        raise ValueError(field_errors(error, "model.")) from None
     except ValueError as error:  # a check outside pydantic (the trigger schedule's, say)
         raise ValueError(f"model: {error}") from None
 
@@ -155,9 +157,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
     try:
         config = ServiceConfig(**data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"{path}: {problems}") from None
+        raise ValueError(f"{path}: {field_errors(error)}") from None
     try:  # what the engine refuses is the file's error too (it once came without the path)
         with warnings.catch_warnings():  # the commands' own engine_config warns, once
             warnings.simplefilter("ignore")
@@ -277,7 +277,7 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
     engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
     # so does a bad source: a store created before it failed refused the corrected command
     # ("already exists")
-    memory = _memory_source(config.source)
+    memory = _memory_source(config.source, engine_cfg)
     settings = None if memory is not None else kafka_settings(config)
     store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
@@ -323,11 +323,12 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     if shards < 1:
         raise ValueError("--shards must be at least 1")
     engine_cfg, seed = engine_config(config.model), config.model.seed  # before any store
+    data = _memory_source(config.source, engine_cfg)
     if new_state:
         _init_shard_states(config, shards)
     locations = shard_locations(config.state, shards)
     source = None
-    memory = config.source.startswith("memory:")
+    memory = data is not None
     if not memory:
         from renyiboost.connectors.kafka import KafkaTrainer, partition_map_for
 
@@ -346,9 +347,6 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     engine = ShardedEngine(engine_cfg, group, seed=seed)
     try:
         if memory:
-            from renyiboost.stream.sources import InMemorySource
-
-            data = InMemorySource(config.source.removeprefix("memory:"), batch_size=1000)
             for batch in data:
                 engine.add(batch.X, batch.y, batch.keys)
             _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)
@@ -363,14 +361,32 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
         engine.close()
 
 
-def _memory_source(source: str) -> Any:
+def _memory_source(source: str, engine_cfg: EngineConfig) -> Any:
     """The bundled data set of a ``memory:NAME`` source (``None`` for another source), loaded
-    before any store is created."""
+    before any store is created. Its rows come encoded by the data set's own schema, so the
+    config's features must be its features, in its order, with its categories in its order,
+    and the task its task: a misspelt name trained on, and categories in another order
+    published a schema that encoded ``"M"`` as another category than the trees had."""
     if not source.startswith("memory:"):
         return None
     from renyiboost.stream.sources import InMemorySource
 
-    return InMemorySource(source.removeprefix("memory:"), batch_size=1000)
+    data = InMemorySource(source.removeprefix("memory:"), batch_size=1000)
+    given, bundled = engine_cfg.public_schema, data.schema
+    kinds = [list(spec) if isinstance(spec, list) else "numeric"
+             for spec in given.features.values()]
+    bundled_kinds = [list(spec) if isinstance(spec, list) else "numeric"
+                     for spec in bundled.features.values()]
+    if list(given.features) != list(bundled.features) or kinds != bundled_kinds:
+        raise ValueError(
+            f"[model.features] must be the features of {source}, in its order, its "
+            f"categories in its order (the rows come encoded by them): {source} has "
+            + ", ".join(f"{name} = {spec if isinstance(spec, list) else 'numeric'}"
+                        for name, spec in bundled.features.items()))
+    if engine_cfg.params.task != data.data.task:
+        raise ValueError(f"{source} is a {data.data.task} data set; [model] task is "
+                         f"{engine_cfg.params.task!r}")
+    return data
 
 
 def _train_from_memory(engine: StreamEngine, source: Any, as_json: bool) -> int:
@@ -391,32 +407,35 @@ def _print_telemetry(status: dict[str, Any], as_json: bool, prefix: str = "") ->
         print(f"[operator telemetry] consumed {status['consumed']:>9,}  version "
               f"{status['release_version']:>5}  positions {status['positions']:>9,}  "
               f"aborted rounds {status['aborted_rounds']}", flush=True)
-        for k, shard in enumerate(status["shards"]):
-            _print_telemetry({"consumed": shard["engine"]["positions"], **shard}, False,
+        for k, shard in enumerate(status["shards"]):  # a shard's positions since its start
+            _print_telemetry({"positions": shard["engine"]["positions"], **shard}, False,
                              f"  shard {k}: ")
         return
     engine = status["engine"]
-    print(f"{prefix or '[operator telemetry] '}consumed {status['consumed']:>9,}  "
+    counted = "consumed" if "consumed" in status else "positions"
+    print(f"{prefix or '[operator telemetry] '}{counted} {status[counted]:>9,}  "
           f"version {engine['release_version']:>5}  active {engine['n_active']:>8,}  "
           f"retired {engine['n_retired']:>8,}  dropped {engine['n_dropped']:>6,}  "
           f"dead letters {status.get('dead_letters', {})}", flush=True)
 
 
 def run_replay(dataset: str, scenario: str, to: str, rate: float, limit: int | None,
-               seed: int = 0, connect_timeout: float = 30.0) -> int:
-    """Produce a bundled data set under a drift scenario into a topic, at ``rate`` events/s.
+               seed: int = 0, connect_timeout: float = 30.0,
+               client: Mapping[str, str] | None = None) -> int:
+    """Produce a bundled data set under a drift scenario into a topic, at ``rate`` events/s
+    (``client``: more librdkafka settings, e.g. a secured cluster's).
 
     Each record's key is the Kafka message key (the default identity of ``train``).
     """
     from confluent_kafka import KafkaException, Producer
 
-    from renyiboost.connectors.kafka import event_json, log
+    from renyiboost.connectors.kafka import event_json, log, produce_waiting
     from renyiboost.stream.sources import InMemorySource
 
     bootstrap, topic = parse_kafka_url(to)
     source = InMemorySource(dataset, scenario=scenario, batch_size=500, limit=limit, seed=seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": log,
-                         "enable.idempotence": True})
+                         **(client or {}), "enable.idempotence": True})
     try:
         producer.list_topics(timeout=connect_timeout)
     except KafkaException as error:
@@ -427,8 +446,8 @@ def run_replay(dataset: str, scenario: str, to: str, rate: float, limit: int | N
     for batch in source:
         for row, y, key in zip(batch.X, batch.y, batch.keys, strict=True):
             label = bool(y) if classification else float(y)
-            producer.produce(topic, key=key.encode(),
-                             value=event_json(key, source.schema.decode_row(row), label))
+            produce_waiting(producer, connect_timeout, topic, key=key.encode(),
+                            value=event_json(key, source.schema.decode_row(row), label))
             sent += 1
             if rate > 0 and sent % 100 == 0:
                 delay = sent / rate - (time.monotonic() - start)

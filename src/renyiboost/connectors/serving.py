@@ -22,9 +22,13 @@ Endpoints:
   ``str()`` (``1`` and ``"1"``: their probabilities would share one JSON key and one class
   would vanish from the answer).
 * ``GET /model`` → the public description of the served version (schema, task, guarantee).
-* ``GET /health`` → 200 ``{"status": "ready", "version": v}``; 503 ``{"status": "waiting",
-  "version": 0}`` before the first release, or ``{"status": "not serving", "version": v,
-  "reason": ...}``.
+* ``GET /health`` → 200 ``{"status": "ready", "version": v}``, or ``{"status": "degraded",
+  "version": v, "reason": ...}`` while the Kafka client reports errors (answering from the
+  newest version received, which may no longer be the newest released); 503
+  ``{"status": "waiting", "version": 0}`` before the first release, or ``{"status": "not
+  serving", "version": v, "reason": ...}``. ``/model`` and ``/release`` answer 503 with the
+  reason while the follower is stalled, as ``/predict`` does. The Kafka client's error text
+  (cluster addresses, authentication failures) is logged, never answered.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -216,7 +220,14 @@ class FollowerService:
         parameters, guarantee), for an export from the server alone (``SGBDT.from_json``,
         ``to_onnx``)."""
         with self.lock:
+            self._check_not_stalled()
             return self.follower.release().model_dump(mode="json")
+
+    def _check_not_stalled(self) -> None:
+        """``LookupError`` while the topic lacks the version after the follower's: the model
+        moved on, so its older version is neither predicted from nor described."""
+        if self.follower.stalled is not None:
+            raise LookupError(self.follower.stalled)
 
     def describe(self) -> dict[str, Any]:
         """The public description of the served version."""
@@ -224,6 +235,7 @@ class FollowerService:
             follower = self.follower
             if follower.validator is None:
                 raise LookupError("no model version received yet")
+            self._check_not_stalled()
             return {"model": follower.model_name, "version": follower.version,
                     "store_id": follower.store_id, "task": follower.task,
                     "public_schema": follower.validator.schema.model_dump(mode="json"),
@@ -232,10 +244,13 @@ class FollowerService:
 
 def create_app(service: FollowerService) -> Any:
     """The ASGI app over ``service`` (started and stopped with the app's lifespan)."""
-    from fastapi import FastAPI, HTTPException
+    from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+
+    from renyiboost.connectors.events import repeated_field
+    from renyiboost.connectors.kafka import CLIENT_ERROR_LOGGED
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -254,8 +269,21 @@ def create_app(service: FollowerService) -> Any:
         return JSONResponse(status_code=422, content={"detail": jsonable_encoder(
             [{k: v for k, v in e.items() if k != "input"} for e in error.errors()])})
 
+    async def body_of(raw: Any) -> bytes:
+        return await raw.body()  # the same bytes FastAPI parses (Starlette keeps them)
+
+    # FastAPI reads the annotation's object: under ``from __future__ import annotations`` the
+    # name of a class imported in this function (FastAPI is an extra) would not resolve.
+    body_of.__annotations__["raw"] = Request
+
     @app.post("/predict", response_model=PredictResponse, response_model_exclude_none=True)
-    def predict(request: PredictRequest) -> PredictResponse:
+    def predict(request: PredictRequest, body: bytes = Depends(body_of)) -> PredictResponse:
+        fields = 1 + sum(map(len, request.rows))
+        repeated = repeated_field(body, fields)
+        if repeated is not None:  # the parser kept its last value: refused, not ignored
+            raise HTTPException(status_code=422, detail={
+                "reason": "schema", "detail": f"the field {repeated!r} appears twice in one "
+                                              "object"})
         try:
             return service.predict(request.rows)
         except LookupError as why:
@@ -284,13 +312,18 @@ def create_app(service: FollowerService) -> Any:
         with service.lock:
             version, refused = service.follower.version, service.refusal()
             waiting = service.follower.waiting_reason()
+            unreadable = service.follower.unreadable()
         if refused is None:
             guarantee = service.follower.guarantee
             seeded = guarantee is not None and guarantee.seeded_for_testing
             # a seeded model protects no one: said where a health check looks, not only in
             # the guarantee that /model gives
-            return JSONResponse({"status": "ready", "version": version}
-                                | ({"seeded_for_testing": True} if seeded else {}))
+            flags = {"seeded_for_testing": True} if seeded else {}
+            if unreadable:  # still answering, from what may no longer be the newest version
+                return JSONResponse({"status": "degraded", "version": version, "reason": (
+                    f"the model topic cannot be read now ({CLIENT_ERROR_LOGGED}); answering "
+                    f"from version {version}, the newest this server received")} | flags)
+            return JSONResponse({"status": "ready", "version": version} | flags)
         if version == 0 and service.follower.stalled is None:
             return JSONResponse({"status": "waiting", "version": 0}
                                 | ({} if waiting is None else {"reason": waiting}),
@@ -302,8 +335,10 @@ def create_app(service: FollowerService) -> Any:
 
 
 def run_serve(bootstrap: str, model_topic: str, model_name: str = "model",
-              host: str = "127.0.0.1", port: int = 8000) -> int:
-    """Follow ``model_topic`` and serve it over HTTP until interrupted."""
+              host: str = "127.0.0.1", port: int = 8000,
+              client: Mapping[str, str] | None = None) -> int:
+    """Follow ``model_topic`` and serve it over HTTP until interrupted (``client``: more
+    librdkafka settings, e.g. a secured cluster's)."""
     try:
         import uvicorn
     except ImportError as missing:  # pragma: no cover - depends on the environment
@@ -314,7 +349,8 @@ def run_serve(bootstrap: str, model_topic: str, model_name: str = "model",
     # A model topic the trainer creates after the server starts is found within seconds
     # (librdkafka's default metadata refresh is five minutes).
     follower = ModelFollower(bootstrap, model_topic, model_name,
-                             extra={"topic.metadata.refresh.interval.ms": "2000"})
+                             extra={"topic.metadata.refresh.interval.ms": "2000",
+                                    **(client or {})})
     service = FollowerService(follower)
     log.info("following %s on %s; serving on http://%s:%d", model_topic, bootstrap, host, port)
     started = time.monotonic()

@@ -248,9 +248,26 @@ def load_covertype(path: str | None = None, multiclass: bool = False) -> Dataset
     if not path:
         raise ValueError(f"Covertype is not bundled: pass the path of covtype.csv.gz or set "
                          f"{COVERTYPE_ENV}")
-    with gzip.open(path, "rt") as fh:
-        table = np.loadtxt(fh, delimiter=",", skiprows=1, dtype=np.float64)
+    try:
+        with gzip.open(path, "rt") as fh:
+            table = np.loadtxt(fh, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    except (OSError, EOFError, ValueError) as error:  # numpy's own words, and where
+        raise ValueError(f"{path} (Covertype, {COVERTYPE_ENV}): {error}") from None
+    if table.shape[1] != 55:
+        raise ValueError(f"{path}: expected Covertype's 55 columns (10 numbers, 4 wilderness "
+                         f"and 40 soil one-hot columns, the class), got {table.shape[1]}")
     numeric, wilderness, soil, label = table[:, :10], table[:, 10:14], table[:, 14:54], table[:, 54]
+    # the codebook (UCI covtype.info): each one-hot group holds exactly one 1, the class is
+    # 1-7; a row that breaks it was once read as the group's first category or class 0
+    for name, group in (("wilderness", wilderness), ("soil", soil)):
+        broken = np.flatnonzero((group.sum(axis=1) != 1) | ((group != 0) & (group != 1)).any(1))
+        if broken.size:
+            raise ValueError(f"{path}: row {broken[0] + 1} (and {broken.size - 1} more) does "
+                             f"not have exactly one 1 among its {name} columns")
+    unknown = np.flatnonzero(~np.isin(label, COVERTYPE_CLASSES))
+    if unknown.size:
+        raise ValueError(f"{path}: row {unknown[0] + 1} has class {label[unknown[0]]:g}, not "
+                         f"one of {COVERTYPE_CLASSES} (and {unknown.size - 1} more rows)")
     columns: dict[str, Any] = dict(zip(COVERTYPE_SCHEMA.names[:10], numeric.T, strict=True))
     columns["Wilderness_Area"] = (wilderness.argmax(axis=1) + 1).astype(str)
     columns["Soil_Type"] = (soil.argmax(axis=1) + 1).astype(str)

@@ -108,12 +108,15 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
-def check_outputs(plot_path: Path, json_path: Path | None) -> None:
+def check_outputs(plot_path: Path, json_path: Path | None, state_path: Path) -> None:
     """Refuse output paths the demo could not write, before it replays anything: a
-    directory, or a plot format matplotlib does not write (it was found after the run)."""
+    directory, the state file, or a plot format matplotlib does not write (it was found
+    after the run, whose keys had spent their budgets)."""
     for option, path in (("--plot", plot_path), ("--json", json_path)):
         if path is not None and path.is_dir():
             raise ValueError(f"{option} {path} is a directory; give a file path")
+        if path is not None and path.resolve() == state_path.resolve():
+            raise ValueError(f"{option} {path} is the state file; give another path")
     try:
         from matplotlib.figure import Figure
     except ImportError:  # the plot is skipped, with a word, after the run
@@ -145,7 +148,7 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
     config = EngineConfig.from_defaults(source.schema, task, epsilon, delta,
                                         expected_records, **triggers)
     state_path, plot_path = Path(state), Path(plot_path)
-    check_outputs(plot_path, None if json_path is None else Path(json_path))
+    check_outputs(plot_path, None if json_path is None else Path(json_path), state_path)
     if not resume:  # the demo starts a new model, so it replaces its own earlier store
         remove_demo_store(state_path)
     store = (str(state_path) if resume
@@ -168,8 +171,19 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
               f"{'' if late is None else f'{late:.3f}':>10} {row['n_trees']:>6}   "
               f"[operator: {operator['n_active']:>7} {operator['n_retired']:>8}]", flush=True)
 
-    history = replay(engine, source, on_batch=show)
-    elapsed = time.perf_counter() - start
+    try:
+        history = replay(engine, source, on_batch=show)
+        return _report(engine, source, history, time.perf_counter() - start, late_name,
+                       scenario, plot_path, json_path)
+    finally:
+        engine.close()
+
+
+def _report(engine: StreamEngine, source: InMemorySource, history: list[dict[str, Any]],
+            elapsed: float, late_name: str | None, scenario: str, plot_path: Path,
+            json_path: str | None) -> int:
+    """The demo's end: the public guarantee, the operator's counts, the plot and the
+    history."""
     guarantee = engine.privacy_guarantee()
     print(f"\nreplayed {len(source)} records in {elapsed:.1f} s")
     print("privacy guarantee (public):")
@@ -181,11 +195,10 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
     try:
         plot(history, plot_path, f"{source.data.name}, scenario '{scenario}', "
              f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)
-        print(f"plot written to {plot_path} (an evaluation on the bundled public data)")
+        print(f"plot written to {plot_path} (an evaluation on public data)")
     except ImportError as missing:  # matplotlib is the optional plot extra
         print(f"plot skipped: {missing}")
     if json_path:
         Path(json_path).write_text(json.dumps(
             {"history": history, "guarantee": guarantee.model_dump()}, indent=1))
-    engine.close()
     return 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import math
 import sys
 import tomllib
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
@@ -54,7 +55,9 @@ from renyiboost.experiments.evaluation import batch_metrics, progress_bar, repla
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
-from renyiboost.stream.sources import SYNTHETIC, InMemorySource
+from renyiboost.stream.sources import SCENARIOS, STREAM_DATASETS, SYNTHETIC, InMemorySource
+
+log = logging.getLogger("renyiboost.grid")
 
 PRIVATE_METHODS = ("irf", "constant", "global", "sln")
 PEER_METHODS = ("sgt", "arf")
@@ -82,6 +85,19 @@ class GridConfig(BaseModel):
     workers: int = Field(1, ge=1)
     out: str = "out/experiment"
 
+    @field_validator("datasets", "scenarios", "methods")
+    @classmethod
+    def _known(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """Names a grid can run (an unknown method in a TOML file once ended as a bare
+        ``KeyError: 'nope'`` inside the run)."""
+        known = {"datasets": STREAM_DATASETS, "scenarios": SCENARIOS,
+                 "methods": sorted(RUNNERS)}[str(info.field_name)]
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise ValueError(f"unknown {info.field_name} {unknown}; choose from "
+                             f"{', '.join(known)}")
+        return value
+
 
 #: Methods that handle one task only.
 TASK_OF_METHOD = {"sgt": "regression", "arf": "classification", "dprf": "classification"}
@@ -90,6 +106,21 @@ TASK_OF_METHOD = {"sgt": "regression", "arf": "classification", "dprf": "classif
 @cache
 def _task(dataset: str) -> str:
     return (SYNTHETIC[dataset](n=2) if dataset in SYNTHETIC else load(dataset)).task
+
+
+def left_out(config: GridConfig) -> list[str]:
+    """The combinations :func:`cells` leaves out, each with why (said, not dropped in
+    silence: a grid of nothing but those once ran, exited 0 and emptied the results)."""
+    out = []
+    for dataset in config.datasets:
+        for scenario in config.scenarios:
+            if scenario == "switch" and dataset not in SYNTHETIC:
+                out.append(f"{dataset} × switch (it has no built-in drift)")
+                continue
+            out.extend(f"{dataset} × {method} ({method} is for {TASK_OF_METHOD[method]}, "
+                       f"{dataset} is {_task(dataset)})" for method in config.methods
+                       if TASK_OF_METHOD.get(method, _task(dataset)) != _task(dataset))
+    return sorted(set(out))
 
 
 def cells(config: GridConfig) -> list[dict[str, Any]]:
@@ -334,8 +365,15 @@ def run_all(fn: Callable[[Any], Any], items: list[Any], workers: int,
 
 def run_grid(config: GridConfig, progress: bool = True,
              chosen: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Run the grid's cells (or the ``chosen`` ones), then write the outputs."""
-    jobs = [(cell, config) for cell in (cells(config) if chosen is None else chosen)]
+    """Run the grid's cells (or the ``chosen`` ones), then write the outputs. A grid with
+    no cell that can run is refused before the old outputs are touched."""
+    if chosen is None:
+        chosen, skipped = cells(config), left_out(config)
+        for why in skipped:
+            log.warning("left out of the grid: %s", why)
+        if not chosen:
+            raise ValueError("no cell of this grid can run: " + "; ".join(skipped))
+    jobs = [(cell, config) for cell in chosen]
     results = run_all(run_cell, jobs, config.workers, progress_bar("cells") if progress else None)
     if progress:
         sys.stderr.write("\n")
@@ -414,7 +452,10 @@ def run_experiment(config: str | None = None, **options: Any) -> int:
     (GridConfig's keys) with ``options`` (GridConfig fields; ``None`` keeps the file's or
     the default) on top."""
     given = {k: v for k, v in options.items() if v is not None}
-    data = tomllib.loads(Path(config).read_text()) if config else {}
+    try:
+        data = tomllib.loads(Path(config).read_text(encoding="utf-8")) if config else {}
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{config}: not a valid TOML file: {error}") from None
     grid = GridConfig(**(data | given))
     results = run_grid(grid)
     print((Path(grid.out) / "summary.md").read_text())

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m renyiboost.experiments.reproduce --dataset abalone --epsilon 0.15 \
+    renyiboost reproduce --dataset abalone --epsilon 0.15 \
         --repeats 5 --json out.json
 
 Protocols (the foundation issue's, identical to the runs of the official S-BDT code):

@@ -339,6 +339,10 @@ class SGBDTBooster:
         self.schema = schema
         self.seed = seed
         self.noise: NoiseSource = noise if noise is not None else noise_source(seed)
+        #: Whether earlier noise of this model came from a seed (a stream resumed from a
+        #: store that was trained seeded): its guarantee then says ``seeded_for_testing``
+        #: whatever :attr:`noise` is now.
+        self.seeded_before = False
         if params.task == "regression":
             if schema.target_bounds is None:
                 raise ValueError(

@@ -124,6 +124,7 @@ from renyiboost.stream.positions import latest_offsets
 from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
     GRID_META,
+    SEEDED_META,
     Commit,
     Event,
     GridEvent,
@@ -681,7 +682,10 @@ class StreamEngine(OwesRounds):
         (e.g. ``SQLiteStore(path, create=True)`` for a new one). A store is resumed; it
         refuses a different configuration or calibration.
     seed
-        ``None`` (default) for CSPRNG noise; an integer for reproducible tests only.
+        ``None`` (default) for CSPRNG noise; an integer for reproducible tests only. A
+        store once opened with a seed is marked for good (:data:`SEEDED_META`): its model's
+        guarantee says ``seeded_for_testing`` however it is resumed, and a resumed seeded
+        store continues its stored generator (the integer only says that it is seeded).
     strict
         Every record must name every schema feature (see :class:`RecordValidator`); without
         it, a feature that has no value by the initial score raises a
@@ -769,10 +773,23 @@ class StreamEngine(OwesRounds):
             snapshot = self._store.load(self._fingerprint(), ABSENT_FROM_OLDER_STORES)
             if snapshot is not None:
                 self._restore(snapshot)
+            self._mark_seeded(snapshot)
         except BaseException:
             self._store.unclaim(self)
             self._store.close()
             raise
+
+    def _mark_seeded(self, snapshot: Snapshot | None) -> None:
+        """Whether noise of this store's model ever came from a seed, kept for good: a
+        seeded store resumed without a seed released ``seeded_for_testing: false`` over
+        trees a seed predicts (the guarantee read only this process's noise). A store's
+        snapshot holds a seeded generator's state, so a store from before the mark is
+        recognised by it."""
+        seeded = (bool(self._store.get_meta(SEEDED_META)) or self.booster.noise.seeded
+                  or (snapshot is not None and snapshot.meta.get("rng") is not None))
+        if seeded and not self._store.get_meta(SEEDED_META):
+            self._store.set_meta(SEEDED_META, True)
+        self.booster.seeded_before = seeded
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, ``copy.deepcopy``) is of the durable state: the commit in flight
@@ -1010,15 +1027,15 @@ class StreamEngine(OwesRounds):
         held (see the module docstring). ``positions`` gives, per *event*, ``(source
         partition, next offset)``; the offsets reached by the records merged into a round
         are committed with it. ``targets`` are raw labels, checked here unless
-        ``labels_checked``: a row with a bad label is not learned but keeps its position
-        (an empty one), the others are learned, and then an ``InvalidRecord`` names the
-        first bad row, as ``learn_many`` does. (A bad label once lost the whole call's
-        positions, so the schedule depended on one record's label.) Rows are copied;
+        ``labels_checked``: a row with a bad label or key is not learned but keeps its
+        position (an empty one), the others are learned, and then an ``InvalidRecord``
+        names the first bad row, as ``learn_many`` does. (A bad label, or key, once lost
+        the whole call's positions, so the schedule depended on one record.) Rows are copied;
         ``learn_many`` equals a ``learn_one`` loop.
         """
         self._learn_gate()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
-        if not labels_checked and (bad := self.validator.bad_labels(targets)):
+        if not labels_checked and (bad := self.validator.bad_rows(targets, keys)):
             raw = np.asarray(targets).reshape(-1)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
                 raise ValueError(f"got {len(rows)} rows and {raw.size} labels"
@@ -1228,10 +1245,10 @@ class StreamEngine(OwesRounds):
         check_call(rounds)
         self._learn_gate()
         self._merge_pending()
-        if not self._initialized:
+        first = not self._initialized
+        if first:
             if self._positions < self.config.warmup:
                 return 0
-            self._check_arrived()
             self._release_initial_score()
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
@@ -1241,7 +1258,10 @@ class StreamEngine(OwesRounds):
                 self.recalibration, self.recalibration.sums, self.config.recalibration,
                 self.booster.calibration, self.booster.noise, self._positions,
                 refit_versions(self.booster, self._version())))
-        return run_rounds(self.config, self.booster, self._round, rounds)
+        done = run_rounds(self.config, self.booster, self._round, rounds)
+        if first:  # after the trigger's releases: a warning made an error stops none of them
+            self._check_arrived()
+        return done
 
     def recalibration_sums(self) -> np.ndarray:
         """Commit the merged records (whose keys paid for them), then this pool's exact
@@ -1366,7 +1386,9 @@ class StreamEngine(OwesRounds):
     def _check_arrived(self) -> None:
         """Warn when a schema feature has not arrived by now: its name probably does not
         match the records' (river's ``Friedman`` yields integer keys where a schema may say
-        ``"x0"``). Only a warning: stopping here would make the schedule depend on the data."""
+        ``"x0"``). Only a warning, given after the trigger's releases: stopping, or a
+        warning filter that makes it an error, would otherwise make the schedule depend on
+        the data."""
         missing = self._arrivals.not_arrived
         if not missing:
             return
@@ -1956,7 +1978,8 @@ def privacy_guarantee_of(config: EngineConfig, booster: SGBDTBooster) -> Privacy
     earlier noise stages) and B per key."""
     stages = [(spec.until, stage.calibration.sigma) for spec, stage in
               zip(config.noise_stages, booster.stages[:-1], strict=True)]
-    return PrivacyGuarantee.of(booster.calibration, "key", booster.noise.seeded,
+    return PrivacyGuarantee.of(booster.calibration, "key",
+                               booster.noise.seeded or booster.seeded_before,
                                stage_sigmas=stages)
 
 

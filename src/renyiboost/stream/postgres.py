@@ -245,6 +245,15 @@ class PostgresStore(SQLStateStore):
                 f"{self.location} already holds state store tables ({', '.join(found)}); a new "
                 "state store is never created over an old one (its keys' budgets would "
                 "restart). Open it instead, or choose a new schema.")
+        self._records = self._ensure_records()
+        recorded = self._recorded()
+        if recorded is not None:
+            raise LedgerConflict(
+                f"{RECORDS} records a state store (id {recorded[0]}) that was at "
+                f"{self.location} and is gone (a store discarded by renyiboost takes its record "
+                "with it): a new store there would give its keys fresh budgets. Restore the "
+                "lost store, or, if its keys will never come again, delete its row of "
+                f"{RECORDS} and create the store.")
         self._db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
     def _start(self, create: bool, continues: StoreIdentity | None = None,

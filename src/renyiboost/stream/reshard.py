@@ -69,7 +69,13 @@ from renyiboost.stream.sharded import (
     default_partition_map,
     shard_of,
 )
-from renyiboost.stream.store import SQLStateStore, is_postgres_location, store_at
+from renyiboost.stream.store import (
+    KEY_SOURCE_META,
+    SEEDED_META,
+    SQLStateStore,
+    is_postgres_location,
+    store_at,
+)
 
 #: Store side values that belong to a partition (``topic:p`` → value) and follow it.
 PARTITION_VALUES = ("dead_lettered",)
@@ -158,9 +164,22 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
     engines = [worker.engine for worker in group.workers]
     exports = [engine.export_ledgers() for engine in engines]
     side = [{name: engine.store.get_meta(name) for name in
-             ("partitions", "partition_map", "published", FINISH_META, *PARTITION_VALUES)}
+             ("partitions", "partition_map", "published", FINISH_META, KEY_SOURCE_META,
+              SEEDED_META, *PARTITION_VALUES)}
             for engine in engines]
     n_new = len(targets)
+    # Where the Kafka trainer read its keys is pinned for the ledger's life: a new store
+    # without the pin would take them from wherever its first start says, and every person
+    # whose payload field differs from the message key would get a second ledger.
+    key_source = _agreed([s[KEY_SOURCE_META] for s in side if s[KEY_SOURCE_META] is not None],
+                         "key sources")
+    if n_new > 1 and key_source is not None and key_source.get("key_field") is not None:
+        raise LedgerConflict(
+            f"the old stores' keys came from the payload field {key_source['key_field']!r}; "
+            "several shards take a record's shard from its partition, which the producer "
+            "chooses from the message key, so a key read from the payload would reach "
+            "several shards (each with a budget of its own). Reshard into one store, or keep "
+            "the stores as they are.")
     counts = _agreed([s["partitions"] for s in side if s["partitions"] is not None],
                      "partition counts")
     new_map = None if counts is None else default_partition_map(counts, n_new)
@@ -198,6 +217,10 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
                 marks["published"] = side[0]["published"]
             if side[0][FINISH_META] is not None:  # every shard holds the deployment's end
                 marks[FINISH_META] = side[0][FINISH_META]
+            if key_source is not None:
+                marks[KEY_SOURCE_META] = key_source
+            if any(s[SEEDED_META] for s in side):  # the model's seeded past goes with it
+                marks[SEEDED_META] = True
             store = store_at(location, create=True, meta=marks,
                              continues=engines[0].store.identity if j == 0 else None)
             # This engine alone may load the pending store: the mark stays on disk, and the
@@ -330,7 +353,13 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
     news: list[SQLStateStore] = []
     try:
         for location in targets:
-            news.append(store_at(location))
+            try:
+                news.append(store_at(location))
+            except StoreNotFound:  # not where this reshard put them: another target
+                raise LedgerConflict(
+                    f"the old stores were already resharded into {tomb['into_locations']} "
+                    f"(not {list(targets)}); they must never train again: reshard that "
+                    "deployment instead") from None
         ids = [store.identity.store_id for store in news]
         if ids != tomb["into"]:
             raise LedgerConflict(

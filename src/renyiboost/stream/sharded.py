@@ -102,6 +102,7 @@ from renyiboost.stream.engine import (
 )
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
+    SEEDED_META,
     GridEvent,
     StateStore,
     StoreIdentity,
@@ -552,7 +553,11 @@ class ShardedEngine(OwesRounds):
         the one before."""
         self._pin_members()
         states: list[ShardState] = self.shards.all("state")
-        lead = max(range(len(states)), key=lambda k: states[k].rounds_done)
+        # The furthest shard: most rounds, then initialised. Shards commit in parallel
+        # (Ray), so before the first round one may hold the initial score and another not;
+        # reading only the rounds could pick the one without and release a second score.
+        lead = max(range(len(states)),
+                   key=lambda k: (states[k].rounds_done, states[k].initialized))
         leader = states[lead]
         ens: Ensemble = self.shards.one(lead, "ensemble")
         if leader.initialized:
@@ -575,6 +580,8 @@ class ShardedEngine(OwesRounds):
                                 ens.leaves[last], stage)
         self._reconcile_grid()
         self._reconcile_recalibration(ens, positions, leader.initialized)
+        # the coordinator draws the noise; the shards' stores remember a seeded past
+        self.booster.seeded_before = any(self.shards.all("get_meta", SEEDED_META))
         self.shards.all("wait_durable")
         self.booster.ensemble = ens
         self.booster.rounds_done = leader.rounds_done
@@ -704,11 +711,11 @@ class ShardedEngine(OwesRounds):
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
         """Encoded rows, each at the next position, to the shards that own their keys (rows
         without a key go to the shards in turn); triggers fire at the same positions as in a
-        single engine. A row with a bad label is not learned but keeps its position (an
-        empty event), the others are learned, and then an ``InvalidRecord`` names the first
-        bad row, as a single engine does (a bad label once lost the whole call's positions).
-        """
-        if bad := self.validator.bad_labels(targets):
+        single engine. A row with a bad label or key is not learned but keeps its position
+        (an empty event), the others are learned, and then an ``InvalidRecord`` names the
+        first bad row, as a single engine does (a bad label or key once lost the whole
+        call's positions)."""
+        if bad := self.validator.bad_rows(targets, keys):
             raw = np.asarray(targets).reshape(-1)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
                 raise ValueError(f"got {len(rows)} rows and {raw.size} labels"

@@ -78,7 +78,7 @@ import uuid
 import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -183,6 +183,17 @@ Event = MergeEvent | InitEvent | RoundEvent | GridEvent
 #: The meta entry that keeps a stream's split grid (:class:`GridEvent`'s ``cdf`` and
 #: ``mapped``), written once in the grid's commit: a snapshot drops the event itself.
 GRID_META = "grid"
+#: A SQLite file's header (https://www.sqlite.org/fileformat.html, section 1.3): the magic
+#: string, and at offsets 18 and 19 the write and read versions, 2 in WAL mode.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_VERSION_AT = 18
+_SQLITE_HEADER_BYTES = 20
+#: The side value that pins where a Kafka trainer reads its keys (the message key, or a
+#: payload field) for the ledger's life; ``renyiboost reshard`` carries it to the new stores.
+KEY_SOURCE_META = "key_source"
+#: The side value that marks, for good, a store once opened by an engine with seeded
+#: (test-only) noise; ``renyiboost reshard`` carries it to the new stores.
+SEEDED_META = "seeded_noise"
 
 
 @dataclass
@@ -566,7 +577,11 @@ class SQLStateStore(StateStore):
                     "format": STORE_FORMAT, "created": time.time()},
                     "epoch": 0 if continues is None else continues.epoch,
                     **{f"side:{name}": value for name, value in (meta or {}).items()}})
-            identity = self._meta("identity") if self._has_table("meta") else None
+            try:
+                identity = self._meta("identity") if self._has_table("meta") else None
+            except self._database_error as error:  # another program's table named meta
+                raise StoreNotFound(f"{self.location} is not a renyiboost state store: its "
+                                    f"meta table is not a store's ({error})") from error
             if identity is None:
                 raise StoreNotFound(
                     f"{self.location} is not an initialised renyiboost state store (no "
@@ -618,13 +633,15 @@ class SQLStateStore(StateStore):
         for name, given in json.loads(json.dumps(fingerprint)).items():
             held = with_absent(stored[name], (absent or {}).get(name))
             if held != given:
-                raise LedgerConflict(
+                refused = LedgerConflict(
                     f"the store {self.location} was created with a different {name}; a key's "
                     "budget cannot be re-based. Use the same arguments (and renyiboost "
-                    "version) or a new store for a new model.\n"
-                    f"differs in: {'; '.join(config_differences(held, given, name))}\n"
-                    f"stored: {json.dumps(stored[name], sort_keys=True)}\n"
-                    f"given:  {json.dumps(given, sort_keys=True)}")
+                    "version) or a new store for a new model. Differs in: "
+                    f"{'; '.join(config_differences(held, given, name))}")
+                # the whole values (kilobytes) for a traceback, not for the one-line error
+                refused.add_note(f"stored: {json.dumps(stored[name], sort_keys=True)}")
+                refused.add_note(f"given:  {json.dumps(given, sort_keys=True)}")
+                raise refused
         meta = self._meta("state")
         if meta is None:
             return None
@@ -1101,6 +1118,17 @@ class SQLiteStore(SQLStateStore):
         if self.path.stat().st_size == 0:
             raise StoreNotFound(f"the state store {self.path} is empty (0 bytes). "
                                 f"{NEVER_IMPLICIT}")
+        # Read the header before SQLite opens the file: opening switches a database to WAL
+        # mode, so another program's file would be changed before it was refused.
+        with open(self.path, "rb") as file:
+            header = file.read(_SQLITE_HEADER_BYTES)
+        if not header.startswith(_SQLITE_MAGIC):
+            raise StoreNotFound(f"{self.path} is not a SQLite database, so not a state store. "
+                                f"{NEVER_IMPLICIT}")
+        if header[_WAL_VERSION_AT:_WAL_VERSION_AT + 2] != b"\x02\x02" and not _has_identity(
+                self.path):  # not in WAL mode: a store's copy by VACUUM INTO, or not a store
+            raise StoreNotFound(f"{self.path} is a SQLite database but not a renyiboost state "
+                                f"store (no store identity). {NEVER_IMPLICIT}")
 
     def close(self) -> None:
         self._close_record()
@@ -1112,6 +1140,17 @@ class SQLiteStore(SQLStateStore):
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         self._epoch_path.unlink(missing_ok=True)
+
+
+def _has_identity(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` (not in WAL mode) holds a store identity, read
+    through a read-only connection that changes nothing."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro",
+                                                uri=True)) as db:
+            return db.execute("SELECT 1 FROM meta WHERE name = 'identity'").fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 def config_differences(stored: Any, given: Any, path: str) -> list[str]:

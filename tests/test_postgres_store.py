@@ -330,3 +330,18 @@ def test_a_store_is_never_created_where_a_lost_one_was(postgres_server) -> None:
     again = PostgresStore(postgres_server.url, schema=schema, create=True)
     again._remove()
     PostgresStore(postgres_server.url, schema=schema, create=True).close()
+
+
+def test_a_commit_whose_connection_is_lost_does_not_claim_it_was_not_written(
+        postgres_server) -> None:
+    """A connection lost during ``COMMIT`` leaves the commit's fate with the server (it may
+    have applied it): the error said "Nothing of this commit was written". It now says
+    the outcome is unknown; a failure SQLite reports still says nothing was written."""
+    schema = _schema()
+    store = PostgresStore(postgres_server.url, schema=schema, create=True)
+    (pid,) = store._db.execute("SELECT pg_backend_pid()").fetchone()
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StateStoreError, match="Whether it was written is unknown"):
+        store.set_meta("note", 1)
+    store.close()

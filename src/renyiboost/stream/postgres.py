@@ -189,6 +189,10 @@ class PostgresStore(SQLStateStore):
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s")
 
+    def _connection_lost(self) -> bool:
+        return bool(self._db.closed) or self._db.info.transaction_status == (
+            _psycopg().pq.TransactionStatus.UNKNOWN)
+
     def _in_transaction(self) -> bool:
         # A lost connection (UNKNOWN) has no transaction left: the server rolled it back.
         status = _psycopg().pq.TransactionStatus

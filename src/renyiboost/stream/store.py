@@ -799,12 +799,21 @@ class SQLStateStore(StateStore):
             self._db.execute("COMMIT")
         except self._database_error as error:
             self._rollback()
-            raise StateStoreError(
-                f"could not commit to the state store {self.location}: {error}. Nothing of this "
-                "commit was written; fix the cause and restart from the store.") from error
+            written = ("Whether it was written is unknown (the connection was lost while it "
+                       "ran); a restart resumes from what the store holds"
+                       if self._connection_lost() else
+                       "Nothing of this commit was written; fix the cause and restart from "
+                       "the store")
+            raise StateStoreError(f"could not commit to the state store {self.location}: "
+                                  f"{error}. {written}.") from error
         except BaseException:
             self._rollback()
             raise
+
+    def _connection_lost(self) -> bool:
+        """Whether the database connection is gone, so a failed ``COMMIT`` may still have
+        been applied by the server (never for SQLite, which is in this process)."""
+        return False
 
     def commit(self, change: Commit | list[Commit]) -> None:
         changes = change if isinstance(change, list) else [change]

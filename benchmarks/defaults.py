@@ -36,8 +36,13 @@ positions, on the short sets at ε = 1 and 4), an imbalanced unbounded stream an
 anchors. The closing section checks issue 12's targets cell by cell on *paired*
 differences (every column of a shuffle sees the same split): ours against the better of
 DP-EBM and the trivial baseline, ``learn_one`` with the hint against the batch fit, and
-each prequential stream against the running mean / majority class; a miss is named with
-its mean paired difference and that mean's standard error.
+each prequential stream against the running mean / majority class (the public target
+midpoint before its first label). Each check is met beyond noise, level (within two
+standard errors of the target) or missed beyond noise; the level and missed ones are
+named with their mean paired difference and its standard error, corrected for the
+overlap of the shuffles (Nadeau and Bengio 2003). The shuffles and noise runs start at
+``--seed-offset`` (:data:`REPORT_SEEDS`): the explorations that chose the policy's
+constants used lower seeds, so the table is not scored on the rows that chose them.
 
 Prints one table and writes ``benchmarks/results/defaults.json`` and ``defaults.md``.
 """
@@ -55,6 +60,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -67,6 +73,10 @@ DELTA = 1e-6
 #: gaps the targets ask about, so these get :data:`SMALL_SET_SEEDS` shuffles.
 SMALL_SETS = ("breast_cancer", "chick_weights", "trump_approval", "phishing")
 SMALL_SET_SEEDS = 12
+#: The first seed of the reported runs. Every exploration that chose a constant of the
+#: policy used seeds below it (0–99 and 100 on), so the table is not scored on the held-out
+#: rows that chose the defaults; earlier tables were (they used seeds 0 to 11).
+REPORT_SEEDS = 10_000
 #: Prequential noise draws of the short streams among them (Phishing is README's example).
 SMALL_SET_RUNS = 20
 #: Item 3's tolerance: ``learn_one`` (with the size hint) within this of the batch fit.
@@ -222,6 +232,8 @@ def prequential_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
             model.learn_one(x, float(y[i]))
     seen = np.arange(y.size)
     running_mean = np.concatenate([[0.0], np.cumsum(y)[:-1]]) / np.maximum(seen, 1)
+    if task == "regression":  # before any label, the public midpoint (as our stream's)
+        running_mean[0] = float(np.mean(schema.target_bounds))
     if task == "classification":
         ours = float(np.mean(predictions == y))
         prior = float(np.mean((running_mean > 0.5) == y))
@@ -362,9 +374,9 @@ def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
 
 def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """An unbounded i.i.d. stream with an imbalanced label: 200,000 positions drawn with
-    replacement from Adult's training split (every draw a new key), then the mean
-    predicted probability on the official test split against its base rate, beside the
-    batch fit's.
+    replacement from 80 % of Adult's training split (every draw a new key), then the mean
+    predicted probability on the other 20 % against its base rate, beside the batch
+    fit's.
 
     The tilt has two causes, which the row separates: the gradient clip's link (a batch
     fit without noise, with clipped gradients and with proper ones;
@@ -379,8 +391,14 @@ def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     from renyiboost.models.batch import SGBDT
     from renyiboost.stream.engine import EngineConfig, StreamEngine
 
-    train, test = load("adult"), load("adult-test")
-    draws = np.random.default_rng(seed).integers(0, train.y.size, 200_000)
+    # a fifth of Adult's training split held out for the measurement: the official test
+    # split is never read here (its base rate once guided the recalibration's constants)
+    adult = load("adult")
+    order = np.random.default_rng(seed).permutation(adult.y.size)
+    cut = round(0.8 * adult.y.size)
+    train = SimpleNamespace(schema=adult.schema, X=adult.X[order[:cut]], y=adult.y[order[:cut]])
+    test = SimpleNamespace(X=adult.X[order[cut:]], y=adult.y[order[cut:]])
+    draws = np.random.default_rng(seed + 1).integers(0, train.y.size, 200_000)
 
     def stream(**overrides: Any) -> np.ndarray:
         engine = StreamEngine(EngineConfig.from_defaults(
@@ -495,6 +513,8 @@ def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _markdown(table: list[dict[str, Any]]) -> str:
+    note = ("Mean ± standard deviation over the runs (shuffles or noise draws; the closing "
+            "list pairs them).\n\n")
     header = ("| protocol | set | metric | ε | ours batch | ours learn_one "
               "| learn_one, then finish() | learn_one, size hint | DP-EBM | trivial |")
     lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
@@ -512,7 +532,7 @@ def _markdown(table: list[dict[str, Any]]) -> str:
                      f"{cell(line, 'batch')} | {cell(line, 'learn_one')} | "
                      f"{cell(line, 'learn_one_finish')} | {cell(line, 'learn_one_hint')} | "
                      f"{cell(line, 'dpebm')} | {cell(line, 'prior')} |")
-    return "\n".join(lines)
+    return note + "\n".join(lines)
 
 
 def _extras(rows: list[dict[str, Any]]) -> str:
@@ -545,7 +565,8 @@ def _extras(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {name} | {epsilon:g} | {policy} | {cells[0]['policy: interval']} | "
                        f"{every_10} | {cells[0]['every 10: trees a trigger']} |")
     for r in (r for r in rows if r["protocol"] == "tilt"):
-        line = (f"Imbalanced unbounded stream (Adult i.i.d., 200,000 positions, ε = "
+        line = (f"Imbalanced unbounded stream (Adult's training split i.i.d., 200,000 "
+                f"positions, measured on a fifth of it held out, ε = "
                 f"{r['epsilon']:g}): mean predicted probability {r['stream_mean_p']:.3f} "
                 f"(batch fit {r['batch_mean_p']:.3f}) for a base rate of {r['base_rate']:.3f}; "
                 f"AUC {r['stream_auc']:.3f} (batch {r['batch_auc']:.3f}), error "
@@ -583,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
                              "left paired gaps of 0.02 within noise on Abalone)")
     parser.add_argument("--small-seeds", type=int, default=SMALL_SET_SEEDS,
                         help=f"shuffles of the sets under 2,000 rows ({', '.join(SMALL_SETS)})")
+    parser.add_argument("--seed-offset", type=int, default=REPORT_SEEDS,
+                        help="first seed of the shuffles and noise runs (the reported table "
+                             "uses seeds no exploration used; explorations stay below it)")
     parser.add_argument("--prequential-runs", type=int, default=5,
                         help="noise draws of each prequential stream (its order is fixed)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -599,19 +623,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown sets {unknown}; choose from {list(catalogue)}")
     epsilons = [float(e) for e in args.epsilons.split(",")]
 
+    first = args.seed_offset
+
     def shuffles(name: str) -> range:
-        return range(max(args.seeds, args.small_seeds) if name in SMALL_SETS else args.seeds)
+        return range(first, first + (max(args.seeds, args.small_seeds) if name in SMALL_SETS
+                                     else args.seeds))
 
     jobs = [(held_out_cell, n, e, s) for n in names for e in epsilons for s in shuffles(n)]
     jobs += [(prequential_cell, n, e, r) for n in names if catalogue[n].natural_order
              for e in epsilons
-             for r in range(max(args.prequential_runs, SMALL_SET_RUNS) if n in SMALL_SETS
-                            else args.prequential_runs)]
+             for r in range(first, first + (max(args.prequential_runs, SMALL_SET_RUNS)
+                                            if n in SMALL_SETS else args.prequential_runs))]
     if not (args.no_extras or args.validation):
-        jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS for s in range(args.seeds)]
+        jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS
+                 for s in range(first, first + args.seeds)]
         jobs += [(trigger_cell, n, e, s) for n in TRIGGER_ABLATION_SETS
                  for e in TRIGGER_ABLATION_EPSILONS for s in shuffles(n)]
-        jobs += [(tilt_cell, "adult", 1.0, 0)]
+        jobs += [(tilt_cell, "adult", 1.0, first)]
         jobs += [(anchor_cell, "adult", e, r) for e in MADDOCK_BEST for r in range(5)]
         jobs += [(anchor_cell, name, TUNED_EPSILON, r) for name in ("adult", "adult-tuned")
                  for r in range(5)]
@@ -632,17 +660,39 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
         {"machine": platform.platform(), "cores": os.cpu_count(), "load_at_start": load,
-         "seconds": elapsed, "delta": DELTA, "rows": rows, "table": table}, indent=1))
+         "seconds": elapsed, "delta": DELTA, "seed_offset": first, "commit": _commit(),
+         "rows": rows, "table": table}, indent=1))
     out.with_suffix(".md").write_text(text + "\n")
     return 0
 
 
+def _commit() -> str | None:
+    """The commit the table was measured at (``None`` outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+#: Test rows over training rows of a held-out shuffle (30 / 70).
+TEST_OVER_TRAIN = 0.3 / 0.7
+
+
 def _paired(cells: list[dict[str, Any]], ours: str, *theirs: str) -> tuple[float, float]:
-    """Mean and standard error of ``ours`` minus the best of ``theirs`` over the shuffles of
-    one cell."""
+    """Mean and standard error of ``ours`` minus the best of ``theirs`` over the runs of one
+    cell. Held-out shuffles overlap (each pair shares about 70 % of its training rows), so
+    their differences are correlated and the plain s/√k is too small: the variance is
+    corrected as Nadeau and Bengio propose (Machine Learning 52, 2003: s²·(1/k + n_test /
+    n_train)). Prequential runs differ only in their noise and are independent."""
     differences = np.array([c[ours] - max(c[column] for column in theirs) for c in cells])
-    error = float(np.std(differences, ddof=1) / np.sqrt(differences.size)) \
-        if differences.size > 1 else float("nan")
+    k = differences.size
+    if k < 2:
+        return float(differences.mean()), float("nan")
+    overlap = TEST_OVER_TRAIN if cells[0]["protocol"] == "held-out" else 0.0
+    error = float(np.std(differences, ddof=1) * np.sqrt(1 / k + overlap))
     return float(differences.mean()), error
 
 
@@ -652,17 +702,21 @@ def _verdicts(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         if row["protocol"] in ("held-out", "prequential"):
             groups.setdefault((row["protocol"], row["set"], row["epsilon"]), []).append(row)
-    checks = misses = 0
-    lines: list[str] = []
+    checks = 0
+    missed: list[str] = []
+    level: list[str] = []
 
     def check(label: str, difference: tuple[float, float], floor: float = 0.0) -> None:
-        nonlocal checks, misses
+        """Met beyond noise (the mean more than 2 s.e. above the floor), missed beyond
+        noise (more than 2 s.e. below), or level with it (within 2 s.e. either way)."""
+        nonlocal checks
         checks += 1
         mean, error = difference
-        if mean < floor:
-            misses += 1
-            noise = " (within 2 s.e.)" if mean > floor - 2 * error else ""
-            lines.append(f"- {label}: {mean:+.3f} ± {error:.3f}{noise}")
+        line = f"- {label}: {mean:+.3f} ± {error:.3f}"
+        if mean < floor - 2 * error:
+            missed.append(line)
+        elif mean <= floor + 2 * error:
+            level.append(line)
 
     for (protocol, name, epsilon), cells in groups.items():
         where = f"{name} ε = {epsilon:g}"
@@ -678,9 +732,13 @@ def _verdicts(rows: list[dict[str, Any]]) -> str:
               _paired(cells, "learn_one_hint", "batch"), -STREAM_TOLERANCE)
     if not checks:
         return ""
-    head = (f"Targets, cell by cell (paired over shuffles: mean difference ± its standard "
-            f"error): {checks - misses} of {checks} met; missed:")
-    return "\n".join(["", "", head, "", *(lines or ["- none"])])
+    head = (f"Targets, cell by cell (paired over the runs: mean difference ± its standard "
+            "error, corrected for overlapping shuffles): "
+            f"{checks - len(missed) - len(level)} of {checks} met beyond noise, "
+            f"{len(level)} level (within 2 s.e. of the target), {len(missed)} missed beyond "
+            "noise.")
+    return "\n".join(["", "", head, "", "Missed beyond noise:", "", *(missed or ["- none"]),
+                      "", "Level:", "", *(level or ["- none"])])
 
 
 if __name__ == "__main__":

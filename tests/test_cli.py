@@ -5,6 +5,7 @@ help with defaults on every option, one-line errors with exit codes, tracebacks 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from renyiboost.cli import cli, main, one_line
+from renyiboost.cli import OutputFile, cli, main, one_line
 from renyiboost.stream.store import SQLiteStore
 
 
@@ -182,6 +183,13 @@ def test_a_report_path_is_checked_before_the_run_and_never_replaces_a_store(tmp_
     assert main(["demo", "--dataset", "sea", "--batch-size", "5000", "--json",
                  "new/folder/h.json"]) == 0
     assert json.loads((tmp_path / "new" / "folder" / "h.json").read_text())["history"]
+    # what is there and not a regular file (a device, a pipe, a link to one) is written to,
+    # never created and removed: the probe once unlinked /dev/null when run as root
+    os.mkfifo("pipe")
+    Path("null").symlink_to("/dev/null")
+    for kept in ("pipe", "null"):
+        assert OutputFile().convert(kept, None, None) == kept
+    assert Path("pipe").is_fifo() and Path("null").is_symlink() and Path("/dev/null").exists()
 
 
 def test_a_memory_source_trains_only_with_the_data_sets_own_features(tmp_path, capsys) -> None:

@@ -184,6 +184,15 @@ def test_the_model_topic_keeps_every_release_or_the_trainer_refuses_it(kafka_boo
             _train(kafka_bootstrap, other, SQLiteStore(tmp_path / f"{other}.db", create=True))
 
 
+@pytest.mark.parametrize(("limit", "forever"), [
+    ("-1", True), ("9223372036854775807", True), ("604800000", False), ("0", False),
+    ("", False)])
+def test_a_retention_limit_keeps_everything_only_if_it_cannot_be_reached(limit, forever):
+    from renyiboost.connectors.kafka import _forever
+
+    assert _forever(limit) is forever
+
+
 def test_a_release_of_a_later_epoch_of_the_store_is_refused(kafka_bootstrap, tmp_path):
     """A copy of the store that opened a later epoch and published (even an old version
     again, so that the newest version on the topic is still this store's) is another

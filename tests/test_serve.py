@@ -170,7 +170,7 @@ def test_serve_gives_labels_and_probabilities_of_a_multiclass_model(server,
         assert served == pytest.approx({k: v for k, v in expected.items()}, rel=1e-12)
 
 
-def test_a_follower_says_why_it_cannot_read_the_topic() -> None:
+def test_a_follower_says_why_it_cannot_read_the_topic(caplog) -> None:
     """With no broker at its address, ``serve`` answered "waiting" forever, with no word of
     why; it now says the topic cannot be read (and ``/health`` gives that), and leaves the
     client's error text, which can name internal addresses, to the log."""
@@ -186,6 +186,8 @@ def test_a_follower_says_why_it_cannot_read_the_topic() -> None:
         assert reason is not None and "cannot be read yet" in reason, reason
         # the client's text (here the address it could not reach) stays in the log
         assert follower.client_error[0] not in reason and "127.0.0.1" not in reason
+        assert f"the model topic 'models' cannot be read: {follower.client_error[0]}" \
+            in caplog.text
         follower.client_error = (follower.client_error[0], time.monotonic() - 60)
         assert follower.waiting_reason() is None  # an old error explains nothing now
     finally:

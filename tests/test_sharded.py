@@ -23,6 +23,7 @@ from renyiboost.models.defaults import finish_trees
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge, noise_stage_at
 from renyiboost.stream.sharded import (
+    LocalShards,
     ShardedEngine,
     check_one_shard_a_key,
     default_partition_map,
@@ -217,6 +218,13 @@ def test_a_crash_between_two_shards_initial_scores_installs_it_once(tmp_path) ->
     unseeded = ShardedEngine(config, [SQLiteStore(path) for path in paths])  # its past is
     assert unseeded.privacy_guarantee().seeded_for_testing  # seeded, whatever it draws now
     unseeded.close()
+    # a seeded coordinator over shards opened without a seed marks their stores too
+    fresh = [tmp_path / f"f{k}.db" for k in range(2)]
+    group = LocalShards.open(config, [SQLiteStore(path, create=True) for path in fresh], None)
+    ShardedEngine(config, group, seed=5).close()
+    reopened = ShardedEngine(config, [SQLiteStore(path) for path in fresh])
+    assert reopened.privacy_guarantee().seeded_for_testing
+    reopened.close()
 
 
 def _two_shards_that_learned(tmp_path) -> tuple[EngineConfig, list]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,18 +46,19 @@ class OutputFile(click.ParamType):
         path = Path(value)
         if path.is_dir():
             self.fail(f"{value} is a directory; give a file path", param, ctx)
-        existed = path.is_file()
-        if existed:
+        if path.is_file():
             with open(path, "rb") as file:
                 if file.read(16) == b"SQLite format 3\x00":
                     self.fail(f"{value} is a SQLite database (a state store?); a report never "
                               "replaces one: give another path", param, ctx)
-        try:
+        if os.path.lexists(path):  # a file, a device (/dev/stdout), a pipe: never touched
+            if not os.access(path, os.W_OK):
+                self.fail(f"{value} cannot be written (permission denied)", param, ctx)
+            return str(path)
+        try:  # a new file: created and removed again, only if this call created it
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab"):
-                pass
-            if not existed:
-                path.unlink()
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            path.unlink()
         except OSError as error:
             self.fail(f"{value} cannot be written ({error.strerror or error})", param, ctx)
         return str(path)

@@ -186,7 +186,7 @@ CLIENT_ERROR_LOGGED = "the Kafka client's error is in the server's log"
 #: librdkafka settings the trainer, the publisher and the follower set themselves
 #: (:class:`KafkaSettings` refuses them in ``extra``).
 MANAGED_CLIENT_SETTINGS = frozenset({
-    "bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
+    "bootstrap.servers", "metadata.broker.list", "group.id", "enable.auto.commit", "enable.auto.offset.store",
     "auto.offset.reset", "isolation.level", "transactional.id", "enable.idempotence",
     "enable.partition.eof", "logger", "error_cb", "on_delivery", "stats_cb", "throttle_cb"})
 
@@ -905,6 +905,21 @@ class KafkaTrainer(_Loop):
 MODEL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 
 
+#: The errors of a client that may not describe or create the model topic.
+_NOT_AUTHORIZED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                             KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                             KafkaError.POLICY_VIOLATION})
+
+
+def _forever(limit: str) -> bool:
+    """Whether a retention limit keeps everything: -1, or one too large to be reached
+    (Kafka's longest, 2⁶³ − 1 ms, is 292 million years)."""
+    try:
+        return int(limit) < 0 or int(limit) >= 2**62
+    except ValueError:
+        return False
+
+
 def keep_model_topic_forever(settings: KafkaSettings) -> None:
     """Create the model topic keeping every release (:data:`MODEL_TOPIC_CONFIG`, one
     partition) if it does not exist, and refuse one that deletes or compacts them.
@@ -915,7 +930,8 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
     check and re-published versions its followers already held, over trees they kept; a
     follower started later could not rebuild the model at all. A broker that reports no
     settings for the topic (Tansu reports only those set explicitly) is taken at its
-    word."""
+    word, and a client not authorised to describe or create it is warned, not stopped
+    (the trainer ran without these rights before this check)."""
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
     admin = AdminClient(settings.client())
@@ -934,10 +950,15 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
         described = admin.describe_configs([ConfigResource("topic", topic)])
         configs = next(iter(described.values())).result(timeout)
     except KafkaException as error:
+        if error.args[0].code() in _NOT_AUTHORIZED:  # a role without the rights: say so
+            log.warning("cannot check that the model topic %r keeps every release (%s): "
+                        "grant this client DescribeConfigs (and CreateTopics) on it, or make "
+                        "sure it has %s", topic, error.args[0].str(), MODEL_TOPIC_CONFIG)
+            return
         raise _unreachable(settings, error) from None
     found = {name: configs[name].value for name in MODEL_TOPIC_CONFIG if name in configs}
     wrong = {name: value for name, value in found.items() if value is not None and (
-        "compact" in value if name == "cleanup.policy" else value != "-1")}
+        "compact" in value if name == "cleanup.policy" else not _forever(value))}
     if wrong:
         raise LedgerConflict(
             f"the model topic {topic!r} does not keep every release ("
@@ -1280,8 +1301,14 @@ class ModelFollower:
 
     def _on_client_error(self, error: KafkaError) -> None:
         """Keep the client's last error (an unreachable cluster, a missing topic) for
-        :meth:`waiting_reason`: ``serve`` once answered "waiting" with no word of it."""
-        self.client_error = (error.str(), time.monotonic())
+        :meth:`waiting_reason`: ``serve`` once answered "waiting" with no word of it. Its
+        text goes to the log (once while it repeats), never into a public answer."""
+        self._note_client_error(error.str())
+
+    def _note_client_error(self, text: str) -> None:
+        if self.client_error is None or self.client_error[0] != text:
+            log.warning("the model topic %r cannot be read: %s", self.model_topic, text)
+        self.client_error = (text, time.monotonic())
 
     @classmethod
     def without_consumer(cls, model_name: str = "model") -> ModelFollower:
@@ -1328,7 +1355,7 @@ class ModelFollower:
         for message in self.consumer.consume(max_messages, timeout):
             if message.error():
                 if message.error().code() != KafkaError._PARTITION_EOF:
-                    self.client_error = (message.error().str(), time.monotonic())
+                    self._note_client_error(message.error().str())
                 continue
             self.client_error = None
             if message.key() != name:

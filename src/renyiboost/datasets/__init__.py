@@ -262,11 +262,11 @@ def load_covertype(path: str | None = None, multiclass: bool = False) -> Dataset
     for name, group in (("wilderness", wilderness), ("soil", soil)):
         broken = np.flatnonzero((group.sum(axis=1) != 1) | ((group != 0) & (group != 1)).any(1))
         if broken.size:
-            raise ValueError(f"{path}: row {broken[0] + 1} (and {broken.size - 1} more) does "
-                             f"not have exactly one 1 among its {name} columns")
+            raise ValueError(f"{path}: data row {broken[0] + 1} (and {broken.size - 1} more) "
+                             f"does not have exactly one 1 among its {name} columns")
     unknown = np.flatnonzero(~np.isin(label, COVERTYPE_CLASSES))
     if unknown.size:
-        raise ValueError(f"{path}: row {unknown[0] + 1} has class {label[unknown[0]]:g}, not "
+        raise ValueError(f"{path}: data row {unknown[0] + 1} has class {label[unknown[0]]:g}, not "
                          f"one of {COVERTYPE_CLASSES} (and {unknown.size - 1} more rows)")
     columns: dict[str, Any] = dict(zip(COVERTYPE_SCHEMA.names[:10], numeric.T, strict=True))
     columns["Wilderness_Area"] = (wilderness.argmax(axis=1) + 1).astype(str)

@@ -141,6 +141,8 @@ def tune(
     a challenger and the incumbent are compared on the same fresh seeds. Keys outside the
     space keep :class:`SGBDTParams`' defaults (e.g. ``negative_count='zero_leaf'``, while the
     committed configs clamp). Rows say whether they are the committed config."""
+    if candidates < 1:
+        raise ValueError(f"candidates must be at least 1, got {candidates}")
     rng = np.random.default_rng(12345)
     pool = [sample_candidate(SPACES[space or dataset], rng) for _ in range(candidates)]
     data, _ = splits(dataset)

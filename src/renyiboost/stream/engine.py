@@ -1243,12 +1243,21 @@ class StreamEngine(OwesRounds):
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
         check_call(rounds)
+        done, first = self._train(rounds)
+        if first:  # after the trigger's releases: a warning made an error stops none of them
+            self._check_arrived()
+        return done
+
+    def _train(self, rounds: int) -> tuple[int, bool]:
+        """:meth:`train`'s work: the trees added, and whether the initial score was
+        released (the features' arrival is then checked by the public call, after every
+        release it makes)."""
         self._learn_gate()
         self._merge_pending()
         first = not self._initialized
         if first:
             if self._positions < self.config.warmup:
-                return 0
+                return 0, False
             self._release_initial_score()
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
@@ -1258,10 +1267,7 @@ class StreamEngine(OwesRounds):
                 self.recalibration, self.recalibration.sums, self.config.recalibration,
                 self.booster.calibration, self.booster.noise, self._positions,
                 refit_versions(self.booster, self._version())))
-        done = run_rounds(self.config, self.booster, self._round, rounds)
-        if first:  # after the trigger's releases: a warning made an error stops none of them
-            self._check_arrived()
-        return done
+        return run_rounds(self.config, self.booster, self._round, rounds), first
 
     def recalibration_sums(self) -> np.ndarray:
         """Commit the merged records (whose keys paid for them), then this pool's exact
@@ -1350,10 +1356,18 @@ class StreamEngine(OwesRounds):
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
                                "stream with ShardedEngine.finish()")
         owed = self.catch_up()  # a burst a crash cut short is resumed here
-        self.train(0)  # merges what is pending; the initial score if it is due
+        _, first = self._train(0)  # merges what is pending; the initial score if it is due
         if not self._initialized:
             warn_finished_early(self._positions, self.config.warmup)
             return owed  # before the warmup nothing can be released yet
+        try:
+            return owed + self._burst(split_grid)
+        finally:
+            if first:  # after the burst: a warning made an error stops none of it
+                self._check_arrived()
+
+    def _burst(self, split_grid: bool | None) -> int:
+        """:meth:`finish`'s split grid and end burst; the trees added."""
         self.wait_durable()  # the store's side record is read and written with no commit
         burst, new_end = finish_burst(self.config, self._positions, self.booster.rounds_done,
                                       self._store.get_meta(FINISH_META))
@@ -1364,7 +1378,7 @@ class StreamEngine(OwesRounds):
         if new_end:
             record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
                        self._store.set_meta)
-        return owed + self.train(burst)
+        return self._train(burst)[0]
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing

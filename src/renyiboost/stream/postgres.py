@@ -263,7 +263,8 @@ class PostgresStore(SQLStateStore):
     def _start(self, create: bool, continues: StoreIdentity | None = None,
                meta: Mapping[str, Any] | None = None) -> None:
         self._db.execute(f'SET search_path TO "{self.schema}"')
-        self._records = self._ensure_records()
+        if not create:  # a new store ensured the record table in _check_absent
+            self._records = self._ensure_records()
         super()._start(create, continues, meta)
 
     def _ensure_records(self) -> bool:

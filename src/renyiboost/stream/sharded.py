@@ -580,7 +580,10 @@ class ShardedEngine(OwesRounds):
                                 ens.leaves[last], stage)
         self._reconcile_grid()
         self._reconcile_recalibration(ens, positions, leader.initialized)
-        # the coordinator draws the noise; the shards' stores remember a seeded past
+        # the coordinator draws the noise, the shards' stores remember it: a seeded
+        # coordinator marks them all (shards opened without a seed would not have)
+        if self.booster.noise.seeded:
+            self.shards.all("set_meta", SEEDED_META, True)
         self.booster.seeded_before = any(self.shards.all("get_meta", SEEDED_META))
         self.shards.all("wait_durable")
         self.booster.ensemble = ens

@@ -43,14 +43,14 @@ class OutputFile(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
+        from renyiboost.stream.store import is_sqlite_database
+
         path = Path(value)
         if path.is_dir():
             self.fail(f"{value} is a directory; give a file path", param, ctx)
-        if path.is_file():
-            with open(path, "rb") as file:
-                if file.read(16) == b"SQLite format 3\x00":
-                    self.fail(f"{value} is a SQLite database (a state store?); a report never "
-                              "replaces one: give another path", param, ctx)
+        if path.is_file() and is_sqlite_database(path):
+            self.fail(f"{value} is a SQLite database (a state store?); a report never "
+                      "replaces one: give another path", param, ctx)
         if os.path.lexists(path):  # a file, a device (/dev/stdout), a pipe: never touched
             if not os.access(path, os.W_OK):
                 self.fail(f"{value} cannot be written (permission denied)", param, ctx)

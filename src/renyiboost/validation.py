@@ -102,15 +102,20 @@ def already_canonical(keys: Sequence[str]) -> bool:
 def normalise_keys(keys: Sequence[Any]) -> list[str]:
     """:func:`normalise_key` of every key, skipped for a batch that is
     :func:`already_canonical`."""
-    if set(map(type, keys)) <= {str} and already_canonical(keys):
+    if _canonical_strings(keys):
         return list(keys)
     return [normalise_key(key) for key in keys]
+
+
+def _canonical_strings(keys: Sequence[Any]) -> bool:
+    """Whether every key is a ``str`` that is its own canonical form (no loop)."""
+    return set(map(type, keys)) <= {str} and already_canonical(keys)
 
 
 def bad_keys(keys: Sequence[Any]) -> list[tuple[int, InvalidRecord]]:
     """``(index, why)`` of every key :func:`normalise_key` refuses (none for a batch that is
     :func:`already_canonical`, without a loop)."""
-    if set(map(type, keys)) <= {str} and already_canonical(keys):
+    if _canonical_strings(keys):
         return []
     out = []
     for i, key in enumerate(keys):

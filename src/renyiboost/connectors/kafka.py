@@ -191,6 +191,15 @@ MANAGED_CLIENT_SETTINGS = frozenset({
     "enable.partition.eof", "logger", "error_cb", "on_delivery", "stats_cb", "throttle_cb"})
 
 
+def refuse_managed(settings: dict[str, str], where: str, why: str = "") -> dict[str, str]:
+    """``settings`` unless they set one of :data:`MANAGED_CLIENT_SETTINGS` (``ValueError``
+    naming ``where`` they came from): one there once replaced renyiboost's own silently."""
+    managed = sorted(settings.keys() & MANAGED_CLIENT_SETTINGS)
+    if managed:
+        raise ValueError(f"{where} sets {managed}, which renyiboost sets itself{why}")
+    return settings
+
+
 def read_client_config(path: str | Path) -> dict[str, str]:
     """librdkafka settings from a ``key=value`` file (``#`` comments; the format of kcat's
     ``-F``), for the commands without a renyiboost config (``serve``, ``replay``): a
@@ -206,10 +215,7 @@ def read_client_config(path: str | Path) -> dict[str, str]:
         if not equals or not name.strip():
             raise ValueError(f"{path}:{number}: expected key=value, got {line[:60]!r}")
         settings[name.strip()] = value.strip()
-    managed = sorted(settings.keys() & MANAGED_CLIENT_SETTINGS)
-    if managed:
-        raise ValueError(f"{path} sets {managed}, which renyiboost sets itself")
-    return settings
+    return refuse_managed(settings, str(path))
 
 
 class KafkaSettings(BaseModel):
@@ -249,13 +255,9 @@ class KafkaSettings(BaseModel):
         """librdkafka settings renyiboost sets itself are refused in ``extra``: one there
         once replaced them silently (``bootstrap.servers`` connected elsewhere than
         ``--source`` named, and the error then named the wrong broker)."""
-        managed = sorted(value.keys() & MANAGED_CLIENT_SETTINGS)
-        if managed:
-            raise ValueError(f"extra sets {managed}, which renyiboost sets itself (the broker "
-                             "from bootstrap_servers or --source, the group from group_id, "
-                             "offsets committed with the state, fenced transactions); "
-                             "remove them from [kafka] extra")
-        return value
+        return refuse_managed(value, "extra", " (the broker from bootstrap_servers or "
+                              "--source, the group from group_id, offsets committed with the "
+                              "state, fenced transactions); remove them from [kafka] extra")
 
     def client(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers, "logger": log, **self.extra,
@@ -520,6 +522,7 @@ class KafkaTrainer(_Loop):
             owned = self._shard_partitions(owned, counts)
         self._check_group(owned)
         if self.shard is None:
+            keep_model_topic_forever(self.settings)  # once: the fenced re-check reads releases
             self._check_model_topic()
         if recorded is None:
             engine.store.set_meta("partitions", counts)
@@ -973,9 +976,7 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
 def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
                       published: Mapping[str, int]) -> None:
     """Refuse to train a model whose topic shows another ledger (see the module docstring):
-    releases from another store, versions this store has not committed, or a later epoch;
-    or whose topic does not keep its releases (:func:`keep_model_topic_forever`)."""
-    keep_model_topic_forever(settings)
+    releases from another store, versions this store has not committed, or a later epoch."""
     releases = model_releases(settings, {published["partition"]: published["offset"]}
                               if "offset" in published else None)
     if not releases:
@@ -1209,6 +1210,7 @@ class ShardedKafkaTrainer(_Loop):
             check_model_topic(settings, engine.identity, engine.release_version,
                               self._published)
 
+        keep_model_topic_forever(settings)
         check()
         self.producer = model_publisher(settings, check)
         self._unrecorded = False

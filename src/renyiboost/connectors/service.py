@@ -372,17 +372,17 @@ def _memory_source(source: str, engine_cfg: EngineConfig) -> Any:
     from renyiboost.stream.sources import InMemorySource
 
     data = InMemorySource(source.removeprefix("memory:"), batch_size=1000)
-    given, bundled = engine_cfg.public_schema, data.schema
-    kinds = [list(spec) if isinstance(spec, list) else "numeric"
-             for spec in given.features.values()]
-    bundled_kinds = [list(spec) if isinstance(spec, list) else "numeric"
-                     for spec in bundled.features.values()]
-    if list(given.features) != list(bundled.features) or kinds != bundled_kinds:
+
+    def encoding(schema: PublicSchema) -> list[tuple[str, Any]]:
+        """What a row's columns mean: each feature's name and categories (or numeric)."""
+        return [(name, list(spec) if isinstance(spec, list) else "numeric")
+                for name, spec in schema.features.items()]
+
+    if encoding(engine_cfg.public_schema) != (bundled := encoding(data.schema)):
         raise ValueError(
             f"[model.features] must be the features of {source}, in its order, its "
             f"categories in its order (the rows come encoded by them): {source} has "
-            + ", ".join(f"{name} = {spec if isinstance(spec, list) else 'numeric'}"
-                        for name, spec in bundled.features.items()))
+            + ", ".join(f"{name} = {spec}" for name, spec in bundled))
     if engine_cfg.params.task != data.data.task:
         raise ValueError(f"{source} is a {data.data.task} data set; [model] task is "
                          f"{engine_cfg.params.task!r}")

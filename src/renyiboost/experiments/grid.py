@@ -108,19 +108,23 @@ def _task(dataset: str) -> str:
     return (SYNTHETIC[dataset](n=2) if dataset in SYNTHETIC else load(dataset)).task
 
 
+def _left_out_because(dataset: str, scenario: str, method: str) -> str | None:
+    """Why a combination cannot run (``None``: it can): a method made for the other task,
+    or ``switch`` on a data set without a built-in drift."""
+    if scenario == "switch" and dataset not in SYNTHETIC:
+        return f"{dataset} × switch (it has no built-in drift)"
+    if TASK_OF_METHOD.get(method, _task(dataset)) != _task(dataset):
+        return (f"{dataset} × {method} ({method} is for {TASK_OF_METHOD[method]}, {dataset} "
+                f"is {_task(dataset)})")
+    return None
+
+
 def left_out(config: GridConfig) -> list[str]:
     """The combinations :func:`cells` leaves out, each with why (said, not dropped in
     silence: a grid of nothing but those once ran, exited 0 and emptied the results)."""
-    out = []
-    for dataset in config.datasets:
-        for scenario in config.scenarios:
-            if scenario == "switch" and dataset not in SYNTHETIC:
-                out.append(f"{dataset} × switch (it has no built-in drift)")
-                continue
-            out.extend(f"{dataset} × {method} ({method} is for {TASK_OF_METHOD[method]}, "
-                       f"{dataset} is {_task(dataset)})" for method in config.methods
-                       if TASK_OF_METHOD.get(method, _task(dataset)) != _task(dataset))
-    return sorted(set(out))
+    return sorted({why for dataset in config.datasets for scenario in config.scenarios
+                   for method in config.methods
+                   if (why := _left_out_because(dataset, scenario, method)) is not None})
 
 
 def cells(config: GridConfig) -> list[dict[str, Any]]:
@@ -133,10 +137,8 @@ def cells(config: GridConfig) -> list[dict[str, Any]]:
     out = []
     for dataset in config.datasets:
         for scenario in config.scenarios:
-            if scenario == "switch" and dataset not in SYNTHETIC:
-                continue
             for method in config.methods:
-                if TASK_OF_METHOD.get(method, _task(dataset)) != _task(dataset):
+                if _left_out_because(dataset, scenario, method) is not None:
                     continue
                 private = method in PRIVATE_METHODS or (method in PEERS
                                                          and method not in NON_PRIVATE_PEERS)

@@ -1129,8 +1129,7 @@ class SQLiteStore(SQLStateStore):
                                 f"{NEVER_IMPLICIT}")
         # Read the header before SQLite opens the file: opening switches a database to WAL
         # mode, so another program's file would be changed before it was refused.
-        with open(self.path, "rb") as file:
-            header = file.read(_SQLITE_HEADER_BYTES)
+        header = sqlite_header(self.path)
         if not header.startswith(_SQLITE_MAGIC):
             raise StoreNotFound(f"{self.path} is not a SQLite database, so not a state store. "
                                 f"{NEVER_IMPLICIT}")
@@ -1149,6 +1148,17 @@ class SQLiteStore(SQLStateStore):
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         self._epoch_path.unlink(missing_ok=True)
+
+
+def sqlite_header(path: str | Path) -> bytes:
+    """The first bytes of a file: a SQLite database starts with :data:`_SQLITE_MAGIC`."""
+    with open(path, "rb") as file:
+        return file.read(_SQLITE_HEADER_BYTES)
+
+
+def is_sqlite_database(path: str | Path) -> bool:
+    """Whether the regular file at ``path`` is a SQLite database (a state store, perhaps)."""
+    return sqlite_header(path).startswith(_SQLITE_MAGIC)
 
 
 def _has_identity(path: Path) -> bool:

@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install test mutants dist demo reproduce paper field bench defaults lint
+.PHONY: install test mutants dist demo reproduce paper field bench defaults recalibration lint
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
@@ -49,6 +49,12 @@ field: $(VENV)/.installed
 defaults: $(VENV)/.installed
 	$(PY) benchmarks/defaults.py
 	$(PY) benchmarks/defaults.py --validation
+
+# the answers' recalibration constants, chosen again on development rows (about 30 minutes)
+recalibration: $(VENV)/.installed
+	$(PY) benchmarks/recalibration.py --epsilon 1
+	$(PY) benchmarks/recalibration.py --epsilon 4 --every 20000,40000 --shares 0.025,0.05
+	$(PY) benchmarks/recalibration.py --epsilon 0.5 --every 20000,40000 --shares 0.025,0.05
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

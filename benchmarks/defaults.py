@@ -372,6 +372,41 @@ def trigger_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     return row
 
 
+#: Positions of an unbounded i.i.d. stream (:func:`iid_split`), each a new key.
+IID_POSITIONS = 200_000
+
+
+def iid_split(name: str, seed: int) -> tuple[Any, Any, np.ndarray]:
+    """An unbounded i.i.d. stream of a suite set: 80 % of its rows (shuffled by ``seed``)
+    to draw :data:`IID_POSITIONS` positions from with replacement, the other 20 % held out
+    to measure on, and the draws. Adult is its training split (:func:`renyiboost.datasets.
+    load`): no test split is read."""
+    from renyiboost.experiments.suite import load_suite_set
+
+    suite_set, X, y = load_suite_set(name)
+    order = np.random.default_rng(seed).permutation(y.size)
+    cut = round(0.8 * y.size)
+    train = SimpleNamespace(schema=suite_set.schema, X=X[order[:cut]], y=y[order[:cut]])
+    test = SimpleNamespace(X=X[order[cut:]], y=y[order[cut:]])
+    return train, test, np.random.default_rng(seed + 1).integers(0, cut, IID_POSITIONS)
+
+
+def iid_stream(train: Any, test: Any, draws: np.ndarray, epsilon: float,
+               **overrides: Any) -> np.ndarray:
+    """The predicted probabilities on ``test`` of a binary stream with the default policy
+    (and ``overrides``) after the ``draws`` of ``train``, 10,000 a batch, each a new key
+    (``seed=None``: production noise)."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+
+    engine = StreamEngine(EngineConfig.from_defaults(
+        train.schema, "classification", epsilon, DELTA, **overrides))
+    for start in range(0, draws.size, 10_000):
+        chunk = draws[start:start + 10_000]
+        engine.add(train.X[chunk], train.y[chunk],
+                   [f"k{i}" for i in range(start, start + chunk.size)])
+    return 1.0 / (1.0 + np.exp(-engine.predict_margin(test.X)))
+
+
 def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     """An unbounded i.i.d. stream with an imbalanced label: 200,000 positions drawn with
     replacement from 80 % of Adult's training split (every draw a new key), then the mean
@@ -387,27 +422,14 @@ def tilt_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
     _quiet()
     from sklearn.metrics import roc_auc_score
 
-    from renyiboost.datasets import load
     from renyiboost.models.batch import SGBDT
-    from renyiboost.stream.engine import EngineConfig, StreamEngine
 
     # a fifth of Adult's training split held out for the measurement: the official test
     # split is never read here (its base rate once guided the recalibration's constants)
-    adult = load("adult")
-    order = np.random.default_rng(seed).permutation(adult.y.size)
-    cut = round(0.8 * adult.y.size)
-    train = SimpleNamespace(schema=adult.schema, X=adult.X[order[:cut]], y=adult.y[order[:cut]])
-    test = SimpleNamespace(X=adult.X[order[cut:]], y=adult.y[order[cut:]])
-    draws = np.random.default_rng(seed + 1).integers(0, train.y.size, 200_000)
+    train, test, draws = iid_split(name, seed)
 
     def stream(**overrides: Any) -> np.ndarray:
-        engine = StreamEngine(EngineConfig.from_defaults(
-            train.schema, "classification", epsilon, DELTA, **overrides))  # seed=None: CSPRNG
-        for start in range(0, draws.size, 10_000):
-            chunk = draws[start:start + 10_000]
-            engine.add(train.X[chunk], train.y[chunk],
-                       [f"k{i}" for i in range(start, start + chunk.size)])
-        return 1.0 / (1.0 + np.exp(-engine.predict_margin(test.X)))
+        return iid_stream(train, test, draws, epsilon, **overrides)
 
     def batch(private_epsilon: float | None = epsilon, **overrides: Any) -> np.ndarray:
         model = SGBDT(train.schema, task="classification", epsilon=private_epsilon,

@@ -645,6 +645,18 @@ MUTATIONS = [
              "                               booster.noise.seeded or booster.seeded_before,",
              "                               booster.noise.seeded,",
              ["tests/test_ledger.py::test_a_store_once_seeded_says_so_however_it_is_resumed"]),
+    Mutation("a copy of a fitted model keeps the last round's Poisson draws",
+             "src/renyiboost/models/booster.py",
+             '        state["_uniforms"] = np.empty(0)\n',
+             "",
+             [("tests/test_privacy.py::test_a_copy_of_a_fitted_model_leaves_out_the_last_rounds"
+               "_poisson_draws")]),
+    Mutation("a release over bounds read from the data does not say so",
+             "src/renyiboost/schema.py",
+             "target_bounds=target, bounds_read_from_data=True)",
+             "target_bounds=target)",
+             [("tests/test_models.py::test_reading_bounds_from_data_warns_and_every_release"
+               "_says_so")]),
 ]
 
 

@@ -17,7 +17,7 @@ from renyiboost.accounting.conversion import rdp_to_dp
 from renyiboost.accounting.events import DEFAULT_ORDERS
 from renyiboost.accounting.gdp import composed_mu, gdp_delta, gdp_epsilon, gdp_mu
 from renyiboost.datasets import load
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import PrivacyLeakWarning, TestingOnlyWarning
 from renyiboost.models.additive import AdditiveNoise, AdditiveParams, DPAdditiveBoost
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
@@ -47,6 +47,25 @@ def test_the_noise_spends_exactly_epsilon_delta_and_rdp_is_looser() -> None:
     assert (8 / noise.count_sigma**2) / mu**2 == pytest.approx(0.1)
     rdp_eps, _ = rdp_to_dp(DEFAULT_ORDERS, noise.rdp(DEFAULT_ORDERS), 1e-6)
     assert 1.0 < rdp_eps < 1.25  # the same noise, converted through RDP: a little looser
+
+
+@pytest.mark.parametrize(("learner", "given"), [
+    *((DPAdditiveBoost, given) for given in ({"epsilon": True}, {"epsilon": "1"},
+                                             {"delta": 0.5}, {"delta": 0.05})),
+    (DPBoost, {"epsilon": True}), (DPBoost, {"epsilon": "1"})])  # DPBoost: pure ε-DP
+def test_the_peers_read_epsilon_and_delta_through_the_shared_checks(learner, given) -> None:
+    """Catches: a peer's learner with its own, looser ε / δ fields (``epsilon=True`` read
+    as 1, δ = 0.5 accepted), which the shared checks refuse for every other learner."""
+    schema = load("abalone").schema
+    with pytest.raises(ValueError, match="epsilon must be|delta must be"):
+        learner(schema, task="regression", **({"epsilon": 1.0} | given))
+
+
+def test_the_additive_learner_warns_when_delta_is_not_below_one_over_n() -> None:
+    data = load("abalone")
+    with pytest.warns(PrivacyLeakWarning, match="not far below 1/n"):
+        DPAdditiveBoost(data.schema, task="regression", epsilon=1.0, delta=0.009, rounds=1,
+                        seed=0).fit(data.X[:200], data.y[:200])
 
 
 def test_the_leaves_and_counts_are_drawn_at_the_calibrated_scales(monkeypatch) -> None:

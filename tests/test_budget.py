@@ -81,6 +81,17 @@ def test_every_fit_of_a_batch_model_draws_and_a_refused_fit_reads_nothing(monkey
     assert second.ensemble is None and len(budget.charges) == 2
 
 
+def test_a_fit_whose_noise_cannot_reach_epsilon_fails_before_it_is_charged() -> None:
+    """A calibration that fails (ε = 0.05 with orders up to 8) spends nothing: it once
+    failed after the accountant was charged, which wasted the ε of a fit that read no row."""
+    budget = PrivacyAccountant(epsilon=1.0, delta=1e-5)
+    tiny = SGBDT(SCHEMA, task="classification", epsilon=0.05, max_order=8, rounds=100,
+                 expected_records=600).draw_from(budget, "tiny")
+    with pytest.raises(ValueError, match="no noise scale reaches"):
+        tiny.fit(X, Y)
+    assert budget.charges == [] and tiny.ensemble is None
+
+
 def test_the_fields_learners_draw_their_guarantee_and_label_ldp_is_refused() -> None:
     budget = PrivacyAccountant(epsilon=10.0, delta=1e-5)
     DPBoost(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=2).draw_from(

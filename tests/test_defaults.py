@@ -802,3 +802,32 @@ def test_the_validation_table_measures_sets_that_chose_no_constant(tmp_path) -> 
                 "prior"} <= set(r) for r in rows)
     text = out.with_suffix(".md").read_text()
     assert "| held-out | mixed | AUC | 4 |" in text and "Ablations" not in text
+
+
+def test_the_recalibration_rerun_pairs_each_candidate_with_the_current_constants(
+        monkeypatch) -> None:
+    """``make recalibration``: every candidate's held-out log loss is compared with the
+    current constants' on the same set and seed (paired), and a real stream runs with a
+    candidate's window and share."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    sys.modules.pop("recalibration", None)
+    import recalibration
+
+    current, wider = (20_000, 0.05), (40_000, 0.025)
+    rows = [{"set": name, "seed": seed, "policy": policy, "base_rate": 0.25,
+             "mean_p": 0.25 + shift, "auc": 0.9,
+             "log_loss": 0.3 + seed / 100 + (0.01 if policy == wider else 0.0)}
+            for name in ("a", "b") for seed in range(3)
+            for policy, shift in ((None, -0.06), (current, 0.0), (wider, -0.01))]
+    table = recalibration._table(rows, current).splitlines()
+    assert table[2].startswith("| none | -0.060, 0.9000, 0.3100 |")
+    assert table[3].endswith("| 0.3100 (+0.0000 ± 0.0000) |")
+    assert table[4].startswith("| 40,000, 0.025 | -0.010,")
+    assert table[4].endswith("| 0.3200 (+0.0100 ± 0.0000) |")
+    monkeypatch.setattr(recalibration.defaults, "IID_POSITIONS", 3_000)
+    row = recalibration.window_cell("sea", 1.0, 0, (1_000, 0.05))
+    assert row["policy"] == (1_000, 0.05) and 0.5 < row["auc"] <= 1.0
+    assert 0.0 < row["mean_p"] < 1.0 and row["log_loss"] > 0.0

@@ -30,7 +30,8 @@ SCHEMA = PublicSchema(features={"a": (0, 1), "b": (0, 1)}, target_bounds=(0, 1))
 
 def test_every_candidate_median_is_charged() -> None:
     """K = 5, ρ = 0.5: the authors' accounting (ε ρ / 2D a median, charged once a level)
-    spends 2ε; ours spends ε, each of the K medians and the choice at ε ρ / (6D)."""
+    spends 2ε; ours spends ε, each of the K medians and the choice at ε ρ / (6D). With
+    fewer features than K, a node draws (and pays for) one median a feature."""
     budget = DiPriMeBudget(epsilon=1.0, depth=5, candidates=5, split_share=0.5)
     assert budget.spent_epsilon() == pytest.approx(1.0, rel=1e-12)
     assert budget.median_epsilon == pytest.approx(0.5 / 30)
@@ -41,8 +42,13 @@ def test_every_candidate_median_is_charged() -> None:
     expected = 5 * (5 * event_rdp(ExponentialEvent(0.5 / 30), orders)  # the K medians
                     + event_rdp(PureDpEvent(0.5 / 30), orders)) \
         + event_rdp(LaplaceEvent(0.5), orders)  # the choice (permute-and-flip), the leaf
-    model = DiPriMe(SCHEMA, task="regression", epsilon=1.0)
+    six = PublicSchema(features={f"x{j}": (0, 1) for j in range(6)}, target_bounds=(0, 1))
+    model = DiPriMe(six, task="regression", epsilon=1.0)
     np.testing.assert_allclose(model.rdp(orders), expected, rtol=1e-12)
+    # two features: a node draws two medians and pays for two, so ε is spent, not 0.75
+    narrow = DiPriMe(SCHEMA, task="regression", epsilon=1.0)
+    assert narrow.budget.median_epsilon == pytest.approx(0.5 / 15)
+    assert narrow.budget.spent_epsilon() == pytest.approx(1.0, rel=1e-12)
 
 
 def _root_medians(epsilon: float, draws: int) -> np.ndarray:

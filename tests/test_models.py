@@ -365,10 +365,19 @@ def test_regression_without_public_target_bounds_raises() -> None:
         SGBDT(schema, epsilon=1.0).fit(np.zeros((10, 1)), np.zeros(10))
 
 
-def test_reading_bounds_from_data_warns() -> None:
+def test_reading_bounds_from_data_warns_and_every_release_says_so() -> None:
+    """Catches: a model trained on bounds read from the data whose release looks like any
+    other (ε = 1 and nothing more), while it holds the data's exact extremes."""
+    X = np.array([[1.0, 2.0], [3.0, 5.0]] * 50)
     with pytest.warns(PrivacyLeakWarning):
-        schema = PublicSchema.from_data(np.array([[1.0, 2.0], [3.0, 5.0]]), ["u", "v"], np.array([0.0, 1.0]))
+        schema = PublicSchema.from_data(X, ["u", "v"], np.tile([0.0, 1.0], 50))
     assert schema.features["v"] == (2.0, 5.0)
+    model = SGBDT(schema, seed=0, epsilon=1.0, rounds=2, depth=1).fit(X, np.tile([0.0, 1.0], 50))
+    released = json.loads(model.to_json())["public_schema"]
+    assert released["bounds_read_from_data"] is True
+    assert SGBDT.from_json(model.to_json()).schema.bounds_read_from_data
+    public = PublicSchema(features=schema.features, target_bounds=schema.target_bounds)
+    assert "bounds_read_from_data" not in public.model_dump()  # fingerprints unchanged
 
 
 def test_default_noise_is_the_csprng_and_a_seed_warns() -> None:

@@ -343,6 +343,21 @@ def test_public_exports_hold_only_the_release() -> None:
     assert "spent" not in stream.release().model_dump_json()
 
 
+def test_a_copy_of_a_fitted_model_leaves_out_the_last_rounds_poisson_draws() -> None:
+    """Catches: a pickle or copy of a fitted model that carries the last round's Poisson
+    uniforms, which tell exactly which rows that round sampled (the amplification by
+    subsampling assumes nobody knows)."""
+    import copy
+    import pickle
+
+    X, y = _rows(800, 8)
+    model = SGBDT(SCHEMA, epsilon=1.0, rounds=5, depth=2).fit(X, y)  # CSPRNG, compiled
+    assert model.booster._uniforms.size >= 1  # the buffer the last round drew into
+    for other in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        assert other.booster._uniforms.size == 0
+        np.testing.assert_array_equal(other.predict(X[:50]), model.predict(X[:50]))
+
+
 def test_records_without_keys_warn_once_that_one_record_is_the_unit() -> None:
     model = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, rounds=3, train_every=10,
                             warmup=10)

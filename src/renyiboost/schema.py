@@ -139,6 +139,10 @@ class PublicSchema(BaseModel):
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
     labels: list[Category] | None = None
+    #: Set by :meth:`from_data` only: the bounds are the data's own extremes, which no
+    #: guarantee covers. Dumped (and so released with every model) only when set, so that a
+    #: reader of a release sees what its ε does not cover.
+    bounds_read_from_data: bool = False
 
     @field_validator("features", mode="before")
     @classmethod
@@ -228,11 +232,14 @@ class PublicSchema(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_absent_labels(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Without a label set the dump is what it was before label sets existed, so the
-        fingerprints that stores pin and earlier releases stay the same."""
+        """Without a label set, or bounds read from the data, the dump is what it was before
+        either existed, so the fingerprints that stores pin and earlier releases stay the
+        same."""
         out = handler(self)
         if out.get("labels", 0) is None:
             del out["labels"]
+        if not out.get("bounds_read_from_data", True):
+            del out["bounds_read_from_data"]
         return out
 
     # ------------------------------------------------------------------ labels
@@ -521,7 +528,9 @@ class PublicSchema(BaseModel):
         """Read numeric bounds (and target bounds) from the data. Leaks privacy; warns.
 
         This is what the reference S-BDT code does silently; here it is an explicit opt-in
-        that raises a :class:`PrivacyLeakWarning`, in the manner of diffprivlib.
+        that raises a :class:`PrivacyLeakWarning`, in the manner of diffprivlib, and marks
+        the schema (:attr:`bounds_read_from_data`), so that every release of a model trained
+        on it says so: the released bounds are the data's exact extremes.
         """
         warnings.warn(
             "feature bounds were read from the data; the privacy guarantee does not cover "
@@ -539,4 +548,4 @@ class PublicSchema(BaseModel):
             y = np.asarray(y, dtype=float)
             a, b = float(np.min(y)), float(np.max(y))
             target = (a, b if b > a else a + 1.0)
-        return cls(features=features, target_bounds=target)
+        return cls(features=features, target_bounds=target, bounds_read_from_data=True)

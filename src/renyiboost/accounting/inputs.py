@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Literal, overload
+from typing import Annotated, Any, Literal, overload
+
+from pydantic import BeforeValidator
 
 #: The largest δ a learner or an accountant accepts. δ is the probability with which the
 #: guarantee may fail outright (a mechanism that publishes one random key's records verbatim
@@ -79,4 +81,18 @@ def check_delta(delta: Any, *, allow_zero: bool = False) -> float:
     return value
 
 
-__all__ = ["MAX_DELTA", "check_delta", "check_epsilon"]
+def _check_private_epsilon(epsilon: Any) -> float:
+    return check_epsilon(epsilon, allow_none=False)
+
+
+#: A pydantic field for ε of a model or config that may also train without privacy
+#: (``None``), read through :func:`check_epsilon` before pydantic would convert it (a bool
+#: or a string is refused, not read as a number).
+OptionalEpsilon = Annotated[float | None, BeforeValidator(check_epsilon)]
+#: A pydantic field for ε of a learner that is always private (the peers' learners).
+Epsilon = Annotated[float, BeforeValidator(_check_private_epsilon)]
+#: A pydantic field for a target δ, read through :func:`check_delta`.
+Delta = Annotated[float, BeforeValidator(check_delta)]
+
+
+__all__ = ["MAX_DELTA", "Delta", "Epsilon", "OptionalEpsilon", "check_delta", "check_epsilon"]

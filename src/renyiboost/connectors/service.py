@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from renyiboost.accounting.inputs import check_delta, check_epsilon
+from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.connectors.events import EventFormat
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_errors
 from renyiboost.models.booster import SGBDTParams
@@ -74,22 +74,12 @@ class _ModelTable(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = "regression"
-    epsilon: float | None = Field(1.0, description="target ε: a finite number > 0")
-    delta: float = Field(1e-6, description="target δ: far below 1/n, at most 0.01")
+    epsilon: OptionalEpsilon = Field(1.0, description="target ε: a finite number > 0")
+    delta: Delta = Field(1e-6, description="target δ: far below 1/n, at most 0.01")
     expected_records: int | None = Field(None, ge=1, description="public size hint")
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
     seed: int | None = None
-
-    @field_validator("epsilon", mode="before")
-    @classmethod
-    def _check_epsilon(cls, epsilon: Any) -> float | None:
-        return check_epsilon(epsilon)  # a string ("nan", "1") is refused, not converted
-
-    @field_validator("delta", mode="before")
-    @classmethod
-    def _check_delta(cls, delta: Any) -> float:
-        return check_delta(delta)
 
 
 ModelConfig = create_model(  # the [model] table: schema, learner and triggers, all optional

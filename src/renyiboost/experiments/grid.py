@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from renyiboost.accounting.inputs import Delta
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
@@ -79,7 +80,7 @@ class GridConfig(BaseModel):
     trees_per_trigger: int | None = Field(None, ge=1)
     expected_records: int | None = Field(
         None, ge=1, description="public size hint for the default policy (None: its prior)")
-    delta: float = Field(1e-6, gt=0, lt=1)
+    delta: Delta = 1e-6
     limit: int | None = Field(None, ge=1, description="records per stream (None: all)")
     refits: int = Field(4, ge=1, description="fits of a batch peer along the stream")
     workers: int = Field(1, ge=1)

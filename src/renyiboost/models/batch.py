@@ -299,6 +299,12 @@ class SGBDT(MarginModel):
         Any field of :class:`SGBDTParams` (``task``, ``epsilon``, ``delta``, ``rounds`` …);
         those left out come from :func:`renyiboost.models.defaults.default_params`.
 
+    Notes
+    -----
+    The fitted object is the operator's, not a release: a pickle or copy of it carries the
+    operator telemetry (:attr:`operator_history_`, :attr:`operator_outside_`: exact counts
+    of the training rows). What leaves for the world is :meth:`to_json` / :meth:`release`.
+
     Examples
     --------
     >>> import numpy as np
@@ -382,6 +388,11 @@ class SGBDT(MarginModel):
         which the filter admits nobody still releases its tree (noise-only leaves), because
         stopping early would tell whether some row still had budget.
         """
+        if self._given.private and (self.expected_records is not None
+                                    or not self._needs_size()):
+            # parameters known before the count: a calibration that cannot reach ε fails
+            # here, before an accountant is charged (cached, so the booster's is free)
+            self.params.calibrate()
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         check_privacy_inputs(self._given.epsilon, self._given.delta,
                              len(y) if self.expected_records is None else self.expected_records)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.accounting import (
     NOT_ELIGIBLE,
@@ -43,7 +43,7 @@ from renyiboost.accounting import (
     calibrate,
     stage_calibrations,
 )
-from renyiboost.accounting.inputs import MAX_DELTA, check_delta, check_epsilon
+from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.models import kernels
 from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
@@ -73,8 +73,8 @@ class SGBDTParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     task: Task = "regression"
-    epsilon: float | None = Field(1.0, description="target ε; None trains without privacy")
-    delta: float = Field(1e-6, gt=0, le=MAX_DELTA, description="target δ: far below 1/n")
+    epsilon: OptionalEpsilon = Field(1.0, description="target ε; None trains without privacy")
+    delta: Delta = Field(1e-6, description="target δ: far below 1/n")
     rounds: int = Field(100, ge=1, description="nominal rounds T of a full-sensitivity record")
     max_rounds: int | None = Field(
         None, ge=1, description="total rounds incl. the filter's extra rounds (None: = rounds)"
@@ -153,16 +153,6 @@ class SGBDTParams(BaseModel):
     rdp_order: int | None = Field(
         None, ge=2, description="calibrate at this Rényi order instead of searching one (a "
         "candidate of a private selection: all runs share one order)")
-
-    @field_validator("epsilon", mode="before")
-    @classmethod
-    def _check_epsilon(cls, epsilon: Any) -> float | None:
-        return check_epsilon(epsilon)
-
-    @field_validator("delta", mode="before")
-    @classmethod
-    def _check_delta(cls, delta: Any) -> float:
-        return check_delta(delta)
 
     @model_validator(mode="after")
     def _check(self) -> SGBDTParams:
@@ -406,6 +396,14 @@ class SGBDTBooster:
         self.smoothing_spans: np.ndarray | None = None
         self.rounds_done = 0
         self._uniforms = np.empty(0)  # the compiled round's Poisson uniforms, reused
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy or pickle leaves out the last round's Poisson uniforms: which records
+        that round sampled is secret (the subsampled Gaussian's amplification assumes it),
+        and the buffer is only scratch space."""
+        state = self.__dict__.copy()
+        state["_uniforms"] = np.empty(0)
+        return state
 
     # ------------------------------------------------------------------ initial score
     def initial_score(self, pool: RecordPool, public_count: float | None = None

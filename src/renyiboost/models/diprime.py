@@ -49,6 +49,7 @@ from sklearn.utils.metaestimators import available_if
 
 from renyiboost.accounting.diprime import DiPriMeBudget
 from renyiboost.accounting.dpboost import gain_sensitivity
+from renyiboost.accounting.inputs import Epsilon
 from renyiboost.models.batch import PureDPModel, is_classifier
 from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
@@ -67,7 +68,7 @@ class DiPriMeParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: Literal["regression", "classification"]
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    epsilon: Epsilon
     trees: int = Field(10, ge=1)
     depth: int = Field(5, ge=1, le=12)
     candidates: int = Field(5, ge=1)
@@ -92,8 +93,10 @@ class DiPriMe(PureDPModel):
 
     def __init__(self, schema: PublicSchema, seed: int | None = None, **params: Any) -> None:
         self._setup(schema, seed, DiPriMeParams, params)
+        # a node draws no more candidates than there are features, and pays for those only
+        # (charging for K with fewer features spent less than the guarantee said)
         self.budget = DiPriMeBudget(epsilon=self.params.epsilon, depth=self.params.depth,
-                                    candidates=self.params.candidates,
+                                    candidates=min(self.params.candidates, schema.n_features),
                                     split_share=self.params.split_share,
                                     selection=self.params.selection)
 
@@ -118,7 +121,7 @@ class DiPriMe(PureDPModel):
     def _grow(self, X: np.ndarray, signed: np.ndarray, noise: NoiseSource
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         params, schema = self.params, self.schema
-        k, depth, K = schema.n_features, params.depth, min(params.candidates, schema.n_features)
+        k, depth, K = schema.n_features, params.depth, self.budget.candidates
         median_scale = self.budget.median_epsilon / 2.0  # utility sensitivity 1
         select_scale = self.budget.select_epsilon / (2.0 * gain_sensitivity(1.0))
         features = np.zeros(2**depth - 1, dtype=np.int64)

@@ -63,6 +63,7 @@ from renyiboost.accounting.dpboost import (
     leaf_clip,
     leaf_sensitivity,
 )
+from renyiboost.accounting.inputs import Epsilon
 from renyiboost.models.batch import PureDPModel
 from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
@@ -81,7 +82,7 @@ class DPBoostParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: Literal["regression", "classification"]
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    epsilon: Epsilon
     rounds: int = Field(50, ge=1)
     trees_per_ensemble: int = Field(50, ge=1)
     depth: int = Field(5, ge=1, le=12)

@@ -44,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.accounting.events import RdpAccountant
+from renyiboost.accounting.inputs import Epsilon
 from renyiboost.accounting.ldp import (
     LocalBudget,
     LocalGuarantee,
@@ -67,7 +68,7 @@ class FedXGBoostParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: Literal["regression", "classification"]
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    epsilon: Epsilon
     rounds: int = Field(10, ge=1)
     depth: int = Field(3, ge=1, le=12)
     learning_rate: float = Field(0.3, gt=0)

@@ -657,6 +657,23 @@ MUTATIONS = [
              "target_bounds=target)",
              [("tests/test_models.py::test_reading_bounds_from_data_warns_and_every_release"
                "_says_so")]),
+    Mutation("a release testing a feature the schema lacks is accepted",
+             "src/renyiboost/release.py",
+             "split_on.max() < n_features:", "split_on.max() < n_features + 100:",
+             [("tests/test_export.py::test_a_release_that_does_not_fit_its_schema_is_refused"
+               "_whole")]),
+    Mutation("an ONNX regression output scaled in float32",
+             "src/renyiboost/export.py",
+             "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",
+             "        extra += [helper.make_tensor(name, TensorProto.FLOAT, [], [value])",
+             [("tests/test_export.py::test_a_regression_export_keeps_the_precision_of_targets"
+               "_far_from_zero")],
+             also=(("src/renyiboost/export.py",
+                    'helper.make_node("Cast", ["margin"], ["margin_double"], to=TensorProto.DOUBLE)',
+                    'helper.make_node("Cast", ["margin"], ["margin_double"], to=TensorProto.FLOAT)'),
+                   ("src/renyiboost/export.py",
+                    'graph_outputs = [helper.make_tensor_value_info("variable", TensorProto.DOUBLE,',
+                    'graph_outputs = [helper.make_tensor_value_info("variable", TensorProto.FLOAT,'))),
 ]
 
 

@@ -135,6 +135,10 @@ def test_cyclic_sgbdt_is_explained_exactly_and_mixed_trees_only_by_importance() 
     shares = mixed.feature_importances()
     assert set(shares) == set(data.schema.names)
     assert sum(shares.values()) == pytest.approx(1.0)
+    stumps = SGBDT(data.schema, seed=2, task="regression", epsilon=1.0, rounds=3, depth=0).fit(
+        data.X[train], data.y[train])  # one-leaf trees: an IndexError before
+    with pytest.raises(ValueError, match="depth 0"):
+        stumps.contributions(rows)
 
 
 def test_the_additive_learner_beats_the_dp_mean_on_held_out_rows() -> None:

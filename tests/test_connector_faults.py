@@ -236,21 +236,29 @@ def _poll_until(follower: ModelFollower, done, timeout: float = 30.0) -> None:
 
 
 def test_the_follower_skips_messages_that_are_not_releases(kafka_bootstrap, tmp_path) -> None:
-    """A tombstone and foreign JSON under the model's key, in the middle of the topic, are
-    skipped; the follower ends with the engine's model (they made it lose the rest of its
-    batch, then jump to a later version without the trees in between)."""
+    """A tombstone, foreign JSON and two malformed versions 3 (a leaf short, a feature the
+    schema lacks) under the model's key, in the middle of the topic, are skipped; the
+    follower ends with the engine's model (they made it lose the rest of its batch, then
+    jump to a later version without the trees in between; a malformed tree was applied
+    half, after which every answer failed)."""
     engine = _trained(tmp_path / "s.db")
     versions = engine.release_version
     assert versions > 4
     topic = _topic("models")
     create_topic(kafka_bootstrap, topic)
     messages = _releases(engine, range(1, versions + 1))
+    malformed = []
+    for part, change in (("leaves", lambda v: v[:-1]), ("features", lambda v: [99, *v[1:]])):
+        third = json.loads(messages[2][1])
+        third["trees"][0][part] = change(third["trees"][0][part])
+        malformed.append((b"model", json.dumps(third).encode()))
     _produce(kafka_bootstrap, topic, messages[:2] + [(b"model", None), (b"model", b'{"a": 1}'),
-                                                     (b"other", b"not JSON")] + messages[2:])
+                                                     (b"other", b"not JSON"), *malformed]
+             + messages[2:])
     follower = ModelFollower(kafka_bootstrap, topic, "model")
     follower.wait_for(versions)
     _assert_follows(follower, engine)
-    assert follower.not_releases == 2  # the other key's message is not this model's
+    assert follower.not_releases == 4  # the other key's message is not this model's
     follower.close()
     engine.close()
 

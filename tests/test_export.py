@@ -57,6 +57,43 @@ def test_a_regression_export_predicts_what_the_model_predicts() -> None:
     assert np.abs(raw[:, 0] - out[:, 0]).max() > 1e-3  # the two exports differ
 
 
+def test_a_regression_export_keeps_the_precision_of_targets_far_from_zero() -> None:
+    """Catches: the target scaled in float32 (bounds (1.7e9, 1.7e9 + 100) were off by up
+    to 64, most of the range)."""
+    lo = 1.7e9
+    schema = PublicSchema(features=FEATURES, target_bounds=(lo, lo + 100.0))
+    X = _rows(1500)
+    model = SGBDT(schema, seed=0, epsilon=1.0, rounds=5, depth=2).fit(
+        X[:1000], lo + 20 * np.clip(_target(X[:1000]), 0.0, 5.0))
+    (out,) = _session(model.release()).run(None, {"X": X[1000:]})
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out[:, 0], model.predict(X[1000:]), rtol=0, atol=1e-3)
+
+
+def test_a_release_that_does_not_fit_its_schema_is_refused_whole() -> None:
+    """A tree of the wrong shape or testing a feature the schema lacks, trees out of order,
+    an initial score of the wrong length and an answer map on a regression model are
+    refused when a release is read (a follower skips such a message as not a release)."""
+    from pydantic import ValidationError
+
+    from renyiboost.release import ModelRelease
+
+    schema = PublicSchema(features=FEATURES, target_bounds=(-1.0, 4.0))
+    X = _rows(600)
+    good = json.loads(SGBDT(schema, seed=0, epsilon=1.0, rounds=3, depth=2).fit(
+        X, _target(X)).to_json())
+    ModelRelease.model_validate(good)
+    tree = good["trees"][0]
+    for change, message in (
+            ({"trees": [tree | {"leaves": tree["leaves"][:-1]}]}, "not a tree of depth 2"),
+            ({"trees": [tree | {"features": [3, 0, 0]}]}, "outside the schema's 3"),
+            ({"trees": good["trees"][::-1]}, "order of their rounds"),
+            ({"init_score": [0.0, 0.0]}, "init_score must have 1"),
+            ({"answer_map": [1.0, 0.0]}, "binary classifier's release only")):
+        with pytest.raises(ValidationError, match=message):
+            ModelRelease.model_validate(good | change)
+
+
 def test_binary_and_multiclass_exports_give_the_models_labels_and_probabilities() -> None:
     X = _rows(3000, seed=1)
     signal = _target(X)

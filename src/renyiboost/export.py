@@ -209,17 +209,22 @@ def to_onnx(release: ModelRelease) -> Any:
             target_weights_as_tensor=_double_tensor("target_weights", weights),
             base_values_as_tensor=_double_tensor("base_values", base),
             aggregate_function="SUM", post_transform="NONE", **attributes)
+        # the ensemble's margin (in [−1, 1]) is float32; it is scaled to the target in
+        # double, since float32 spaces 1.7e9 by 128 (bounds far from 0 lost most of their
+        # range: a timestamp target was off by 64 in a range of 100)
         constants = {"minus_one": -1.0, "one": 1.0, "half_range": (hi - lo) / 2.0, "lo": lo}
-        extra += [helper.make_tensor(name, TensorProto.FLOAT, [], [value])
+        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])
                   for name, value in constants.items()]
         nodes_list = [
             ensemble,
-            helper.make_node("Clip", ["margin", "minus_one", "one"], ["clipped"]),
+            helper.make_node("Cast", ["margin"], ["margin_double"], to=TensorProto.DOUBLE),
+            helper.make_node("Clip", ["margin_double", "minus_one", "one"], ["clipped"]),
             helper.make_node("Add", ["clipped", "one"], ["shifted"]),
             helper.make_node("Mul", ["shifted", "half_range"], ["scaled"]),
             helper.make_node("Add", ["scaled", "lo"], ["variable"]),
         ]
-        graph_outputs = [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, 1])]
+        graph_outputs = [helper.make_tensor_value_info("variable", TensorProto.DOUBLE,
+                                                       [None, 1])]
     else:
         binary = n_outputs == 1
         labels = _class_labels(schema)

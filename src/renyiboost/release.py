@@ -21,10 +21,11 @@ shape (``tests/test_privacy.py``).
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
 from renyiboost.accounting import Calibration
 
@@ -127,6 +128,43 @@ class ModelRelease(BaseModel):
     #: recalibration (:mod:`renyiboost.models.recalibration`: post-processing of noisy
     #: sums the keys paid for); ``None``: the identity.
     answer_map: tuple[float, float] | None = None
+
+    @model_validator(mode="after")
+    def _fits_its_schema(self) -> ModelRelease:
+        """Every tree has the shape its ``depth`` gives and tests features of the public
+        schema, the initial score has one value an output, and an answer map belongs to a
+        binary classifier. A release that breaks one is refused whole (a follower skips it
+        as not a release and keeps its last good version): applied, one malformed tree once
+        left a follower's arrays inconsistent, and every later answer failed."""
+        features = self.public_schema.get("features")
+        n_features = len(features) if isinstance(features, dict) else 0
+        labels = self.public_schema.get("labels")
+        outputs = len(labels) if isinstance(labels, list) and len(labels) > 2 else 1
+        if self.depth < 0:
+            raise ValueError(f"depth must be >= 0, got {self.depth}")
+        internal, leaf_shape = 2**self.depth - 1, (2**self.depth,) + (
+            (outputs,) if outputs > 1 else ())
+        if np.size(self.init_score) != outputs:
+            raise ValueError(f"init_score must have {outputs} value(s), one an output, got "
+                             f"{np.size(self.init_score)}")
+        for tree in self.trees:
+            split_on = np.asarray(tree.features, dtype=np.int64)
+            if (split_on.shape != (internal,) or len(tree.thresholds) != internal
+                    or np.shape(tree.leaves) != leaf_shape):
+                raise ValueError(
+                    f"the tree of round {tree.round} is not a tree of depth {self.depth}: "
+                    f"{internal} features and thresholds and leaves of shape {leaf_shape} "
+                    f"expected, got {len(tree.features)}, {len(tree.thresholds)} and "
+                    f"{np.shape(tree.leaves)}")
+            if split_on.size and not 0 <= split_on.min() <= split_on.max() < n_features:
+                raise ValueError(f"the tree of round {tree.round} tests feature indices "
+                                 f"outside the schema's {n_features} features")
+        if any(b.round <= a.round for a, b in pairwise(self.trees)):
+            raise ValueError("a release's trees must be in the order of their rounds, each "
+                             "once")
+        if self.answer_map is not None and (self.task != "classification" or outputs > 1):
+            raise ValueError("an answer_map belongs to a binary classifier's release only")
+        return self
 
     @model_serializer(mode="wrap")
     def _without_unset_options(self, handler: Any) -> dict[str, Any]:

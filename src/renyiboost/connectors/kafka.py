@@ -1494,14 +1494,21 @@ class ModelFollower:
             ens.shifts = input_shifts(PublicSchema(**release.public_schema), release.smoothing,
                                       spans=release.smoothing_spans)
             self._spans = release.smoothing_spans
+        new = [tree for tree in release.trees if tree.round >= self._next_round]
+        if new:  # the whole release's arrays first, then swapped in: nothing half-applied
+            arrays = (np.concatenate([ens.features, np.asarray(
+                          [tree.features for tree in new], dtype=np.int64).reshape(
+                              len(new), -1)]),
+                      np.concatenate([ens.thresholds, np.asarray(
+                          [tree.thresholds for tree in new], dtype=float).reshape(
+                              len(new), -1)]),
+                      np.concatenate([ens.leaves, np.asarray(
+                          [tree.leaves for tree in new], dtype=float).reshape(
+                              len(new), *ens.leaf_shape)]))
+            ens.features, ens.thresholds, ens.leaves = arrays
+            self._next_round = new[-1].round + 1
         ens.init_score = score_value(release.init_score)
         ens.answer_map = release.answer_map
-        for tree in release.trees:
-            if tree.round >= self._next_round:
-                ens.append(np.asarray(tree.features, dtype=np.int64),
-                           np.asarray(tree.thresholds, dtype=float),
-                           np.asarray(tree.leaves, dtype=float))
-                self._next_round = tree.round + 1
         if release.max_trees is not None:
             ens.keep_last(release.max_trees)
         # rounds up to version - 2 are in, or dropped by max_trees for good

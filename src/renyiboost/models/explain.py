@@ -42,6 +42,9 @@ def feature_contributions(ensemble: Ensemble, X: np.ndarray, n_features: int) ->
     not included: :func:`initial_term`); per class too for vector leaves (shape ``(n, k,
     C)``). Raises ``ValueError`` when a tree tests more than one feature: no exact
     per-feature split exists then."""
+    if ensemble.depth == 0:
+        raise ValueError("a model of depth 0 has trees of one leaf each, which test no "
+                         "feature: there is no per-feature split of its margin")
     tested = tree_features(ensemble)
     mixed = [t for t, features in enumerate(tested) if features.size > 1]
     if mixed:

@@ -1,12 +1,14 @@
-"""Re-derive the answers' recalibration constants on development rows only.
+"""Check the answers' recalibration constants on development rows only (``make
+recalibration``).
 
     .venv/bin/python benchmarks/recalibration.py [--sets adult,agrawal,sea] [--seeds 3]
-                                                 [--epsilon 1] [--workers 2]
+                                                 [--epsilon 1] [--every 10000,20000,40000]
+                                                 [--shares 0.025,0.05,0.1] [--workers 2]
 
 :data:`~renyiboost.models.defaults.RECALIBRATION_EVERY` (positions a window) and
 :data:`~renyiboost.models.defaults.RECALIBRATION_SHARE` (the share of B a key of an open
 window pays) were first chosen by emulation against Adult's *official test split* (its
-base rate 0.246). This run chooses them again without any test split: each imbalanced
+base rate 0.246). This run checks them without any test split: each imbalanced
 binary set of the development suite (Adult's training split, Agrawal, SEA; base rates
 0.25, 0.67, 0.68) becomes an unbounded i.i.d. stream (:func:`defaults.iid_split`: 200,000
 positions drawn from 80 % of its rows, each a new key) and is measured on the other 20 %.
@@ -15,9 +17,10 @@ of a seed, so the differences are paired.
 
 The rule, fixed before the run: the candidate with the smallest mean log loss over sets
 and seeds wins; the current constants stay unless the winner beats them beyond two
-standard errors of the paired difference (log loss is a proper score, so it rewards a
+standard errors of the paired difference (so with few seeds it keeps them: a check,
+not a fresh choice). Log loss is a proper score, so it rewards a
 calibrated mean and sharp answers alone: the mean predicted probability against the base
-rate and the AUC are printed beside it). Seeds are development seeds (below
+rate and the AUC are printed beside it. Seeds are development seeds (below
 ``defaults.REPORT_SEEDS``).
 
 Prints one table, writes ``benchmarks/results/recalibration-<ε>.md`` and ``.json``.

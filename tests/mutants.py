@@ -659,7 +659,7 @@ MUTATIONS = [
                "_says_so")]),
     Mutation("a release testing a feature the schema lacks is accepted",
              "src/renyiboost/release.py",
-             "split_on.max() < n_features:", "split_on.max() < n_features + 100:",
+             "max(tree.features) < n_features:", "max(tree.features) < n_features + 100:",
              [("tests/test_export.py::test_a_release_that_does_not_fit_its_schema_is_refused"
                "_whole")]),
     Mutation("an ONNX regression output scaled in float32",

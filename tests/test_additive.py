@@ -61,6 +61,13 @@ def test_the_peers_read_epsilon_and_delta_through_the_shared_checks(learner, giv
         learner(schema, task="regression", **({"epsilon": 1.0} | given))
 
 
+def test_the_dp_mean_baseline_reads_epsilon_and_delta_through_the_shared_checks() -> None:
+    schema = load("abalone").schema
+    for epsilon, delta in ((True, 1e-6), (1.0, 0.5)):
+        with pytest.raises(ValueError, match="epsilon must be|delta must be"):
+            DPMeanBaseline(schema, "regression", epsilon, delta)
+
+
 def test_the_additive_learner_warns_when_delta_is_not_below_one_over_n() -> None:
     data = load("abalone")
     with pytest.warns(PrivacyLeakWarning, match="not far below 1/n"):

@@ -449,6 +449,40 @@ def test_a_follower_gives_the_whole_model_it_rebuilt_from_the_topic(max_trees) -
                                follower.answers(follower.predict_margin(rows))[0], rtol=1e-12)
 
 
+def test_a_release_of_another_shape_changes_nothing_in_the_follower() -> None:
+    """A release whole in itself that does not fit the followed model (here of another
+    depth) raises before anything changes: the initial score and answer map were once
+    set first and the trees appended one by one, so a failure left every later answer
+    broken."""
+    rng = np.random.default_rng(5)
+    schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)},
+                          target_bounds=(0.0, 2.0))
+    engine = StreamEngine(EngineConfig.from_defaults(schema, "regression", 1.0, train_every=40,
+                                                     warmup=40), seed=5)
+    X = rng.uniform(0, 1, (300, 2))
+    engine.add(X, X.sum(axis=1), [str(i) for i in range(300)])
+    follower = ModelFollower.without_consumer()
+    for version in range(1, engine.release_version):
+        follower._apply(engine.release(after=version - 1, upto=version))
+    rows = [{"a": a, "b": b} for a, b in X[:20].tolist()]
+    before = follower.predict_margin(rows)
+    last = engine.release(after=engine.release_version - 1, upto=engine.release_version)
+    deeper = last.model_dump()
+    deeper["depth"] += 1
+    deeper["init_score"] = 5.0
+    deeper["trees"] = [tree | {"features": [0] * (2 ** deeper["depth"] - 1),
+                               "thresholds": [0.5] * (2 ** deeper["depth"] - 1),
+                               "leaves": [0.1] * 2 ** deeper["depth"]}
+                       for tree in deeper["trees"]]
+    with pytest.raises(ValueError):
+        follower._apply(ModelRelease.model_validate(deeper))
+    assert follower.version == engine.release_version - 1
+    np.testing.assert_array_equal(follower.predict_margin(rows), before)
+    follower._apply(last)  # and the model's own next version still follows
+    np.testing.assert_allclose(follower.predict_margin(rows),
+                               engine.predict_margin(engine.validator.rows(rows)), rtol=1e-12)
+
+
 class _RefusingProducer:
     """A producer whose broker refuses one version's message (``error``; ``None``: no
     report yet, still queued) and delivers the others, at flush, as librdkafka reports."""

@@ -89,7 +89,10 @@ def test_a_release_that_does_not_fit_its_schema_is_refused_whole() -> None:
             ({"trees": [tree | {"features": [3, 0, 0]}]}, "outside the schema's 3"),
             ({"trees": good["trees"][::-1]}, "order of their rounds"),
             ({"init_score": [0.0, 0.0]}, "init_score must have 1"),
-            ({"answer_map": [1.0, 0.0]}, "binary classifier's release only")):
+            ({"answer_map": [1.0, 0.0]}, "binary classifier's release only"),
+            ({"trees": [tree | {"features": [2**70, 0, 0]}]}, "outside the schema's 3"),
+            ({"trees": [tree | {"leaves": [float("nan"), *tree["leaves"][1:]]}]},
+             "must be finite numbers")):
         with pytest.raises(ValidationError, match=message):
             ModelRelease.model_validate(good | change)
 

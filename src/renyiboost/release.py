@@ -147,18 +147,25 @@ class ModelRelease(BaseModel):
         if np.size(self.init_score) != outputs:
             raise ValueError(f"init_score must have {outputs} value(s), one an output, got "
                              f"{np.size(self.init_score)}")
+        values = [np.asarray(self.init_score, dtype=float)]
         for tree in self.trees:
-            split_on = np.asarray(tree.features, dtype=np.int64)
-            if (split_on.shape != (internal,) or len(tree.thresholds) != internal
+            if (len(tree.features) != internal or len(tree.thresholds) != internal
                     or np.shape(tree.leaves) != leaf_shape):
                 raise ValueError(
                     f"the tree of round {tree.round} is not a tree of depth {self.depth}: "
                     f"{internal} features and thresholds and leaves of shape {leaf_shape} "
                     f"expected, got {len(tree.features)}, {len(tree.thresholds)} and "
                     f"{np.shape(tree.leaves)}")
-            if split_on.size and not 0 <= split_on.min() <= split_on.max() < n_features:
+            if tree.features and not 0 <= min(tree.features) <= max(tree.features) < n_features:
                 raise ValueError(f"the tree of round {tree.round} tests feature indices "
                                  f"outside the schema's {n_features} features")
+            values += [np.asarray(tree.thresholds, dtype=float),
+                       np.asarray(tree.leaves, dtype=float)]
+        if self.answer_map is not None:
+            values.append(np.asarray(self.answer_map, dtype=float))
+        if not all(np.isfinite(part).all() for part in values):
+            raise ValueError("a release's thresholds, leaves, initial score and answer map "
+                             "must be finite numbers")
         if any(b.round <= a.round for a, b in pairwise(self.trees)):
             raise ValueError("a release's trees must be in the order of their rounds, each "
                              "once")

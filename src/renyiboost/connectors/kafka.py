@@ -1378,6 +1378,12 @@ class ModelFollower:
                 if self._reread(gap):
                     break  # the rest of this batch comes again, from the beginning
                 continue
+            except ValueError as error:  # whole in itself, but not this model's shape
+                self.not_releases += 1
+                log.warning("skipping %s:%d@%d, a release of model %r that does not fit the "
+                            "model followed (%s)", message.topic(), message.partition(),
+                            message.offset(), self.model_name, error)
+                continue
             applied += 1
         return applied
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.evaluation import progress_bar
@@ -69,9 +70,9 @@ ANCHORS: dict[tuple[str, float, str], tuple[float, str]] = {
 class FieldConfig(BaseModel):
     datasets: list[str] = list(DATASETS)
     methods: list[str] = list(METHODS)
-    epsilons: list[float] = [0.5, 1.0, 4.0]
+    epsilons: list[Epsilon] = [0.5, 1.0, 4.0]
     repeats: int = 2
-    delta: float = 1e-6
+    delta: Delta = 1e-6
     out: str = "results/field"
 
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from renyiboost.accounting.inputs import Delta
+from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
@@ -71,7 +71,7 @@ class GridConfig(BaseModel):
 
     datasets: list[str] = ["abalone"]
     scenarios: list[str] = ["iid", "late"]
-    epsilons: list[float] = [0.5, 1.0]
+    epsilons: list[Epsilon] = [0.5, 1.0]
     methods: list[str] = ["irf", "constant", "global", "sgt"]
     repeats: int = Field(2, ge=1)
     batch_size: int = Field(250, ge=1)

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from renyiboost.accounting.inputs import Epsilon
 from renyiboost.datasets import Dataset
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments.evaluation import predict, progress_bar, replay
@@ -132,13 +133,13 @@ class PaperConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     datasets: list[Literal["abalone", "adult"]] = ["abalone", "adult"]
-    epsilons: list[float] = [0.15, 0.54, 1.0, 5.0]
+    epsilons: list[Epsilon] = [0.15, 0.54, 1.0, 5.0]
     repeats: int = Field(2, ge=1, description="noise repeats (Abalone: × 5 folds)")
     folds: int | None = Field(None, ge=1, le=5, description="Abalone folds (None: all 5)")
     streams: bool = Field(True, description="also run the stream grid (STREAM_GRID)")
     stream_limit: int | None = Field(10_000, ge=1, description="records per stream (river's "
                                      "ARF slows down as it grows; None: whole data sets)")
-    stream_epsilon: float = 0.54
+    stream_epsilon: Epsilon = 0.54
     workers: int = Field(2, ge=1)
     out: str = "out/paper"
 

@@ -156,7 +156,8 @@ class DPAdditiveBoost(MarginModel):
         return out
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPAdditiveBoost:
-        """``rounds`` epochs of one tree a feature (the number of rows is never read)."""
+        """``rounds`` epochs of one tree a feature (the number of rows is read only for the
+        warning when δ is not below 1/n; no mechanism reads it)."""
         X, _, y = self._training_data(X, y)
         check_privacy_inputs(self.params.epsilon, self.params.delta, len(y))  # δ · n < 1?
         params, noise = self.params, noise_source(self.seed)

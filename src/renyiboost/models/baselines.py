@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from renyiboost.accounting import Calibration, LeafRelease, calibrate
+from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.models.booster import noisy_class_frequencies
 from renyiboost.models.losses import SquaredLoss, unscale_margin
 from renyiboost.randomness import noise_source
@@ -35,6 +36,8 @@ class DPMeanBaseline:
     ) -> None:
         if task == "regression" and schema.target_bounds is None:
             raise ValueError("regression needs public target_bounds")
+        epsilon = check_epsilon(epsilon, allow_none=False)  # the learners' checks
+        delta = check_delta(delta)
         self.schema, self.task, self.epsilon, self.delta, self.seed = (
             schema, task, epsilon, delta, seed
         )

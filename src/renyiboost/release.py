@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
 from renyiboost.accounting import Calibration
+from renyiboost.schema import PublicSchema
 
 RELEASE_FORMAT = "renyiboost.release/1"
 
@@ -136,10 +137,8 @@ class ModelRelease(BaseModel):
         binary classifier. A release that breaks one is refused whole (a follower skips it
         as not a release and keeps its last good version): applied, one malformed tree once
         left a follower's arrays inconsistent, and every later answer failed."""
-        features = self.public_schema.get("features")
-        n_features = len(features) if isinstance(features, dict) else 0
-        labels = self.public_schema.get("labels")
-        outputs = len(labels) if isinstance(labels, list) and len(labels) > 2 else 1
+        schema = PublicSchema(**self.public_schema)  # the schema's own reading of its fields
+        n_features, outputs = schema.n_features, schema.n_outputs
         if self.depth < 0:
             raise ValueError(f"depth must be >= 0, got {self.depth}")
         internal, leaf_shape = 2**self.depth - 1, (2**self.depth,) + (

@@ -1501,17 +1501,9 @@ class ModelFollower:
                                       spans=release.smoothing_spans)
             self._spans = release.smoothing_spans
         new = [tree for tree in release.trees if tree.round >= self._next_round]
-        if new:  # the whole release's arrays first, then swapped in: nothing half-applied
-            arrays = (np.concatenate([ens.features, np.asarray(
-                          [tree.features for tree in new], dtype=np.int64).reshape(
-                              len(new), -1)]),
-                      np.concatenate([ens.thresholds, np.asarray(
-                          [tree.thresholds for tree in new], dtype=float).reshape(
-                              len(new), -1)]),
-                      np.concatenate([ens.leaves, np.asarray(
-                          [tree.leaves for tree in new], dtype=float).reshape(
-                              len(new), *ens.leaf_shape)]))
-            ens.features, ens.thresholds, ens.leaves = arrays
+        if new:  # all of a release's trees or none (Ensemble.extend): nothing half-applied
+            ens.extend([tree.features for tree in new], [tree.thresholds for tree in new],
+                       [tree.leaves for tree in new])
             self._next_round = new[-1].round + 1
         ens.init_score = score_value(release.init_score)
         ens.answer_map = release.answer_map

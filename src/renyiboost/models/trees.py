@@ -308,10 +308,21 @@ class Ensemble:
         return int(self.leaves.shape[0])
 
     def append(self, features: np.ndarray, thresholds: np.ndarray, leaves: np.ndarray) -> None:
-        self.features = np.vstack([self.features, features[None, :]])
-        self.thresholds = np.vstack([self.thresholds, thresholds[None, :]])
-        self.leaves = np.concatenate(
-            [self.leaves, np.asarray(leaves, dtype=float).reshape(1, *self.leaf_shape)])
+        self.extend(np.asarray(features)[None, :], np.asarray(thresholds)[None, :],
+                    np.asarray(leaves, dtype=float)[None])
+
+    def extend(self, features: Any, thresholds: Any, leaves: Any) -> None:
+        """Add ``k`` trees at once (``(k, 2^d − 1)`` features and thresholds, ``k`` trees'
+        leaves). Every array is built before any is assigned, so trees of the wrong shape
+        raise ``ValueError`` and leave the ensemble as it was."""
+        k = len(leaves)
+        grown = (np.concatenate([self.features, np.asarray(features, dtype=np.int64).reshape(
+                     k, self.features.shape[1])]),
+                 np.concatenate([self.thresholds, np.asarray(thresholds, dtype=float).reshape(
+                     k, self.thresholds.shape[1])]),
+                 np.concatenate([self.leaves, np.asarray(leaves, dtype=float).reshape(
+                     k, *self.leaf_shape)]))
+        self.features, self.thresholds, self.leaves = grown
 
     def keep_last(self, n_trees: int) -> None:
         """Drop all but the newest ``n_trees`` trees (free post-processing)."""

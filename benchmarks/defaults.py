@@ -38,7 +38,8 @@ differences (every column of a shuffle sees the same split): ours against the be
 DP-EBM and the trivial baseline, ``learn_one`` with the hint against the batch fit, and
 each prequential stream against the running mean / majority class (the public target
 midpoint before its first label). Each check is met beyond noise, level (within two
-standard errors of the target) or missed beyond noise; the level and missed ones are
+standard errors of the target; a check of one run, which has no standard error, is
+level) or missed beyond noise; the level and missed ones are
 named with their mean paired difference and its standard error, corrected for the
 overlap of the shuffles (Nadeau and Bengio 2003). The shuffles and noise runs start at
 ``--seed-offset`` (:data:`REPORT_SEEDS`): the explorations that chose the policy's
@@ -735,7 +736,9 @@ def _verdicts(rows: list[dict[str, Any]]) -> str:
         checks += 1
         mean, error = difference
         line = f"- {label}: {mean:+.3f} ± {error:.3f}"
-        if mean < floor - 2 * error:
+        if np.isnan(error):  # one run has no standard error: it cannot be beyond noise
+            level.append(line)
+        elif mean < floor - 2 * error:
             missed.append(line)
         elif mean <= floor + 2 * error:
             level.append(line)

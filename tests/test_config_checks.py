@@ -183,6 +183,14 @@ def test_an_infinite_trigger_growth_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="trigger_growth"):
         EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-6, None,
                                    train_every=5, trigger_growth=math.inf)
+    # built directly, it passed and crashed the stream at its first trigger (ceil(inf))
+    from renyiboost.stream.schedule import TriggerSchedule
+
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-6, 500)
+    with pytest.raises(ValidationError, match="trigger_growth"):
+        EngineConfig(**config.model_dump() | {"trigger_growth": math.inf})
+    with pytest.raises(ValueError, match="trigger_growth must be a finite number >= 0"):
+        TriggerSchedule(10, 10, math.inf)
 
 
 def test_options_that_would_be_silently_unused_and_malformed_features_are_refused() -> None:
@@ -287,7 +295,7 @@ def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> 
             assert f"model.{name}:" in err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
     if name == "warmup":
-        assert "warmup must be >= 1, got -3" in err
+        assert "warmup must be a finite number >= 1, got -3" in err
 
 
 @pytest.mark.parametrize("source", ["memory:nope", "kafka://x"])

@@ -131,6 +131,15 @@ def test_retired_keys_are_dropped_and_counted() -> None:
         model.learn_one(x, y, key=retired[0])
     assert model.operator_telemetry().n_dropped == dropped + 40
     assert engine_has_no(model, retired[0])
+    # a retired key's records still count as stream positions (the schedule must not learn
+    # who retired), one at a time and in a batch
+    assert model.engine.positions == 240
+    import pandas as pd
+
+    frame = pd.DataFrame([x for x, _ in data[240:300]])
+    model.learn_many(frame, pd.Series([y for _, y in data[240:300]]), keys=[retired[0]] * 60)
+    assert model.engine.positions == 300
+    assert model.operator_telemetry().n_dropped == dropped + 100
 
 
 def engine_has_no(model: SGBDTRegressor, key: int) -> bool:

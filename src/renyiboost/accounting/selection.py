@@ -17,6 +17,9 @@ We use the geometric distribution (η = 1: ``K`` ≥ 1 with P(K = k) = γ(1 − 
 
     ε'(α̂) = B + 2·((1 − 1/α̂)·B + log(μ)/α̂) + log(μ)/(α̂ − 1).
 
+With μ = 1 (γ = 1) K is 1 always and the output is one run's, so ε' = B; the theorem's
+(3 − 2/α̂)·B is used only above it.
+
 ``tests/test_defaults.py`` checks this against ``dp_accounting``'s
 ``_compute_rdp_repeat_and_select`` (shape 1) to 1e-12.
 """
@@ -35,6 +38,10 @@ def selection_rdp(run_rdp: float, order: int, mean_runs: float) -> float:
     docstring), for runs that are (``order``, ``run_rdp``)-RDP."""
     if order <= 1 or mean_runs < 1 or run_rdp < 0:
         raise ValueError("need order > 1, mean_runs >= 1 and run_rdp >= 0")
+    if mean_runs == 1:
+        # γ = 1: K = 1 always, and the output is one run's, (α̂, B)-RDP by definition. The
+        # theorem's bound stays loose there ((3 − 2/α̂)·B), so it is not used for it.
+        return run_rdp
     log_mean = math.log(mean_runs)
     return (run_rdp + 2.0 * ((1.0 - 1.0 / order) * run_rdp + log_mean / order)
             + log_mean / (order - 1))
@@ -83,6 +90,10 @@ class SelectionBudget(BaseModel):
                 "runs of a selection: use fewer runs or a larger epsilon")
         achieved = float(dp_epsilon_at_orders(order, selection_rdp(run_rdp, order, mean_runs),
                                               delta)[0])
+        while achieved > epsilon:  # the affine inverse can round up by an ulp or two
+            run_rdp = math.nextafter(run_rdp, 0.0)
+            achieved = float(dp_epsilon_at_orders(
+                order, selection_rdp(run_rdp, order, mean_runs), delta)[0])
         return cls(epsilon=achieved, delta=delta, order=order, mean_runs=mean_runs,
                    run_rdp=run_rdp,
                    run_epsilon=float(dp_epsilon_at_orders(order, run_rdp, delta)[0]),

@@ -337,9 +337,13 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     engine = ShardedEngine(engine_cfg, group, seed=seed)
     try:
         if memory:
-            for batch in data:
+            # every record of a memory: source is one position, and the shards commit the
+            # positions together: a second run continues after those the stores hold
+            done = engine.positions
+            for batch in data.batches(after=done):
                 engine.add(batch.X, batch.y, batch.keys)
-            _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)
+            _print_telemetry({**engine.operator_telemetry(),
+                              "consumed": max(len(data) - done, 0)}, as_json)
             return 0
         from renyiboost.connectors.kafka import ShardedKafkaTrainer
 
@@ -380,10 +384,15 @@ def _memory_source(source: str, engine_cfg: EngineConfig) -> Any:
 
 
 def _train_from_memory(engine: StreamEngine, source: Any, as_json: bool) -> int:
-    for batch in source:
+    """Train on the records of ``source`` the store has not committed yet (a second run
+    on the same store continues the stream; it once fed every record again)."""
+    from renyiboost.stream.sources import committed_records
+
+    done = committed_records(source, engine.offsets)
+    for batch in source.batches(after=done):
         engine.add(batch.X, batch.y, batch.keys, batch.positions)
     engine.flush()
-    _print_telemetry({"channel": "operator-telemetry", "consumed": len(source),
+    _print_telemetry({"channel": "operator-telemetry", "consumed": len(source) - done,
                       "engine": engine.operator_telemetry().model_dump()}, as_json)
     return 0
 

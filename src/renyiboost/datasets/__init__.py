@@ -314,6 +314,33 @@ def load_image_segments() -> Dataset:
                    IMAGE_SEGMENTS_SCHEMA, "classification")
 
 
+# --------------------------------------------------------------------------- river's generators
+#: Ranges as river 0.26.1's Agrawal generator draws them (river/datasets/synth/agrawal.py,
+#: after Agrawal, Imielinski & Swami 1993): commission reaches 85,000 (10k + 75k·U[0, 1])
+#: and hvalue 1.2 M ((8 − zipcode) · 100k · U[0.5, 1.5]), where river's docstring says 75k
+#: and misstates hvalue; the code rules. elevel, car and zipcode are integer codes.
+AGRAWAL_SCHEMA = PublicSchema(features={
+    "salary": (20_000.0, 150_000.0),
+    "commission": (0.0, 85_000.0),
+    "age": (20.0, 80.0),
+    "elevel": list(range(5)),
+    "car": list(range(1, 21)),
+    "zipcode": list(range(9)),
+    "hvalue": (0.0, 1_200_000.0),
+    "hyears": (1.0, 30.0),
+    "loan": (0.0, 500_000.0),
+})
+
+#: Friedman (1991) #1, also river's FriedmanDrift (Ikonomovska et al. 2011): x_j ~ U[0, 1];
+#: y = 10 sin(π x0 x1) + 20 (x2 − ½)² + 10 x3 + 5 x4 + N(0, 1). The noiseless part lies in
+#: [0, 30]; five noise standard deviations each side.
+FRIEDMAN_SCHEMA = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(10)},
+                               target_bounds=(-5.0, 35.0))
+
+#: SEA (Street & Kim 2001): three features x_j ~ U[0, 10].
+SEA_SCHEMA = PublicSchema(features={f"x{j}": (0.0, 10.0) for j in range(3)})
+
+
 LOADERS: dict[str, Callable[[], Dataset]] = {
     "abalone": load_abalone,
     "adult": load_adult,
@@ -335,8 +362,8 @@ def load(name: str) -> Dataset:
 
 
 __all__ = [
-    "ABALONE_SCHEMA", "ADULT_SCHEMA", "CALIFORNIA_SCHEMA", "COVERTYPE_CLASSES",
-    "COVERTYPE_SCHEMA", "ELEC2_SCHEMA", "IMAGE_SEGMENTS_SCHEMA", "LOADERS", "Dataset", "load",
-    "load_abalone", "load_adult", "load_california", "load_covertype", "load_elec2",
-    "load_image_segments",
+    "ABALONE_SCHEMA", "ADULT_SCHEMA", "AGRAWAL_SCHEMA", "CALIFORNIA_SCHEMA", "COVERTYPE_CLASSES",
+    "COVERTYPE_SCHEMA", "ELEC2_SCHEMA", "FRIEDMAN_SCHEMA", "IMAGE_SEGMENTS_SCHEMA", "LOADERS",
+    "SEA_SCHEMA", "Dataset", "load", "load_abalone", "load_adult", "load_california",
+    "load_covertype", "load_elec2", "load_image_segments",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 
 from renyiboost.experiments.metrics import error_rate, r2_score
 from renyiboost.stream.engine import StreamEngine
-from renyiboost.stream.sources import InMemorySource
+from renyiboost.stream.sources import InMemorySource, committed_records
 
 
 def batch_metrics(task: str, y: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
@@ -38,15 +38,17 @@ def replay(
     on_batch: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Test-then-train over the source's batches; one record per batch: the public metric
-    and release version, and (under ``operator``) the exact pool counts."""
+    and release version, and (under ``operator``) the exact pool counts. An engine whose
+    store committed part of the source continues after it (:func:`~renyiboost.stream.
+    sources.committed_records`)."""
     task = engine.config.params.task
     history = []
-    seen = 0
+    seen = committed_records(source, engine.offsets)
     # The prior baseline, test-then-train like the model: the mean of the labels seen so
     # far (the middle of the public bounds, or 1/2, before the first).
     bounds = engine.schema.target_bounds
     label_sum, prior = 0.0, (sum(bounds) / 2.0 if bounds is not None else 0.5)
-    for index, batch in enumerate(source):
+    for index, batch in enumerate(source.batches(after=seen), start=seen // source.batch_size):
         prediction = predict(engine, batch.X)
         row: dict[str, Any] = {"batch": index, "seen": seen + batch.y.size,
                                "late_share": float(batch.late.mean())}

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from renyiboost import datasets as _bundled
+from renyiboost.datasets import AGRAWAL_SCHEMA, FRIEDMAN_SCHEMA, SEA_SCHEMA
 from renyiboost.schema import PublicSchema
 
 Columns = dict[str, Any]
@@ -206,21 +207,6 @@ def _raw_chick() -> tuple[Columns, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- Agrawal
-#: Ranges as river 0.26.1's generator draws them (river/datasets/synth/agrawal.py), which
-#: follows Agrawal, Imielinski & Swami (1993).
-AGRAWAL_SCHEMA = PublicSchema(features={
-    "salary": (20_000.0, 150_000.0),
-    "commission": (0.0, 85_000.0),
-    "age": (20.0, 80.0),
-    "elevel": list(range(5)),
-    "car": list(range(1, 21)),
-    "zipcode": list(range(9)),
-    "hvalue": (0.0, 1_200_000.0),
-    "hyears": (1.0, 30.0),
-    "loan": (0.0, 500_000.0),
-})
-
-
 def _raw_agrawal() -> tuple[Columns, np.ndarray]:
     from river.datasets import synth
 
@@ -229,14 +215,6 @@ def _raw_agrawal() -> tuple[Columns, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- Friedman
-#: Friedman (1991) #1: x_j ~ U[0, 1]; y = 10 sin(pi x0 x1) + 20 (x2 - 0.5)^2 + 10 x3 + 5 x4
-#: + N(0, 1). The noiseless part lies in [0, 30]; five noise standard deviations each side.
-FRIEDMAN_SCHEMA = PublicSchema(
-    features={f"x{j}": (0.0, 1.0) for j in range(10)},
-    target_bounds=(-5.0, 35.0),
-)
-
-
 def _raw_friedman() -> tuple[Columns, np.ndarray]:
     from river.datasets import synth
 
@@ -246,14 +224,10 @@ def _raw_friedman() -> tuple[Columns, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- SEA
-#: SEA (Street & Kim 2001), variant 0: x_j ~ U[0, 10], label x0 + x1 > 8; river adds no label
-#: noise unless ``noise`` > 0 (default 0).
-SEA_SCHEMA = PublicSchema(features={f"x{j}": (0.0, 10.0) for j in range(3)})
-
-
 def _raw_sea() -> tuple[Columns, np.ndarray]:
     from river.datasets import synth
 
+    # variant 0: label x0 + x1 > 8; river adds no label noise unless noise > 0 (default 0)
     return _columns(_river_take(synth.SEA(variant=0, seed=SEED), N_STREAM),
                     {f"x{j}": j for j in range(3)})
 

@@ -1,11 +1,15 @@
-"""Hyper-parameter selection that never scores a test fold.
+"""Hyper-parameter selection (not private) for the paper reproduction's configs.
 
 Random search over a small space around the official code's configurations. Candidates
 are scored on validation rows carved out of the *training* data of the reproduction
-protocol only:
+protocol:
 
 * Abalone: inside each of the 5 outer training splits, the last fifth (after a shuffle
   with seed 1) validates a model fitted on the rest; the score is the mean validation R².
+  No test fold is scored directly, but one config serves all five folds and the five
+  searches together read every row: each outer test fold is fitted on or validated on in
+  the other folds' searches, so the chosen config's cross-validated R² is optimistic (a
+  nested search, one config per fold, would not be; it is not done).
 * Adult: 20 % of the official training split (shuffle seed 1) validates a model fitted on
   the other 80 %; the official test split is never read.
 

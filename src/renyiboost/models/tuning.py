@@ -29,6 +29,7 @@ RDP about 120 at that order against the theorem's 0.77. K is kept for the operat
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +61,13 @@ def default_candidates(task: str, epsilon: float, n_numeric: int = 1,
 class PrivateTuningResult:
     """What a private selection releases: the best run only, and the total guarantee.
 
-    Every field but ``operator_runs`` is public (the best run's output and the guarantee).
-    ``operator_runs`` is K, the number of runs: operator telemetry, never to be released
-    (Papernot & Steinke 2022, Thm. 2 covers the best run's output with K hidden; see the
-    module docstring). It is left out of the repr so that printing a result does not show it.
+    The candidate, its parameters, its noisy score and the guarantee are public, and so is
+    the model's release (``model.release()``, ``model.to_json()``); the model object itself
+    is the operator's, like any fitted :class:`~renyiboost.models.batch.SGBDT` (it carries
+    ``operator_history_``, exact counts of the training part). ``operator_runs`` is K, the
+    number of runs: operator telemetry, never to be released (Papernot & Steinke 2022,
+    Thm. 2 covers the best run's output with K hidden; see the module docstring). It is left
+    out of the repr so that printing a result does not show it.
     """
 
     candidate: int  # index into the candidates
@@ -130,9 +134,11 @@ def selection_budget(params: dict[str, Any], task: str, epsilon: float, delta: f
     for order in sorted({single, *SELECTION_ORDERS}):
         try:
             budget = SelectionBudget.split(epsilon, delta, order, mean_runs)
-        except ValueError:  # the fixed cost leaves the runs nothing at this order
+            # a budget B that converts to ε = 0 alone (a large δ at a high order) cannot
+            # be a run's ε: such an order is skipped, not an error
+            sigma = _run_params(params, task, budget, delta).calibrate().sigma
+        except ValueError:  # nothing left for the runs at this order, or ε = 0 alone
             continue
-        sigma = _run_params(params, task, budget, delta).calibrate().sigma
         if best is None or sigma < best[0]:
             best = (sigma, budget)
     if best is None:
@@ -177,12 +183,20 @@ def private_tune(
     if not 0 < validation_share < 1:
         raise ValueError(f"validation_share must be in (0, 1), got {validation_share!r}")
     mu = float(len(pool) if mean_runs is None else mean_runs)
-    if not (math.isfinite(mu) and mu >= 1):
+    if isinstance(mean_runs, bool) or not (math.isfinite(mu) and mu >= 1):
         raise ValueError(f"mean_runs must be a finite number >= 1, got {mean_runs!r}")
     # every row is checked as a fit checks its rows, before the split: a validation row
     # that no fit reads (a NaN label) would otherwise make every score NaN, released
     SGBDT(schema, task=task, epsilon=epsilon, delta=delta).check_inputs(X, y)
     budget = selection_budget(pool[0], task, epsilon, delta, mu)
+    for index, params in enumerate(pool):  # each candidate, before any run reads a row
+        try:
+            SGBDT(schema, seed=None, **_run_fields(params, task, budget, delta)
+                  ).params.calibrate()
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"candidate {index} is not a configuration a run can fit at "
+                             f"the selection's order {budget.order} and per-run budget: "
+                             f"{error}") from None
     noise = noise_source(seed)
     validation = noise.bernoulli(validation_share, y.size)
     X_fit, y_fit, X_val, y_val = X[~validation], y[~validation], X[validation], y[validation]
@@ -194,8 +208,14 @@ def private_tune(
     for run in range(runs):
         index = noise.choice(len(pool))
         run_seed = None if seed is None else seed * 100_003 + run
-        model = SGBDT(schema, seed=run_seed, **_run_fields(pool[index], task, budget, delta)
-                      ).fit(X_fit, y_fit)
+        with warnings.catch_warnings():
+            if run:
+                # one warning a run (values outside the bounds, δ · n, a seed) would count
+                # the runs, K, into a log; the first run's say all there is (every run reads
+                # the same rows), and there is always a first
+                warnings.simplefilter("ignore")
+            model = SGBDT(schema, seed=run_seed,
+                          **_run_fields(pool[index], task, budget, delta)).fit(X_fit, y_fit)
         score = float(noise.add_gaussian(
             _validation_score(task, model, X_val, y_val, target_range), score_std))
         if best is None or score > best[0]:

@@ -189,8 +189,9 @@ class EngineConfig(BaseModel):
     trees_per_trigger: int = Field(1, ge=1, description="rounds run by one trigger")
     warmup: int = Field(100, ge=1, description="stream positions before the initial score")
     trigger_growth: float = Field(
-        0.0, ge=0, description="from the initial score on, each trigger interval is this "
-        "fraction of the positions so far (at least train_every; see stream.schedule)")
+        0.0, ge=0, allow_inf_nan=False, description="from the initial score on, each trigger "
+        "interval is this fraction of the positions so far (at least train_every; see "
+        "stream.schedule)")
     max_train_every: int | None = Field(
         None, ge=1, description="the largest trigger interval (None: train_every)")
     max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")

@@ -35,8 +35,8 @@ class TriggerSchedule:
                  max_train_every: int | None = None, final_at: int | None = None) -> None:
         for name, value, least in (("train_every", train_every, 1), ("warmup", warmup, 1),
                                    ("trigger_growth", growth, 0)):
-            if not value >= least:  # a NaN growth too
-                raise ValueError(f"{name} must be >= {least}, got {value!r}")
+            if not (least <= value < math.inf):  # a NaN or infinite growth too
+                raise ValueError(f"{name} must be a finite number >= {least}, got {value!r}")
         self.train_every = int(train_every)
         self.growth = float(growth)
         self.max_train_every = (self.train_every if max_train_every is None

@@ -19,13 +19,20 @@ one person) and their source positions, so the engine can commit exactly what it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from renyiboost.datasets import LOADERS, Dataset, load
+from renyiboost.datasets import (
+    AGRAWAL_SCHEMA,
+    FRIEDMAN_SCHEMA,
+    LOADERS,
+    SEA_SCHEMA,
+    Dataset,
+    load,
+)
 from renyiboost.schema import PublicSchema
 
 Scenario = Literal["iid", "natural", "sorted", "late", "switch"]
@@ -42,31 +49,6 @@ LATE_SUBPOPULATIONS: dict[str, tuple[str, Callable[[Dataset], np.ndarray]]] = {
     "sea": ("class 1", lambda d: d.y == 1),
     "friedman": ("y > 20", lambda d: d.y > 20.0),
 }
-
-#: Public ranges of river's Agrawal generator (Agrawal, Imielinski & Swami 1993).
-AGRAWAL_SCHEMA = PublicSchema(
-    features={
-        "salary": (20_000.0, 150_000.0),
-        "commission": (0.0, 75_000.0),
-        "age": (20.0, 80.0),
-        "elevel": (0.0, 4.0),
-        "car": (1.0, 20.0),
-        "zipcode": (0.0, 8.0),
-        "hvalue": (0.0, 1_350_000.0),
-        "hyears": (1.0, 30.0),
-        "loan": (0.0, 500_000.0),
-    },
-)
-
-
-#: Public ranges of river's SEA generator (Street & Kim 2001): three features in [0, 10].
-SEA_SCHEMA = PublicSchema(features={f"x{i}": (0.0, 10.0) for i in range(3)})
-
-#: FriedmanDrift (Ikonomovska et al. 2011): ten features in [0, 1]; the target
-#: 10·sin(π x0 x1) + 20(x2 − ½)² + 10 x3 + 5 x4 + N(0, 1) lies in [0, 30] plus noise.
-FRIEDMAN_SCHEMA = PublicSchema(features={f"x{i}": (0.0, 1.0) for i in range(10)},
-                               target_bounds=(-5.0, 35.0))
-
 
 def _collect(name: str, streams: list, schema: PublicSchema, task: str) -> Dataset:
     xs, ys = [], []
@@ -150,14 +132,25 @@ class InMemorySource:
     ) -> None:
         if scenario not in SCENARIOS:
             raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        for name, value, least in (("batch_size", batch_size, 1), ("seed", seed, 0),
+                                   ("limit", 1 if limit is None else limit, 1)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+                raise ValueError(f"{name} must be a whole number >= {least}"
+                                 + (" or None" if name == "limit" else "") + f", got {value!r}")
         if isinstance(dataset, str):
             dataset = (SYNTHETIC[dataset](n=limit or 20_000, seed=seed) if dataset in SYNTHETIC
                        else load(dataset))
         if scenario == "switch" and dataset.name not in SYNTHETIC:
             raise ValueError(f"scenario 'switch' replays a drifting generator, one of "
                              f"{sorted(SYNTHETIC)}; got {dataset.name!r}")
+        if scenario == "late" and dataset.name not in LATE_SUBPOPULATIONS:
+            raise ValueError(f"scenario 'late' holds back a sub-population known for "
+                             f"{sorted(LATE_SUBPOPULATIONS)}; {dataset.name!r} has none")
+        numeric = [f for f, c in zip(dataset.schema.names, dataset.schema.is_categorical,
+                                     strict=True) if not c]
+        if sort_by is not None and sort_by not in numeric:
+            raise ValueError(f"sort_by must name a numeric feature of {dataset.name!r} (one "
+                             f"of {numeric}), got {sort_by!r}")
         self.data = dataset
         self.scenario = scenario
         self.batch_size = batch_size
@@ -165,7 +158,12 @@ class InMemorySource:
         self.order = self._order(sort_by, limit)
         _, rule = LATE_SUBPOPULATIONS.get(dataset.name, ("", lambda d: np.zeros(len(d), bool)))
         self.late_mask = np.asarray(rule(dataset), dtype=bool)
-        self.partition = f"memory:{dataset.name}"
+        # The partition names the order, so that a store fed by one order is not resumed
+        # in another (:func:`committed_records`); the default order keeps the plain name.
+        order = {"scenario": scenario, "seed": seed, "limit": limit, "sort_by": sort_by}
+        plain = {"scenario": "iid", "seed": 0, "limit": None, "sort_by": None}
+        query = "&".join(f"{k}={v}" for k, v in order.items() if v != plain[k])
+        self.partition = f"memory:{dataset.name}" + (f"?{query}" if query else "")
 
     @property
     def schema(self) -> PublicSchema:
@@ -200,18 +198,24 @@ class InMemorySource:
     def drift_starts(self) -> list[int]:
         """Stream positions (records before it) where the scenario's drift begins: the late
         sub-population's first record, or the generator's switch points (agrawal and sea at
-        n/2, friedman at n/3 and 2n/3 of its n records); none for the other scenarios."""
+        n/2, friedman at n/3 and 2n/3 of its n records, also in their natural order); none
+        for the other scenarios. For evaluation and plots only: the late one is read from
+        the labels of the (public) data set, and nothing of it reaches the engine."""
         if self.scenario == "late":
             first = np.flatnonzero(self.late_mask[self.order])
             return [int(first[0])] if first.size else []
-        if self.scenario == "switch":
+        if self.data.name in SYNTHETIC and self.scenario in ("switch", "natural"):
             n = len(self.data)
             points = [n // 3, 2 * n // 3] if self.data.name == "friedman" else [n // 2]
             return [p for p in points if p < len(self)]
         return []
 
     def __iter__(self) -> Iterator[Batch]:
-        for start in range(0, self.order.size, self.batch_size):
+        return self.batches()
+
+    def batches(self, after: int = 0) -> Iterator[Batch]:
+        """The batches of the records after the first ``after`` (at their own positions)."""
+        for start in range(after, self.order.size, self.batch_size):
             rows = self.order[start : start + self.batch_size]
             yield Batch(
                 X=self.data.X[rows],
@@ -220,3 +224,17 @@ class InMemorySource:
                 positions=[(self.partition, start + i + 1) for i in range(rows.size)],
                 late=self.late_mask[rows],
             )
+
+
+def committed_records(source: InMemorySource, offsets: Mapping[str, Any]) -> int:
+    """How many of ``source``'s records a store's committed ``offsets`` cover: a run on a
+    store that replayed part of the source continues after them (it once fed every record
+    again, counting each twice in the public schedule). A store fed by another replay order
+    of a ``memory:`` source is refused: resumed in this order, some records would come twice
+    and others never."""
+    other = sorted(p for p in offsets if p.startswith("memory:") and p != source.partition)
+    if other:
+        raise ValueError(f"this state store replayed {', '.join(other)}, not "
+                         f"{source.partition}: a replay in another order cannot continue it "
+                         "(use a new store, or the same data set, scenario, seed and limit)")
+    return int(offsets.get(source.partition, 0))

@@ -175,3 +175,22 @@ def test_a_memory_replay_continues_after_what_its_store_committed(tmp_path, caps
     with pytest.raises(ValueError, match="a replay in another order cannot continue it"):
         evaluation.replay(StreamEngine(cfg, store=str(path), seed=1),
                           InMemorySource("abalone", scenario="sorted"))
+
+
+def test_a_bad_record_does_not_end_a_replay(caplog) -> None:
+    """A NaN label stopped a replay at its batch (position 250 of 1,000): the engine learns
+    the valid rows and raises after them, and the replay now goes on to the end, logging the
+    record and marking the batch."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+
+    data = InMemorySource("abalone").data
+    y = data.y[:1000].astype(float)
+    y[249] = np.nan
+    mine = type(data)("mine", data.X[:1000], y, data.schema, data.task)
+    source = InMemorySource(mine, scenario="natural", batch_size=100)
+    config = EngineConfig.from_defaults(source.schema, "regression", 1.0, 1e-6, 1000)
+    engine = StreamEngine(config, seed=2)
+    history = evaluation.replay(engine, source)
+    assert len(history) == 10 and engine.positions == 1000
+    assert [row.get("invalid", False) for row in history] == [i == 2 for i in range(10)]
+    assert "batch 2: a record was not learned (label)" in caplog.text

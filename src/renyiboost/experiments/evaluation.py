@@ -4,15 +4,19 @@ and number formatting of their reports."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from renyiboost.exceptions import InvalidRecord
 from renyiboost.experiments.metrics import error_rate, r2_score
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.sources import InMemorySource, committed_records
+
+log = logging.getLogger(__name__)
 
 
 def batch_metrics(task: str, y: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
@@ -47,20 +51,32 @@ def replay(
     # The prior baseline, test-then-train like the model: the mean of the labels seen so
     # far (the middle of the public bounds, or 1/2, before the first).
     bounds = engine.schema.target_bounds
-    label_sum, prior = 0.0, (sum(bounds) / 2.0 if bounds is not None else 0.5)
+    label_sum, labels, prior = 0.0, 0, (sum(bounds) / 2.0 if bounds is not None else 0.5)
     for index, batch in enumerate(source.batches(after=seen), start=seen // source.batch_size):
         prediction = predict(engine, batch.X)
         row: dict[str, Any] = {"batch": index, "seen": seen + batch.y.size,
                                "late_share": float(batch.late.mean())}
-        row |= batch_metrics(task, batch.y, prediction)
-        row |= {f"prior_{k}": v for k, v in batch_metrics(
-            task, batch.y, np.full(batch.y.size, prior)).items()}
-        label_sum += float(batch.y.sum())
-        prior = label_sum / (seen + batch.y.size)
-        if batch.late.any():
-            late = batch_metrics(task, batch.y[batch.late], prediction[batch.late])
-            row |= {f"late_{k}": v for k, v in late.items()}
-        engine.add(batch.X, batch.y, batch.keys, batch.positions)
+        # the metrics score the labels the engine would learn (a NaN label is no score)
+        valid = np.ones(batch.y.size, dtype=bool)
+        valid[[i for i, _ in engine.validator.bad_labels(batch.y)]] = False
+        y, late = batch.y[valid], batch.late & valid
+        if y.size:
+            row |= batch_metrics(task, y, prediction[valid])
+            row |= {f"prior_{k}": v for k, v in batch_metrics(
+                task, y, np.full(y.size, prior)).items()}
+            label_sum, labels = label_sum + float(y.sum()), labels + y.size
+            prior = label_sum / labels
+        if late.any():
+            late_metrics = batch_metrics(task, batch.y[late], prediction[late])
+            row |= {f"late_{k}": v for k, v in late_metrics.items()}
+        try:
+            engine.add(batch.X, batch.y, batch.keys, batch.positions)
+        except InvalidRecord as error:
+            # the batch's valid rows were learned and its bad ones kept their positions (the
+            # engine's contract); the replay goes on, as a stream does (it once stopped here)
+            log.warning("batch %d: a record was not learned (%s): %s", index, error.reason,
+                        error.detail)
+            row["invalid"] = True
         seen += batch.y.size
         telemetry = engine.operator_telemetry()
         row |= {"n_trees": telemetry.n_trees, "version": telemetry.release_version,

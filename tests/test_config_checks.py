@@ -411,3 +411,11 @@ def test_the_kafka_table_names_the_producers_partitioner(tmp_path) -> None:
     assert kafka_settings(config).partitioner == "murmur2_random"
     with pytest.raises(ValueError, match="kafka.partitioner"):
         load_config(_toml(tmp_path, "", '[kafka]\npartitioner = "random"\n'), source)
+
+
+def test_the_json_schema_states_the_privacy_ranges() -> None:
+    """The shared ε / δ checks run before pydantic's own, which left a config's JSON schema
+    without any range; the ranges are stated again as constraints."""
+    properties = SGBDTParams.model_json_schema()["properties"]
+    assert {"exclusiveMinimum": 0, "type": "number"} in properties["epsilon"]["anyOf"]
+    assert (properties["delta"]["exclusiveMinimum"], properties["delta"]["maximum"]) == (0, 0.01)

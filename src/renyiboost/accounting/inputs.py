@@ -13,7 +13,7 @@ import math
 import numbers
 from typing import Annotated, Any, Literal, overload
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 #: The largest δ a learner or an accountant accepts. δ is the probability with which the
 #: guarantee may fail outright (a mechanism that publishes one random key's records verbatim
@@ -85,14 +85,19 @@ def _check_private_epsilon(epsilon: Any) -> float:
     return check_epsilon(epsilon, allow_none=False)
 
 
+#: The ranges again as plain constraints, after the checks, so that a config's JSON schema
+#: states them (``exclusiveMinimum``, ``maximum``); the checks above refuse first.
+_PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_DeltaRange = Annotated[float, Field(gt=0, le=MAX_DELTA)]
+
 #: A pydantic field for ε of a model or config that may also train without privacy
 #: (``None``), read through :func:`check_epsilon` before pydantic would convert it (a bool
 #: or a string is refused, not read as a number).
-OptionalEpsilon = Annotated[float | None, BeforeValidator(check_epsilon)]
+OptionalEpsilon = Annotated[_PositiveFinite | None, BeforeValidator(check_epsilon)]
 #: A pydantic field for ε of a learner that is always private (the peers' learners).
-Epsilon = Annotated[float, BeforeValidator(_check_private_epsilon)]
+Epsilon = Annotated[_PositiveFinite, BeforeValidator(_check_private_epsilon)]
 #: A pydantic field for a target δ, read through :func:`check_delta`.
-Delta = Annotated[float, BeforeValidator(check_delta)]
+Delta = Annotated[_DeltaRange, BeforeValidator(check_delta)]
 
 
 __all__ = ["MAX_DELTA", "Delta", "Epsilon", "OptionalEpsilon", "check_delta", "check_epsilon"]

@@ -116,6 +116,19 @@ MUTATIONS = [
     Mutation("the warm-up counts pooled records", "src/renyiboost/stream/engine.py",
              "if self._positions < self.config.warmup:",
              "if len(self.pool) < self.config.warmup:", PRIVACY),
+    Mutation("polled shards read their share rounded up (rounds pass their trigger)",
+             "src/renyiboost/stream/sharded.py", "            if left >= n:",
+             "            if left >= 1:",
+             [SHARDED[0] + "::test_polled_rounds_run_at_their_triggers_whoever_has_events_"
+              + "ready"],
+             also=(("src/renyiboost/stream/sharded.py", '"poll", left // n,',
+                    '"poll", -(-left // n),'),)),
+    Mutation("a coordinator goes on after a shard's commit failed",
+             "src/renyiboost/stream/sharded.py",
+             "    def _stop_on(self, error: BaseException) -> None:\n        self._broken = error",
+             "    def _stop_on(self, error: BaseException) -> None:\n        pass",
+             [SHARDED[0] + "::test_a_failed_commit_stops_the_coordinator_until_a_restart_"
+              + "reconciles"]),
     Mutation("a batch's retired records are not stream positions",
              "src/renyiboost/stream/engine.py", "            self._count_positions(stop - start)",
              "            self._count_positions(stop - start - (\n"

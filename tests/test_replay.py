@@ -116,7 +116,8 @@ def test_a_source_refuses_arguments_it_cannot_replay() -> None:
                        ({"limit": 0}, "limit"), ({"batch_size": True}, "batch_size"),
                        ({"batch_size": 2.5}, "batch_size"), ({"seed": -1}, "seed"),
                        ({"scenario": "sorted", "sort_by": "nope"}, "sort_by must name a numeric"),
-                       ({"scenario": "sorted", "sort_by": "sex"}, "sort_by")):
+                       ({"scenario": "sorted", "sort_by": "sex"}, "sort_by"),
+                       ({"sort_by": "diameter"}, "sort_by is read only by the 'sorted'")):
         with pytest.raises(ValueError, match=match):
             InMemorySource("abalone", **bad)
     data = InMemorySource("abalone").data
@@ -136,28 +137,32 @@ def test_drift_starts_of_the_generators_in_their_natural_order() -> None:
 def test_a_memory_replay_continues_after_what_its_store_committed(tmp_path, capsys) -> None:
     """A second ``train --source memory:X`` on the same store fed every record again: 8,354
     positions and 135 more trees for Abalone's 4,177 records. It now continues after the
-    committed offset (single engine) or positions (shards): nothing is consumed twice. A
-    replay that stopped part-way continues where its store's commit ended, and a replay in
-    another order is refused."""
+    committed offset; over shards, whose positions cannot say where it stopped, it is
+    refused. A replay that stopped part-way continues where its store's commit ended, and
+    a replay in another order is refused."""
     from pathlib import Path
 
     from renyiboost.stream.engine import EngineConfig, StreamEngine
     from renyiboost.stream.store import SQLiteStore
 
     config = str(Path(__file__).parents[1] / "examples" / "abalone.toml")
-    for shards in ([], ["--shards", "2"]):
-        state = tmp_path / f"x{len(shards)}.db"
-        argv = ["train", "--config", config, "--source", "memory:abalone", "--state",
-                str(state), "--json", *shards]
-        runs = []
-        for extra in (["--new-state"], []):
-            assert cli_main([*argv, *extra]) == 0
-            runs.append(json.loads(capsys.readouterr().out.strip().splitlines()[0]))
-        first, second = runs
-        one, two = first.get("engine", first), second.get("engine", second)  # shards: flat
-        assert (first["consumed"], second["consumed"]) == (4177, 0), shards
-        assert one["positions"] == two["positions"] == 4177
-        assert one["release_version"] == two["release_version"]
+    argv = ["train", "--config", config, "--source", "memory:abalone", "--state",
+            str(tmp_path / "x.db"), "--json"]
+    runs = []
+    for extra in (["--new-state"], []):
+        assert cli_main([*argv, *extra]) == 0
+        runs.append(json.loads(capsys.readouterr().out.strip().splitlines()[0]))
+    first, second = runs
+    assert (first["consumed"], second["consumed"]) == (4177, 0)
+    assert first["engine"]["positions"] == second["engine"]["positions"] == 4177
+    assert first["engine"]["release_version"] == second["engine"]["release_version"]
+    # shards commit their own records: their positions cannot say where a replay stopped,
+    # so a second replay over them is refused (it fed every record again)
+    argv = [*argv[:6], str(tmp_path / "s.db"), "--shards", "2"]
+    assert cli_main([*argv, "--new-state"]) == 0
+    capsys.readouterr()
+    assert cli_main(argv) == 1
+    assert "a memory:abalone replay over shards cannot continue them" in capsys.readouterr().err
     source = InMemorySource("abalone", batch_size=500)
     cfg = EngineConfig.from_defaults(source.schema, "regression", 1.0, 1e-6, 4177)
     path = tmp_path / "part.db"

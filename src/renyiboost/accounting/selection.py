@@ -88,12 +88,20 @@ class SelectionBudget(BaseModel):
             raise ValueError(
                 f"epsilon={epsilon} at order {order} cannot pay for {mean_runs:g} expected "
                 "runs of a selection: use fewer runs or a larger epsilon")
-        achieved = float(dp_epsilon_at_orders(order, selection_rdp(run_rdp, order, mean_runs),
+        def achieved_at(run: float) -> float:
+            return float(dp_epsilon_at_orders(order, selection_rdp(run, order, mean_runs),
                                               delta)[0])
-        while achieved > epsilon:  # the affine inverse can round up by an ulp or two
-            run_rdp = math.nextafter(run_rdp, 0.0)
-            achieved = float(dp_epsilon_at_orders(
-                order, selection_rdp(run_rdp, order, mean_runs), delta)[0])
+
+        achieved = achieved_at(run_rdp)
+        if achieved > epsilon:  # the affine inverse rounded up (by an ulp or a few)
+            low, high = 0.0, run_rdp  # bisect: an ulp at a time could take 10⁹ steps
+            for _ in range(200):
+                mid = 0.5 * (low + high)
+                if achieved_at(mid) <= epsilon:
+                    low = mid
+                else:
+                    high = mid
+            run_rdp, achieved = low, achieved_at(low)
         return cls(epsilon=achieved, delta=delta, order=order, mean_runs=mean_runs,
                    run_rdp=run_rdp,
                    run_epsilon=float(dp_epsilon_at_orders(order, run_rdp, delta)[0]),

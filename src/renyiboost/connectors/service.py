@@ -337,13 +337,17 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     engine = ShardedEngine(engine_cfg, group, seed=seed)
     try:
         if memory:
-            # every record of a memory: source is one position, and the shards commit the
-            # positions together: a second run continues after those the stores hold
-            done = engine.positions
-            for batch in data.batches(after=done):
+            if engine.positions:
+                # each shard commits its own records, so the stores' positions do not say
+                # which records of the replay they hold (a crash between two shards' commits,
+                # or a store Kafka fed); feeding it all again counted each record twice
+                raise ValueError(
+                    f"these shard stores already hold {engine.positions:,} stream positions: "
+                    f"a {config.source} replay over shards cannot continue them exactly. "
+                    "Use new stores (--new-state), or train them from Kafka")
+            for batch in data:
                 engine.add(batch.X, batch.y, batch.keys)
-            _print_telemetry({**engine.operator_telemetry(),
-                              "consumed": max(len(data) - done, 0)}, as_json)
+            _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)
             return 0
         from renyiboost.connectors.kafka import ShardedKafkaTrainer
 

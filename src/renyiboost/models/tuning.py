@@ -128,8 +128,12 @@ def selection_budget(params: dict[str, Any], task: str, epsilon: float, delta: f
     first) the least leaf noise σ. A function of public inputs only. The order a single fit
     at ``epsilon`` would take is among those tried; an error if no order leaves the runs a
     budget."""
-    single = SGBDTParams(**params | {"task": task, "epsilon": epsilon, "delta": delta,
-                                     "rdp_order": None}).calibrate().order
+    try:
+        single = SGBDTParams(**params | {"task": task, "epsilon": epsilon, "delta": delta,
+                                         "rdp_order": None}).calibrate().order
+    except ValueError as error:
+        raise ValueError(f"candidate 0 is not a configuration a run can fit: {error}"
+                         ) from None
     best: tuple[float, SelectionBudget] | None = None
     for order in sorted({single, *SELECTION_ORDERS}):
         try:

@@ -64,6 +64,7 @@ from renyiboost.exceptions import (
     LedgerConflict,
     RenyiboostError,
     ShardUnavailable,
+    StateStoreError,
     StoreNotFound,
 )
 from renyiboost.models.booster import LeafSums, ReleasedTree, SGBDTBooster
@@ -537,8 +538,14 @@ class ShardedEngine(OwesRounds):
             stage.rounds for stage in config.noise_stages))
         self.schedule = trigger_schedule(config)
         self.aborted_rounds = 0
+        #: The error after which a shard's commit may have failed while others landed: the
+        #: shards may be a round apart, so nothing more runs until a restart reconciles them.
+        self._broken: BaseException | None = None
         self._keyless = 0
         self._flowing = False  # the last poll found events
+        self._shard_positions: list[int] = []  # each shard's positions, as it last said
+        self._tail_turn = 0  # the shard that reads next in a trigger's last n - 1 positions
+        self._tail_misses = 0  # tail reads in a row that found nothing
         #: The split grid the shards committed (:meth:`_reconcile_grid`), if any.
         self.released_grid: GridEvent | None = None
         #: Called after every version that became durable on all shards (e.g. to publish it).
@@ -565,7 +572,8 @@ class ShardedEngine(OwesRounds):
                 if not state.initialized:
                     self.shards.one(k, "install_initial", ens.init_score)
         # The round's public positions: every shard committed its records before the round.
-        positions = sum(state.positions for state in states)
+        self._shard_positions = [state.positions for state in states]
+        positions = sum(self._shard_positions)
         stage = noise_stage_at(self.config, positions)
         for k, state in enumerate(states):
             behind = leader.rounds_done - state.rounds_done
@@ -692,6 +700,21 @@ class ShardedEngine(OwesRounds):
                 if time.monotonic() > deadline:
                     raise
 
+    def _usable(self) -> None:
+        """Refuse to go on after a commit phase failed with anything but a shard's death
+        (which :meth:`recover` reconciles). Such a failure (a full disk, a store error) may
+        come after other shards committed the round: carried on, a restarted shard would
+        miss that round's charges while the released model held its sums."""
+        if self._broken is not None:
+            raise StateStoreError(
+                f"the sharded engine stopped after a failed commit ({self._broken}); its "
+                "shards may be a round apart. Restart it from its stores: opening them "
+                "reconciles the shards (the one behind replays the round and pays for it)."
+            ) from self._broken
+
+    def _stop_on(self, error: BaseException) -> None:
+        self._broken = error
+
     # ------------------------------------------------------------------ records
     @property
     def positions(self) -> int:
@@ -705,10 +728,12 @@ class ShardedEngine(OwesRounds):
     def empty_event(self) -> None:
         """A stream position without a usable record (a dead letter): it counts like any
         other (its shard commits it with its positions)."""
+        self._usable()
         k = self._keyless % self.shards.n
         self._keyless += 1
-        self.shards.one(k, "add", np.zeros((0, self.config.public_schema.n_features)),
-                        np.zeros(0), [], 1, np.zeros(0, dtype=np.int64))
+        self._shard_positions[k] = self.shards.one(
+            k, "add", np.zeros((0, self.config.public_schema.n_features)), np.zeros(0), [], 1,
+            np.zeros(0, dtype=np.int64))
         self._advance(self._positions + 1)
 
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
@@ -718,6 +743,7 @@ class ShardedEngine(OwesRounds):
         (an empty event), the others are learned, and then an ``InvalidRecord`` names the
         first bad row, as a single engine does (a bad label or key once lost the whole
         call's positions)."""
+        self._usable()
         if bad := self.validator.bad_rows(targets, keys):
             raw = np.asarray(targets).reshape(-1)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
@@ -758,32 +784,46 @@ class ShardedEngine(OwesRounds):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
                              None if names is None else names[mine].tolist()))
-            self.shards.each("add", args)
+            self._shard_positions = self.shards.each("add", args)
             self._advance(self._positions + stop - start)
             start = stop
 
     def poll(self) -> int:
         """Every shard reads one bounded batch from its own source (in parallel on a
-        cluster); then the triggers the new total of positions reached fire. Returns the
+        cluster); then the trigger the new total of positions reached fires. Returns the
         positions added.
 
-        A shard reads at most its share (1/n) of the positions left to the next trigger,
-        so a round runs at most ``n - 1`` positions past its trigger (a single trainer
-        runs it exactly there): the rounds, their stages and leaf depths follow the
-        positions as they do without shards. While events flow, shards take what their
-        client has already fetched without waiting (a shard short of its share must not
-        hold up the others for the poll timeout); after a step that found nothing, they
+        A round runs exactly at its trigger, as a single trainer's does. While at least
+        ``n`` positions are left to the next trigger, each of the ``n`` shards reads at most
+        ``1/n`` of them (rounded down); the last ``n - 1`` are read one at a time, by the
+        shards in turn. Each shard reading its share rounded up once let the total pass the
+        trigger by up to ``n - 1`` positions, by how many depending on which shards had
+        events ready, that is on whose keys are in which shard; the round's noise stage and
+        leaf depth, computed at the total, then depended on it too. While events flow,
+        shards take what their client has already fetched without waiting (a shard short of
+        its share must not hold up the others for the poll timeout); after a step that found
+        nothing (in the last positions: after a whole turn of shards found nothing), they
         wait up to their poll timeout, so an idle stream does not spin.
         """
+        self._usable()
         self.catch_up()  # on the records of the trigger that owes them
-        before = self._positions
-        share = -(-(self._next_trigger - before) // self.shards.n)
+        before, n = self._positions, self.shards.n
+        left = self._next_trigger - before
         try:
-            total = sum(self.shards.all("poll", share, 0.0 if self._flowing else None))
+            if left >= n:
+                self._shard_positions = self.shards.all(
+                    "poll", left // n, 0.0 if self._flowing else None)
+            else:
+                k = self._tail_turn % n
+                self._tail_turn += 1
+                wait = not self._flowing and self._tail_misses >= n
+                self._shard_positions[k] = self.shards.one(k, "poll", 1, None if wait else 0.0)
         except ShardUnavailable as error:
             self.recover(error)
             return 0
+        total = sum(self._shard_positions)
         self._flowing = total > before
+        self._tail_misses = 0 if self._flowing or left >= n else self._tail_misses + 1
         self._advance(total)
         return total - before
 
@@ -803,6 +843,7 @@ class ShardedEngine(OwesRounds):
         positions have passed); returns the trees added. A shard that dies aborts the round
         in progress and the rest of this call (see :meth:`recover`)."""
         check_call(rounds)
+        self._usable()
         try:
             if not self._initialized:
                 if self._positions < self.config.warmup:
@@ -820,6 +861,9 @@ class ShardedEngine(OwesRounds):
         except ShardUnavailable as error:
             self.recover(error)
             return 0
+        except BaseException as error:
+            self._stop_on(error)
+            raise
 
     def finish(self, split_grid: bool | None = None) -> int:
         """The stream ends here: the split grid and the end burst of
@@ -828,6 +872,7 @@ class ShardedEngine(OwesRounds):
         restarted deployment resumes it (or runs none after a finished one) instead of
         starting a second. Returns the trees added."""
         check_call(split_grid=split_grid)
+        self._usable()
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:
@@ -843,6 +888,9 @@ class ShardedEngine(OwesRounds):
         except ShardUnavailable as error:
             self.recover(error)
             return owed
+        except BaseException as error:
+            self._stop_on(error)
+            raise
         if new_end:
             record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
                        functools.partial(self.shards.all, "set_meta"))

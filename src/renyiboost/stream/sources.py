@@ -148,6 +148,8 @@ class InMemorySource:
                              f"{sorted(LATE_SUBPOPULATIONS)}; {dataset.name!r} has none")
         numeric = [f for f, c in zip(dataset.schema.names, dataset.schema.is_categorical,
                                      strict=True) if not c]
+        if sort_by is not None and scenario != "sorted":
+            raise ValueError(f"sort_by is read only by the 'sorted' scenario, not {scenario!r}")
         if sort_by is not None and sort_by not in numeric:
             raise ValueError(f"sort_by must name a numeric feature of {dataset.name!r} (one "
                              f"of {numeric}), got {sort_by!r}")

@@ -223,6 +223,9 @@ def test_an_interrupted_reshard_is_redone_or_finished(tmp_path, monkeypatch) -> 
         ShardedEngine(config, old)
     with pytest.raises(StoreResharded, match="did not finish"):
         ShardedEngine(config, new)
+    # finishing with part of the sources once tombstoned only those and called it done
+    with pytest.raises(LedgerConflict, match="finish it with all of them as its sources"):
+        reshard(config, old[:1], new)
     assert reshard(config, old, new).finished_only
     engine = ShardedEngine(config, shard_locations(str(tmp_path), 3))
     assert _budgets(engine) == budgets

@@ -458,6 +458,24 @@ def test_a_shard_store_lost_and_created_again_is_refused(tmp_path) -> None:
     again.close()
 
 
+def test_stores_lost_beside_a_surviving_record_are_refused_before_any_is_created(
+        tmp_path) -> None:
+    """Both stores are lost but shard 1's record of its store (``.epoch``) survives: the
+    creation of the deployment once made shard 0's store and then refused shard 1's, leaving
+    a new store behind. The record counts as a store present, so nothing is created."""
+    from renyiboost.stream.sharded import create_shard_stores
+
+    config = _config("regression")
+    paths = [str(tmp_path / f"s{k}.db") for k in range(2)]
+    create_shard_stores(config, paths)
+    for lost in tmp_path.iterdir():
+        if lost.name != "s1.db.epoch":
+            lost.unlink()
+    with pytest.raises(LedgerConflict, match="already exist at .*s1.db"):
+        create_shard_stores(config, paths)
+    assert [p.name for p in tmp_path.iterdir()] == ["s1.db.epoch"]
+
+
 class _LosesARound(SQLiteStore):
     """A shard store whose commit of round ``lose_round`` fails (the power goes first)."""
 

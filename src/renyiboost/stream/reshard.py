@@ -365,6 +365,15 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
             raise LedgerConflict(
                 f"the old stores were resharded into {tomb['into_locations']}, not into "
                 f"{[s.location for s in news]}")
+        # every old store, not some: finishing with a part of them once left the others
+        # without a tombstone (and the directory with stores of two deployments)
+        old_ids = [old.identity.store_id for old in olds]
+        for store in news:
+            pending = store.get_meta("reshard_pending")
+            if pending is not None and pending["from"] != old_ids:
+                raise LedgerConflict(
+                    f"this reshard moved the ledgers of {pending['from_locations']}; finish "
+                    f"it with all of them as its sources, not {[o.location for o in olds]}")
         for old, recorded in zip(olds, tombs, strict=True):
             if recorded is None:
                 old.set_meta("resharded", tomb)

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import time
 import zlib
@@ -166,13 +167,16 @@ def _refuse_other_counts(state: str, counts: set[str], n_shards: int) -> None:
 
 
 def _store_present(location: str) -> bool:
-    """Whether a state store is at ``location`` (read without opening it)."""
+    """Whether a state store is at ``location``, or its record (``.epoch``) of one that
+    was there (read without opening it): a lost store whose record survived refuses to be
+    created again, so it counts as present here, before any other store is created."""
     if is_postgres_location(location):
         from renyiboost.stream.postgres import split_url, stores_in
 
         schema = split_url(location)[1]
         return schema in stores_in(location, schema)
-    return any(Path(f"{location}{suffix}").exists() for suffix in ("", "-wal"))
+    return any(Path(f"{location}{suffix}").exists() for suffix in ("", "-wal")) or Path(
+        f"{os.path.realpath(location)}.epoch").exists()
 
 
 def default_partition_map(counts: dict[str, int], n_shards: int) -> dict[str, list[int]]:

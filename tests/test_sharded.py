@@ -25,6 +25,7 @@ from renyiboost.stream.engine import EngineConfig, StreamEngine, end_grid_charge
 from renyiboost.stream.sharded import (
     LocalShards,
     ShardedEngine,
+    ShardWorker,
     check_one_shard_a_key,
     default_partition_map,
     shard_of,
@@ -657,3 +658,30 @@ def test_polled_rounds_run_at_their_triggers_whoever_has_events_ready(monkeypatc
         assert [p for p, _ in seen if p <= 1060] == triggers, cap
         assert (1000, 0) in seen, cap
         sharded.close()
+
+
+def test_a_recovery_that_fails_stops_the_coordinator(monkeypatch) -> None:
+    """A shard dies in a commit phase and its recovery fails (it stays down past the
+    timeout, or the stores refuse to reconcile): the shards may stay a round apart, and the
+    coordinator once trained on over them. It now stops as after a failed commit."""
+    from renyiboost.exceptions import ShardUnavailable
+
+    config = _config("regression")
+    records = _records("regression", 600, seed=1)
+    sharded = ShardedEngine(config, [None, None, None], seed=9)
+    commit = ShardWorker.commit_round
+
+    def dies(self, tree, stage):
+        raise ShardUnavailable(1, "died (injected)")
+
+    def refused(self):
+        raise LedgerConflict("the stores disagree (injected)")
+
+    _feed(sharded, records[:300])
+    monkeypatch.setattr(ShardWorker, "commit_round", dies)
+    monkeypatch.setattr(ShardedEngine, "_reconcile", refused)
+    with pytest.raises(LedgerConflict, match="injected"):
+        _feed(sharded, records[300:])
+    monkeypatch.setattr(ShardWorker, "commit_round", commit)
+    with pytest.raises(StateStoreError, match="stopped after a failed commit"):
+        sharded.add_one(*records[-1])

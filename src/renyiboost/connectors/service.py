@@ -344,7 +344,8 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
                 raise ValueError(
                     f"these shard stores already hold {engine.positions:,} stream positions: "
                     f"a {config.source} replay over shards cannot continue them exactly. "
-                    "Use new stores (--new-state), or train them from Kafka")
+                    "Create new stores at another location (--state … --new-state), or "
+                    "train these from Kafka")
             for batch in data:
                 engine.add(batch.X, batch.y, batch.keys)
             _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)

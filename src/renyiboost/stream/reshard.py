@@ -370,7 +370,7 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
         old_ids = [old.identity.store_id for old in olds]
         for store in news:
             pending = store.get_meta("reshard_pending")
-            if pending is not None and pending["from"] != old_ids:
+            if pending is not None and sorted(pending["from"]) != sorted(old_ids):
                 raise LedgerConflict(
                     f"this reshard moved the ledgers of {pending['from_locations']}; finish "
                     f"it with all of them as its sources, not {[o.location for o in olds]}")

@@ -355,7 +355,8 @@ class ShardWorker:
         seconds) from the shard's source; returns the shard's positions."""
         if self.source is None:
             raise RuntimeError("this shard has no source of its own")
-        self.source.poll_once(max_messages, timeout)
+        if max_messages is None or max_messages >= 1:  # 0: this shard reads nothing now
+            self.source.poll_once(max_messages, timeout)
         return self.engine.positions
 
     # ------------------------------------------------------------------ rounds
@@ -548,8 +549,8 @@ class ShardedEngine(OwesRounds):
         self._keyless = 0
         self._flowing = False  # the last poll found events
         self._shard_positions: list[int] = []  # each shard's positions, as it last said
-        self._tail_turn = 0  # the shard that reads next in a trigger's last n - 1 positions
-        self._tail_misses = 0  # tail reads in a row that found nothing
+        self._stale = False  # a call to the shards failed: their positions are read again
+        self._turn = 0  # the first shard to read one more than the others, in rotation
         #: The split grid the shards committed (:meth:`_reconcile_grid`), if any.
         self.released_grid: GridEvent | None = None
         #: Called after every version that became durable on all shards (e.g. to publish it).
@@ -700,9 +701,13 @@ class ShardedEngine(OwesRounds):
                 self.shards.wait_available(max(0.0, deadline - time.monotonic()))
                 self._reconcile()
                 return
-            except ShardUnavailable:  # a shard died again while coming back
+            except ShardUnavailable as again:  # a shard died again while coming back
                 if time.monotonic() > deadline:
+                    self._stop_on(again)  # the shards may stay a round apart
                     raise
+            except BaseException as failed:  # a reconciliation that failed: the same
+                self._stop_on(failed)
+                raise
 
     def _usable(self) -> None:
         """Refuse to go on after a commit phase failed with anything but a shard's death
@@ -735,9 +740,13 @@ class ShardedEngine(OwesRounds):
         self._usable()
         k = self._keyless % self.shards.n
         self._keyless += 1
-        self._shard_positions[k] = self.shards.one(
-            k, "add", np.zeros((0, self.config.public_schema.n_features)), np.zeros(0), [], 1,
-            np.zeros(0, dtype=np.int64))
+        try:
+            self._shard_positions[k] = self.shards.one(
+                k, "add", np.zeros((0, self.config.public_schema.n_features)), np.zeros(0),
+                [], 1, np.zeros(0, dtype=np.int64))
+        except BaseException:
+            self._stale = True
+            raise
         self._advance(self._positions + 1)
 
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
@@ -788,7 +797,11 @@ class ShardedEngine(OwesRounds):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
                              None if names is None else names[mine].tolist()))
-            self._shard_positions = self.shards.each("add", args)
+            try:
+                self._shard_positions = self.shards.each("add", args)
+            except BaseException:
+                self._stale = True
+                raise
             self._advance(self._positions + stop - start)
             start = stop
 
@@ -797,37 +810,40 @@ class ShardedEngine(OwesRounds):
         cluster); then the trigger the new total of positions reached fires. Returns the
         positions added.
 
-        A round runs exactly at its trigger, as a single trainer's does. While at least
-        ``n`` positions are left to the next trigger, each of the ``n`` shards reads at most
-        ``1/n`` of them (rounded down); the last ``n - 1`` are read one at a time, by the
-        shards in turn. Each shard reading its share rounded up once let the total pass the
-        trigger by up to ``n - 1`` positions, by how many depending on which shards had
-        events ready, that is on whose keys are in which shard; the round's noise stage and
-        leaf depth, computed at the total, then depended on it too. While events flow,
-        shards take what their client has already fetched without waiting (a shard short of
-        its share must not hold up the others for the poll timeout); after a step that found
-        nothing (in the last positions: after a whole turn of shards found nothing), they
-        wait up to their poll timeout, so an idle stream does not spin.
+        The shards' caps add up to the positions left to the next trigger: each reads at
+        most ``left // n`` messages and ``left % n`` of them one more (which ones rotates),
+        so where a message is one position the round runs exactly at its trigger, as a
+        single trainer's does. Each shard reading its share rounded up once let the total
+        pass the trigger by up to ``n - 1`` positions, by how many depending on which shards
+        had events ready, that is on whose keys are in which shard, and the round's noise
+        stage and leaf depth, computed at the total, depended on it too. (A Kafka message
+        after an offset gap, a transaction marker or a compacted record, counts the gap's
+        positions too, so there the total can still pass the trigger: see README.) While
+        events flow, shards take what their client has already fetched without waiting (a
+        shard short of its share must not hold up the others for the poll timeout); after a
+        step that found nothing, they wait up to their poll timeout, so an idle stream does
+        not spin.
         """
         self._usable()
         self.catch_up()  # on the records of the trigger that owes them
+        if self._stale:  # an earlier call failed part-way: what every shard holds now
+            self._shard_positions = [state.positions for state in self.shards.all("state")]
+            self._stale = False
         before, n = self._positions, self.shards.n
-        left = self._next_trigger - before
+        base, extra = divmod(self._next_trigger - before, n)
+        caps = [base + int((k - self._turn) % n < extra) for k in range(n)]
+        self._turn = (self._turn + extra) % n
+        wait = 0.0 if self._flowing else None
         try:
-            if left >= n:
-                self._shard_positions = self.shards.all(
-                    "poll", left // n, 0.0 if self._flowing else None)
-            else:
-                k = self._tail_turn % n
-                self._tail_turn += 1
-                wait = not self._flowing and self._tail_misses >= n
-                self._shard_positions[k] = self.shards.one(k, "poll", 1, None if wait else 0.0)
+            self._shard_positions = self.shards.each("poll", [(cap, wait) for cap in caps])
         except ShardUnavailable as error:
             self.recover(error)
             return 0
+        except BaseException:
+            self._stale = True
+            raise
         total = sum(self._shard_positions)
         self._flowing = total > before
-        self._tail_misses = 0 if self._flowing or left >= n else self._tail_misses + 1
         self._advance(total)
         return total - before
 
@@ -836,7 +852,9 @@ class ShardedEngine(OwesRounds):
         the rounds an earlier one still owes)."""
         self.catch_up()
         self._positions = positions
-        while positions >= self._next_trigger:
+        # the positions a recovery inside train() reconciled, not the argument: a shard that
+        # came back without its uncommitted records holds fewer
+        while self._positions >= self._next_trigger:
             trigger = self._next_trigger
             self._next_trigger = self.schedule.next_after(trigger)
             self.train(trees_due(self.config, self.schedule, trigger))
@@ -889,15 +907,16 @@ class ShardedEngine(OwesRounds):
             charge = end_grid_charge(self.config, self.booster, split_grid, burst)
             if charge is not None:
                 self._release_split_grid(charge)
+            if new_end:
+                record_end(self.config, self.schedule, self._positions,
+                           self.booster.rounds_done, functools.partial(self.shards.all,
+                                                                       "set_meta"))
         except ShardUnavailable as error:
             self.recover(error)
             return owed
         except BaseException as error:
             self._stop_on(error)
             raise
-        if new_end:
-            record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
-                       functools.partial(self.shards.all, "set_meta"))
         return owed + self.train(burst)
 
     def _release_initial_score(self) -> None:

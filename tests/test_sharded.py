@@ -685,3 +685,83 @@ def test_a_recovery_that_fails_stops_the_coordinator(monkeypatch) -> None:
     monkeypatch.setattr(ShardWorker, "commit_round", commit)
     with pytest.raises(StateStoreError, match="stopped after a failed commit"):
         sharded.add_one(*records[-1])
+
+
+def test_a_shard_with_events_is_not_kept_waiting_behind_idle_ones() -> None:
+    """In a trigger's last ``left < n`` positions only ``left`` shards may read a step. After
+    one empty step every shard allowed to read once waited its poll timeout while the events
+    sat on a shard that was not: about n timeouts a trigger (15 s at n = 32). Shards wait only
+    after a whole turn of them found nothing: here never while any shard holds an event."""
+    config = _config("regression")
+    records = _records("regression", 300, seed=2)
+    mine = [r for r in records if shard_of(r[2], 4) == 0]  # events on shard 0 only
+    queues = [list(mine), [], [], []]
+    waited_with_events: list[int] = []
+
+    class Recording(_QueueSource):
+        def poll_once(self, max_messages=None, timeout=None) -> int:
+            if timeout is None and any(queues):
+                waited_with_events.append(self.engine.positions)
+            taken = super().poll_once(max_messages, timeout)
+            del queues[self.k][:taken]  # the shared view the check reads
+            return taken
+
+    def source(engine, k, n) -> _QueueSource:
+        recording = Recording(engine, queues[k])
+        recording.k = k
+        return recording
+
+    sharded = ShardedEngine(config, LocalShards.open(config, [None] * 4, 9, source), seed=9)
+    for _ in range(2_000):
+        if not any(queues):
+            break
+        sharded.poll()
+    assert sharded.positions == len(mine) and waited_with_events == []
+    sharded.close()
+
+
+def test_a_poll_that_failed_part_way_is_counted_before_the_next(monkeypatch) -> None:
+    """A shard's source fails after other shards took their events: the coordinator once
+    kept its old count (80 where the shards held 90), capped the next poll from it and ran
+    the trigger of 120 at 130. The shards' positions are read again first, and the rounds
+    still run at their triggers."""
+    config = _config("regression")
+    records = _records("regression", 400, seed=3)
+    per_shard = [[r for r in records if shard_of(r[2], 3) == k] for k in range(3)]
+    calls = [0]
+
+    class Failing(_QueueSource):
+        def poll_once(self, max_messages=None, timeout=None) -> int:
+            taken = super().poll_once(max_messages, timeout)
+            if self.k == 2:
+                calls[0] += 1
+                if calls[0] == 6:
+                    raise RuntimeError("the client failed (injected)")
+            return taken
+
+    def source(engine, k, n) -> _QueueSource:
+        failing = Failing(engine, per_shard[k])
+        failing.k = k
+        return failing
+
+    seen: list[int] = []
+    monkeypatch.setattr(ShardedEngine, "_round", lambda self, original=ShardedEngine._round:
+                        (seen.append(self.positions), original(self))[1])
+    sharded = ShardedEngine(config, LocalShards.open(config, [None] * 3, 9, source), seed=9)
+    failed = 0
+    for _ in range(2_000):
+        if sharded.positions >= 300:
+            break
+        try:
+            sharded.poll()
+        except RuntimeError:
+            failed += 1
+    assert failed == 1
+    schedule = sharded.schedule
+    triggers, at = set(), schedule.first
+    while at <= sharded.positions:
+        triggers.add(at)
+        at = schedule.next_after(at)
+    per = seen.count(seen[0])  # the rounds of a trigger
+    assert seen == [t for t in sorted(triggers) for _ in range(per)][:len(seen)], seen
+    sharded.close()

@@ -550,6 +550,7 @@ class ShardedEngine(OwesRounds):
         self._flowing = False  # the last poll found events
         self._shard_positions: list[int] = []  # each shard's positions, as it last said
         self._stale = False  # a call to the shards failed: their positions are read again
+        self._empty_steps = 0  # polls in a row that found nothing
         self._turn = 0  # the first shard to read one more than the others, in rotation
         #: The split grid the shards committed (:meth:`_reconcile_grid`), if any.
         self.released_grid: GridEvent | None = None
@@ -738,6 +739,7 @@ class ShardedEngine(OwesRounds):
         """A stream position without a usable record (a dead letter): it counts like any
         other (its shard commits it with its positions)."""
         self._usable()
+        self._refresh_if_stale()
         k = self._keyless % self.shards.n
         self._keyless += 1
         try:
@@ -757,6 +759,7 @@ class ShardedEngine(OwesRounds):
         first bad row, as a single engine does (a bad label or key once lost the whole
         call's positions)."""
         self._usable()
+        self._refresh_if_stale()
         if bad := self.validator.bad_rows(targets, keys):
             raw = np.asarray(targets).reshape(-1)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
@@ -820,20 +823,22 @@ class ShardedEngine(OwesRounds):
         after an offset gap, a transaction marker or a compacted record, counts the gap's
         positions too, so there the total can still pass the trigger: see README.) While
         events flow, shards take what their client has already fetched without waiting (a
-        shard short of its share must not hold up the others for the poll timeout); after a
-        step that found nothing, they wait up to their poll timeout, so an idle stream does
-        not spin.
+        shard short of its share must not hold up the others for the poll timeout); once a
+        whole turn of the shards found nothing (one step, or ``ceil(n / left)`` steps when
+        fewer than ``n`` positions are left and only ``left`` shards may read), they wait up
+        to their poll timeout, so an idle stream does not spin and an event on a shard that
+        may not read this step does not wait behind idle ones.
         """
         self._usable()
         self.catch_up()  # on the records of the trigger that owes them
-        if self._stale:  # an earlier call failed part-way: what every shard holds now
-            self._shard_positions = [state.positions for state in self.shards.all("state")]
-            self._stale = False
+        self._refresh_if_stale()
         before, n = self._positions, self.shards.n
-        base, extra = divmod(self._next_trigger - before, n)
+        left = self._next_trigger - before
+        base, extra = divmod(left, n)
         caps = [base + int((k - self._turn) % n < extra) for k in range(n)]
         self._turn = (self._turn + extra) % n
-        wait = 0.0 if self._flowing else None
+        turn = -(-n // min(left, n))  # steps until every shard has read once
+        wait = None if not self._flowing and self._empty_steps >= turn else 0.0
         try:
             self._shard_positions = self.shards.each("poll", [(cap, wait) for cap in caps])
         except ShardUnavailable as error:
@@ -844,8 +849,17 @@ class ShardedEngine(OwesRounds):
             raise
         total = sum(self._shard_positions)
         self._flowing = total > before
+        self._empty_steps = 0 if self._flowing else self._empty_steps + 1
         self._advance(total)
         return total - before
+
+    def _refresh_if_stale(self) -> None:
+        """After a call to the shards that failed part-way, count what each shard holds now
+        (some had taken their rows or events) and run the triggers that passed."""
+        if self._stale:
+            self._shard_positions = [state.positions for state in self.shards.all("state")]
+            self._stale = False
+            self._advance(sum(self._shard_positions))
 
     def _advance(self, positions: int) -> None:
         """Count the positions up to ``positions`` and run every trigger they passed (after

@@ -122,10 +122,10 @@ MUTATIONS = [
              "caps = [base + int(extra > 0) for k in range(n)]",
              [SHARDED[0] + "::test_polled_rounds_run_at_their_triggers_whoever_has_events_"
               + "ready"]),
-    Mutation("polled shards wait after one empty step, not a whole turn",
+    Mutation("idle polled shards wait at every step, not once a turn",
              "src/renyiboost/stream/sharded.py",
-             "wait = None if not self._flowing and self._empty_steps >= turn else 0.0",
-             "wait = 0.0 if self._flowing else None",
+             "wait = None if idle and self._empty_steps % turn == 0 else 0.0",
+             "wait = None if idle else 0.0",
              [SHARDED[0] + "::test_a_shard_with_events_is_not_kept_waiting_behind_idle_ones"]),
     Mutation("a coordinator goes on after a shard's commit failed",
              "src/renyiboost/stream/sharded.py",

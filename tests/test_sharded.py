@@ -690,33 +690,46 @@ def test_a_recovery_that_fails_stops_the_coordinator(monkeypatch) -> None:
 def test_a_shard_with_events_is_not_kept_waiting_behind_idle_ones() -> None:
     """In a trigger's last ``left < n`` positions only ``left`` shards may read a step. After
     one empty step every shard allowed to read once waited its poll timeout while the events
-    sat on a shard that was not: about n timeouts a trigger (15 s at n = 32). Shards wait only
-    after a whole turn of them found nothing: here never while any shard holds an event."""
+    sat on a shard that was not: about n timeouts a trigger (15 s at n = 32). Idle, one step
+    of each turn of the shards waits: never while events are queued from the start, and at
+    most once for an event that arrives after the stream went idle."""
     config = _config("regression")
     records = _records("regression", 300, seed=2)
     mine = [r for r in records if shard_of(r[2], 4) == 0]  # events on shard 0 only
+    late = next(r for r in records if shard_of(r[2], 4) == 1)
     queues = [list(mine), [], [], []]
-    waited_with_events: list[int] = []
+    step = [0]
+    waited_with_events: set[int] = set()  # the steps (shards wait in parallel in a step)
 
     class Recording(_QueueSource):
         def poll_once(self, max_messages=None, timeout=None) -> int:
             if timeout is None and any(queues):
-                waited_with_events.append(self.engine.positions)
-            taken = super().poll_once(max_messages, timeout)
-            del queues[self.k][:taken]  # the shared view the check reads
-            return taken
+                waited_with_events.add(step[0])
+            batch = queues[self.k][:max_messages]
+            del queues[self.k][:max_messages]
+            for row, label, key in batch:
+                self.engine.add_one(row, label, key)
+            return len(batch)
 
     def source(engine, k, n) -> _QueueSource:
-        recording = Recording(engine, queues[k])
+        recording = Recording(engine, [])
         recording.k = k
         return recording
 
     sharded = ShardedEngine(config, LocalShards.open(config, [None] * 4, 9, source), seed=9)
-    for _ in range(2_000):
+    for step[0] in range(2_000):
         if not any(queues):
             break
         sharded.poll()
-    assert sharded.positions == len(mine) and waited_with_events == []
+    assert sharded.positions == len(mine) and waited_with_events == set()
+    for step[0] in range(2_000, 2_010):  # idle
+        sharded.poll()
+    queues[1].append(late)
+    for step[0] in range(3_000, 3_050):
+        if not queues[1]:
+            break
+        sharded.poll()
+    assert sharded.positions == len(mine) + 1 and len(waited_with_events) <= 1
     sharded.close()
 
 

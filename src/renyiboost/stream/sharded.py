@@ -823,11 +823,12 @@ class ShardedEngine(OwesRounds):
         after an offset gap, a transaction marker or a compacted record, counts the gap's
         positions too, so there the total can still pass the trigger: see README.) While
         events flow, shards take what their client has already fetched without waiting (a
-        shard short of its share must not hold up the others for the poll timeout); once a
-        whole turn of the shards found nothing (one step, or ``ceil(n / left)`` steps when
-        fewer than ``n`` positions are left and only ``left`` shards may read), they wait up
-        to their poll timeout, so an idle stream does not spin and an event on a shard that
-        may not read this step does not wait behind idle ones.
+        shard short of its share must not hold up the others for the poll timeout). Idle,
+        one step of each turn of the shards waits up to the poll timeout (a turn: one step,
+        or ``ceil(n / left)`` steps when fewer than ``n`` positions are left and only
+        ``left`` shards may read), so an idle stream does not spin and an event on a shard
+        that may not read this step waits at most one timeout, not one behind each idle
+        shard.
         """
         self._usable()
         self.catch_up()  # on the records of the trigger that owes them
@@ -837,8 +838,11 @@ class ShardedEngine(OwesRounds):
         base, extra = divmod(left, n)
         caps = [base + int((k - self._turn) % n < extra) for k in range(n)]
         self._turn = (self._turn + extra) % n
-        turn = -(-n // min(left, n))  # steps until every shard has read once
-        wait = None if not self._flowing and self._empty_steps >= turn else 0.0
+        # idle, one step a turn of the shards waits (a turn: the steps until every shard
+        # has read once); an event then waits at most one poll timeout, wherever it is
+        turn = -(-n // max(min(left, n), 1))
+        idle = not self._flowing and self._empty_steps
+        wait = None if idle and self._empty_steps % turn == 0 else 0.0
         try:
             self._shard_positions = self.shards.each("poll", [(cap, wait) for cap in caps])
         except ShardUnavailable as error:
@@ -857,7 +861,13 @@ class ShardedEngine(OwesRounds):
         """After a call to the shards that failed part-way, count what each shard holds now
         (some had taken their rows or events) and run the triggers that passed."""
         if self._stale:
-            self._shard_positions = [state.positions for state in self.shards.all("state")]
+            try:
+                states = self.shards.all("state")
+            except ShardUnavailable as error:
+                self.recover(error)  # the reconciliation reads every shard's positions
+                self._stale = False
+                return
+            self._shard_positions = [state.positions for state in states]
             self._stale = False
             self._advance(sum(self._shard_positions))
 
@@ -880,6 +890,7 @@ class ShardedEngine(OwesRounds):
         in progress and the rest of this call (see :meth:`recover`)."""
         check_call(rounds)
         self._usable()
+        self._refresh_if_stale()
         try:
             if not self._initialized:
                 if self._positions < self.config.warmup:
@@ -909,6 +920,7 @@ class ShardedEngine(OwesRounds):
         starting a second. Returns the trees added."""
         check_call(split_grid=split_grid)
         self._usable()
+        self._refresh_if_stale()
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:

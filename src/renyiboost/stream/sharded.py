@@ -49,13 +49,14 @@ before any shard committed the round loses it: it was never visible.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -548,7 +549,6 @@ class ShardedEngine(OwesRounds):
         self._broken: BaseException | None = None
         self._keyless = 0
         self._flowing = False  # the last poll found events
-        self._shard_positions: list[int] = []  # each shard's positions, as it last said
         self._stale = False  # a call to the shards failed: their positions are read again
         self._empty_steps = 0  # polls in a row that found nothing
         self._turn = 0  # the first shard to read one more than the others, in rotation
@@ -578,8 +578,7 @@ class ShardedEngine(OwesRounds):
                 if not state.initialized:
                     self.shards.one(k, "install_initial", ens.init_score)
         # The round's public positions: every shard committed its records before the round.
-        self._shard_positions = [state.positions for state in states]
-        positions = sum(self._shard_positions)
+        positions = sum(state.positions for state in states)
         stage = noise_stage_at(self.config, positions)
         for k, state in enumerate(states):
             behind = leader.rounds_done - state.rounds_done
@@ -742,13 +741,9 @@ class ShardedEngine(OwesRounds):
         self._refresh_if_stale()
         k = self._keyless % self.shards.n
         self._keyless += 1
-        try:
-            self._shard_positions[k] = self.shards.one(
-                k, "add", np.zeros((0, self.config.public_schema.n_features)), np.zeros(0),
-                [], 1, np.zeros(0, dtype=np.int64))
-        except BaseException:
-            self._stale = True
-            raise
+        with self._stale_on_failure():
+            self.shards.one(k, "add", np.zeros((0, self.config.public_schema.n_features)),
+                            np.zeros(0), [], 1, np.zeros(0, dtype=np.int64))
         self._advance(self._positions + 1)
 
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
@@ -800,11 +795,8 @@ class ShardedEngine(OwesRounds):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
                              None if names is None else names[mine].tolist()))
-            try:
-                self._shard_positions = self.shards.each("add", args)
-            except BaseException:
-                self._stale = True
-                raise
+            with self._stale_on_failure():
+                self.shards.each("add", args)
             self._advance(self._positions + stop - start)
             start = stop
 
@@ -844,22 +836,32 @@ class ShardedEngine(OwesRounds):
         idle = not self._flowing and self._empty_steps
         wait = None if idle and self._empty_steps % turn == 0 else 0.0
         try:
-            self._shard_positions = self.shards.each("poll", [(cap, wait) for cap in caps])
+            with self._stale_on_failure():
+                total = sum(self.shards.each("poll", [(cap, wait) for cap in caps]))
         except ShardUnavailable as error:
             self.recover(error)
             return 0
-        except BaseException:
-            self._stale = True
-            raise
-        total = sum(self._shard_positions)
         self._flowing = total > before
         self._empty_steps = 0 if self._flowing else self._empty_steps + 1
         self._advance(total)
         return total - before
 
+    @contextlib.contextmanager
+    def _stale_on_failure(self) -> Iterator[None]:
+        """A call to the shards that fails part-way (some took their rows or events) leaves
+        the count to be read again (:meth:`_refresh_if_stale`); a shard's death is recovered
+        by its caller, whose reconciliation reads every shard's positions."""
+        try:
+            yield
+        except ShardUnavailable:
+            raise
+        except BaseException:
+            self._stale = True
+            raise
+
     def _refresh_if_stale(self) -> None:
         """After a call to the shards that failed part-way, count what each shard holds now
-        (some had taken their rows or events) and run the triggers that passed."""
+        and run the triggers that passed."""
         if self._stale:
             try:
                 states = self.shards.all("state")
@@ -867,9 +869,8 @@ class ShardedEngine(OwesRounds):
                 self.recover(error)  # the reconciliation reads every shard's positions
                 self._stale = False
                 return
-            self._shard_positions = [state.positions for state in states]
             self._stale = False
-            self._advance(sum(self._shard_positions))
+            self._advance(sum(state.positions for state in states))
 
     def _advance(self, positions: int) -> None:
         """Count the positions up to ``positions`` and run every trigger they passed (after

@@ -580,6 +580,17 @@ MUTATIONS = [
              "            if False and raw != key.encode():",
              [("tests/test_connector_faults.py::test_shards_refuse_a_payload_key_and_dead_letter"
               "_other_spellings")]),
+    Mutation("keyed records reach hash-placed shards on stores Kafka fed (a second ledger)",
+             "src/renyiboost/stream/sharded.py",
+             "        if self._hash_routing_checked or self.shards.n == 1:",
+             "        if True:",
+             [SHARDED[0] + "::test_keyed_records_are_refused_on_stores_a_kafka_deployment_fed"]),
+    Mutation("a Kafka shard reads into a store its keys reached by hash (a second ledger)",
+             "src/renyiboost/connectors/kafka.py",
+             "        if self.keys_place_shards and engine.positions and (",
+             "        if False and (",
+             [("tests/test_connector_faults.py::test_a_kafka_shard_refuses_a_store_its_keys_"
+               "reached_by_hash")]),
     Mutation("a partition that went back keeps its old dead-letter mark (new bad events lost)",
              "src/renyiboost/connectors/kafka.py",
              "                _, name, offset = going\n"

@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import logging
 import time
+import tracemalloc
 import unicodedata
 import uuid
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from conftest import create_topic, read_topic
 
 from renyiboost.connectors.events import EventFormat, EventParser
@@ -25,13 +27,15 @@ from renyiboost.connectors.kafka import (
     ModelFollower,
     PublishFailed,
     RepeatedClientLines,
+    _Loop,
     event_json,
     publish_versions,
 )
 from renyiboost.connectors.kafka import log as kafka_log
 from renyiboost.connectors.local_broker import free_port
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, TestingOnlyWarning
 from renyiboost.models.batch import SGBDT
+from renyiboost.models.estimators import SGBDTRegressor
 from renyiboost.release import ModelRelease
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -539,6 +543,42 @@ def test_a_version_the_broker_did_not_take_is_never_recorded_as_published(queued
     assert 3 in producer.sent
 
 
+def test_a_transaction_refused_locally_is_aborted_and_its_reason_kept() -> None:
+    """A message the producer refuses itself (too large) needs no abort by librdkafka's
+    rules, so the transaction stayed open: every later publish failed with "not valid in
+    state InTransaction" instead of the reason. A begun transaction that fails is aborted
+    now, and each try names the message's size."""
+
+    class Local(_RefusingProducer):
+        open = False
+        aborts = 0
+
+        def begin_transaction(self) -> None:
+            if self.open:
+                raise KafkaException(KafkaError(KafkaError._STATE,
+                                                "Operation not valid in state InTransaction"))
+            self.open = True
+
+        def abort_transaction(self, timeout=None) -> None:
+            self.open, self.aborts = False, self.aborts + 1
+
+        def produce(self, topic, key=None, value=None, on_delivery=None) -> None:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE,
+                                            "Message size too large"))
+
+    engine = StreamEngine(EngineConfig.from_defaults(
+        PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0)), "regression", 1.0,
+        train_every=20, warmup=20), seed=0)
+    rows = np.random.default_rng(0).uniform(size=(60, 1))
+    engine.add(rows, rows[:, 0], [f"k{i}" for i in range(60)])
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
+    producer = Local(0, None)
+    for _ in range(2):
+        with pytest.raises(PublishFailed, match="Message size too large"):
+            publish_versions(producer, settings, engine.release, 0, engine.release_version)
+    assert producer.aborts == 2 and not producer.open
+
+
 def test_a_partition_that_went_back_dead_letters_its_new_bad_events(kafka_bootstrap,
                                                                      tmp_path) -> None:
     """A re-created topic starts its offsets at 0 again. Each partition's dead-letter mark
@@ -576,6 +616,63 @@ def test_a_partition_that_went_back_dead_letters_its_new_bad_events(kafka_bootst
     engine.close()
 
 
+def test_a_fenced_trainer_stops_with_the_fence_not_a_flush_error() -> None:
+    """A fenced model publisher delivers nothing more, and flushing it again at the close
+    (confluent-kafka 2.16) raised a SystemError from a delivery callback about one run in
+    ten, which replaced the LedgerConflict that says another trainer took the model over.
+    The close neither publishes nor flushes once the publisher is fenced."""
+
+    class FencedPublisher:
+        flushes = 0
+
+        def flush(self, timeout: float) -> int:
+            self.flushes += 1
+            raise SystemError("on_delivery returned a result with an exception set")
+
+    class Trainer(_Loop):
+        publishes = 0
+
+        def __init__(self) -> None:
+            self.publisher = FencedPublisher()
+
+        def poll_once(self) -> int:
+            self.publish()
+            return 1
+
+        def _publish(self) -> None:
+            self.publishes += 1
+            raise LedgerConflict("another trainer has started for model 'm' and fenced this")
+
+        def close(self) -> None:
+            self._close_publisher(self.publisher)
+
+    trainer = Trainer()
+    with pytest.raises(LedgerConflict, match="fenced this"):
+        trainer.run()
+    assert trainer.fenced and trainer.publishes == 1 and trainer.publisher.flushes == 0
+
+
+def test_a_kafka_shard_refuses_a_store_its_keys_reached_by_hash(tmp_path) -> None:
+    """Records handed to a sharded engine (a memory: replay) reach a shard by their key's
+    hash; from Kafka the same key reaches its partition's shard. A Kafka shard on a store
+    fed by hash would give such a key a second ledger there, so it is refused before it
+    connects (the broker address is unreachable on purpose); a store it fed itself, with
+    its partition map recorded, is not."""
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True),
+                          coordinated=True)
+    engine.add(np.array([[0.5]]), [0.5], ["person-1"])
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"], connect_timeout=0.5)
+    with pytest.raises(LedgerConflict, match="no partition map: its keys came to it by their"):
+        KafkaTrainer(engine, settings, shard=0, partition_map={"t": [0, 1]})
+    engine.store.set_meta("partition_map", {"t": [0, 1]})
+    with pytest.raises(BrokerUnavailable, match="no Kafka broker at 127.0.0.1:1"):
+        KafkaTrainer(engine, settings, shard=0, partition_map={"t": [0, 1]})  # past the check
+    engine.close()
+
+
 def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -> None:
     """A shard takes whole partitions, and the producer picks a partition from the message
     key's bytes: a payload key (``key_field``) or a key sent in another spelling than its
@@ -601,6 +698,85 @@ def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -
     assert kept.index == [0, 2] and kept.keys == [composed, "p1"] and len(kept.rows) == 2
     assert [(i, why.reason) for i, why in kept.rejected] == [(1, "key")]
     engine.close()
+
+
+def _follower_model(**options: Any) -> SGBDTRegressor:
+    """A small seeded stream model (test-only) that released a few versions."""
+    model = SGBDTRegressor({"a": (0.0, 1.0), "b": (-1.0, 1.0)}, target_bounds=(0.0, 3.0),
+                           epsilon=1.0, seed=4, rounds=12, depth=2, train_every=30, warmup=30,
+                           **options)
+    rng = np.random.default_rng(4)
+    for i in range(300):
+        a, b = rng.uniform(), rng.uniform(-1, 1)
+        model.learn_one({"a": a, "b": b}, float(np.clip(2 * a + b, 0, 3)), key=i)
+    return model
+
+
+def test_a_follower_skips_releases_not_of_the_model_it_follows() -> None:
+    """Releases of the followed store that fit their own schema but not the followed
+    model's (four features: every answer then failed), or the next version without its
+    round's tree, are skipped whole; a message claiming a huge version is judged by
+    counting its trees (a set of the rounds it claimed took 2.5 GB at 3·10⁷)."""
+    model = _follower_model()
+    engine = model.engine
+    assert engine.release_version >= 5
+    follower = ModelFollower(f"127.0.0.1:{free_port()}", "models")
+    rows = np.random.default_rng(5).uniform(0, 1, (20, 2))
+    try:
+        for version in range(1, 4):
+            follower._apply(engine.release("model", after=version - 1, upto=version))
+        before = follower.ensemble.predict_margin(rows)
+        fourth = engine.release("model", after=3, upto=4)
+        wide = {"features": {name: (0.0, 1.0) for name in "abcd"}, "target_bounds": (0.0, 3.0)}
+        for bad, why in (
+                (fourth.model_copy(update={"public_schema": wide}), "its public_schema"),
+                (fourth.model_copy(update={"depth": 3}), "its depth"),
+                (fourth.model_copy(update={"trees": []}), "lacks the tree of its round 2")):
+            with pytest.raises(ValueError, match=why):
+                follower._apply(bad)
+        huge = fourth.model_copy(update={"version": 10**6, "trees": []})
+        tracemalloc.start()
+        try:
+            assert not follower._continues(huge)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 100_000, peak  # a set of 10⁶ rounds takes tens of MB
+        assert follower.version == 3
+        np.testing.assert_array_equal(follower.ensemble.predict_margin(rows), before)
+        follower._apply(fourth)
+        assert follower.version == 4 and follower.lacking_trees() == 0
+    finally:
+        follower.consumer.close()
+
+
+def test_versions_published_after_a_tree_cap_dropped_their_trees_are_not_answered() -> None:
+    """A publisher that lags behind ``max_trees`` (many triggers in one poll) sends versions
+    whose trees the engine already dropped: applied, the follower held a model the trainer
+    never had and /release answered 500. Such a version is now refused (503 with the
+    reason) until newer versions bring the cap's trees, then served whole."""
+    from renyiboost.connectors.serving import FollowerService
+
+    model = _follower_model(max_trees=2)
+    engine = model.engine
+    newest = engine.release_version
+    assert newest >= 6
+    follower = ModelFollower(f"127.0.0.1:{free_port()}", "models")
+    service = FollowerService(follower)
+    try:
+        follower._apply(engine.release("model", after=0, upto=1))
+        follower._apply(engine.release("model", after=1, upto=2))  # its tree dropped since
+        assert follower.lacking_trees() == 1
+        assert "arrived without 1 of its trees" in service.refusal()
+        with pytest.raises(LookupError, match="max_trees"):
+            service.release()
+        for version in range(3, newest + 1):
+            follower._apply(engine.release("model", after=version - 1, upto=version))
+        assert follower.lacking_trees() == 0 and service.refusal() is None
+        whole = engine.release("model")
+        assert service.release()["trees"] == whole.model_dump(mode="json")["trees"]
+    finally:
+        follower.consumer.close()
 
 
 def test_a_client_line_repeated_many_times_a_second_is_logged_once_a_window(caplog):

@@ -92,9 +92,27 @@ def test_a_release_that_does_not_fit_its_schema_is_refused_whole() -> None:
             ({"answer_map": [1.0, 0.0]}, "binary classifier's release only"),
             ({"trees": [tree | {"features": [2**70, 0, 0]}]}, "outside the schema's 3"),
             ({"trees": [tree | {"leaves": [float("nan"), *tree["leaves"][1:]]}]},
-             "must be finite numbers")):
+             "must be finite numbers"),
+            ({"version": 2}, "version 2 holds rounds 0 to 0 at most"),
+            ({"version": -1, "trees": []}, "version must be >= 0"),
+            # a NaN span answered as if the feature were not there; a short list, too
+            ({"smoothing_spans": [float("nan"), 1.0, 1.0]}, "positive finite"),
+            ({"smoothing_spans": [1.0]}, "smoothing_spans must be 3"),
+            ({"smoothing_spans": [0.0, 1.0, 1.0]}, "positive finite")):
         with pytest.raises(ValidationError, match=message):
             ModelRelease.model_validate(good | change)
+    # whole or not is counted: a list of the rounds a version claims was as long as it
+    import tracemalloc
+
+    claims = ModelRelease.model_validate(good | {"version": 10**7})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="it is part of the model"):
+            claims.check_whole()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, peak
 
 
 def test_binary_and_multiclass_exports_give_the_models_labels_and_probabilities() -> None:

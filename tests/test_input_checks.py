@@ -54,6 +54,9 @@ def test_integer_feature_names_are_matched_as_strings_by_one_record_and_by_a_bat
     assert not bad and rows.tolist() == [[0.5, 1.0]]
     with pytest.raises(InvalidRecord, match="unknown feature 5"):
         check.features({5: 0.5})
+    with pytest.raises(InvalidRecord) as long_name:  # echoed short: 7 MB once came back
+        check.features({"z" * 100_000: 0.5})
+    assert len(long_name.value.detail) < 300
 
 
 def test_a_batch_learner_matches_a_frames_columns_to_the_features_by_name() -> None:

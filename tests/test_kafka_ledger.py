@@ -407,6 +407,29 @@ def test_a_second_trainer_for_the_model_fences_the_first(kafka_bootstrap, tmp_pa
     second_engine.close()
 
 
+def test_a_new_model_topic_is_given_every_version(kafka_bootstrap, tmp_path):
+    """The store's record of the last published version once held for any model topic: a
+    restart with another one published only the versions after it, and every follower
+    of the new topic stalled for good at the first. The record names its topic and model
+    now, and a new one gets every version from 1 (public releases: no budget)."""
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    engine = _engine(SQLiteStore(tmp_path / "a.db", create=True))
+    KafkaTrainer(engine, _settings(kafka_bootstrap, topic)).run(max_idle=2.0)
+    versions = engine.release_version
+    assert versions >= 3
+    engine.close()
+    engine = _engine(SQLiteStore(tmp_path / "a.db"))
+    moved = _settings(kafka_bootstrap, topic).model_copy(update={"model_topic": f"{topic}.new"})
+    KafkaTrainer(engine, moved).run(max_idle=2.0)
+    assert engine.release_version == versions  # nothing new to learn: only re-published
+    releases = [json.loads(m.value()) for m in read_topic(
+        kafka_bootstrap, f"{topic}.new", versions, timeout=10.0)]
+    assert [r["version"] for r in releases] == list(range(1, versions + 1))
+    assert engine.store.get_meta("published")["topic"] == f"{topic}.new"
+    engine.close()
+
+
 def test_offsets_without_a_message_are_positions(kafka_bootstrap, tmp_path):
     """On a compacted topic the offsets that compaction removed depend on who upserted: a
     person's superseded records vanish, and as tombstones all of them do. Positions once

@@ -271,6 +271,11 @@ def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> N
         assert answer.status_code == 422, answer.text
         assert answer.json()["detail"] == {
             "reason": "schema", "detail": f"the field {field!r} appears twice in one object"}
+    for encoding in ("utf-16", "utf-16-le", "utf-32"):  # JSON parsers read them; the check not
+        answer = client.post("/predict", headers={"content-type": "application/json"},
+                             content='{"rows": [{"a": "bad", "a": 0.5}]}'.encode(encoding))
+        assert answer.status_code == 422, (encoding, answer.text)
+        assert answer.json()["detail"]["detail"] == "the request body must be JSON in UTF-8"
     assert Answers.calls == 0
     fine = client.post("/predict", content=b'{"rows": [{"c": "x:y", "a": 0.5}]}',
                        headers={"content-type": "application/json"})

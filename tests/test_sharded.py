@@ -275,6 +275,26 @@ def test_a_shards_store_and_a_single_engines_store_keep_to_their_kind(tmp_path) 
                                SQLiteStore(tmp_path / "new2.db", create=True)])
     StreamEngine(config, store=SQLiteStore(tmp_path / "one.db")).close()  # still its own
 
+def test_keyed_records_are_refused_on_stores_a_kafka_deployment_fed(tmp_path) -> None:
+    """On stores a Kafka deployment fed, a key's shard is its message key's partition's;
+    a keyed record handed to the engine goes to its hash's shard, which for about half of
+    the keys of two shards is the other one: a second ledger. Refused before any shard
+    learns it; keyless records (each its own person) still count."""
+    config = _config("regression")
+    paths = [tmp_path / f"k{k}.db" for k in range(2)]
+    sharded = ShardedEngine(config, [SQLiteStore(path, create=True) for path in paths])
+    sharded.shards.all("set_meta", "partition_map", {"events": [0, 1]})  # as a Kafka shard
+    rows = np.array([[0.5, 0.0, 1.0]])
+    with pytest.raises(LedgerConflict, match="fed from Kafka"):
+        sharded.add(rows, [1.0], ["person-1"])
+    assert sharded.positions == 0
+    assert sum(budget.status != "unknown" for budget in
+               sharded.shards.all("operator_budget_of", "person-1")) == 0
+    sharded.add(rows, [1.0])
+    assert sharded.positions == 1
+    sharded.close()
+
+
 def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> None:
     """A label outside the public bounds (it would widen the initial score's sensitivity)
     is not learned, but its row keeps its position, as an empty event: the call once raised

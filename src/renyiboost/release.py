@@ -141,6 +141,22 @@ class ModelRelease(BaseModel):
         n_features, outputs = schema.n_features, schema.n_outputs
         if self.depth < 0:
             raise ValueError(f"depth must be >= 0, got {self.depth}")
+        if self.version < 0:
+            raise ValueError(f"version must be >= 0, got {self.version}")
+        if any(b.round <= a.round for a, b in pairwise(self.trees)):
+            raise ValueError("a release's trees must be in the order of their rounds, each "
+                             "once")
+        if self.trees and not 0 <= self.trees[0].round <= self.trees[-1].round <= (
+                self.version - 2):
+            raise ValueError(f"version {self.version} holds rounds 0 to {self.version - 2} "
+                             f"at most (version r + 2 releases the tree of round r), got "
+                             f"rounds {self.trees[0].round} to {self.trees[-1].round}")
+        if self.smoothing_spans is not None and (
+                len(self.smoothing_spans) != n_features
+                or not np.all(np.isfinite(self.smoothing_spans))
+                or min(self.smoothing_spans, default=1.0) <= 0):
+            raise ValueError(f"smoothing_spans must be {n_features} positive finite numbers, "
+                             "one a feature")
         internal, leaf_shape = 2**self.depth - 1, (2**self.depth,) + (
             (outputs,) if outputs > 1 else ())
         if np.size(self.init_score) != outputs:
@@ -165,9 +181,6 @@ class ModelRelease(BaseModel):
         if not all(np.isfinite(part).all() for part in values):
             raise ValueError("a release's thresholds, leaves, initial score and answer map "
                              "must be finite numbers")
-        if any(b.round <= a.round for a, b in pairwise(self.trees)):
-            raise ValueError("a release's trees must be in the order of their rounds, each "
-                             "once")
         if self.answer_map is not None and (self.task != "classification" or outputs > 1):
             raise ValueError("an answer_map belongs to a binary classifier's release only")
         return self
@@ -195,7 +208,9 @@ class ModelRelease(BaseModel):
         with one tree of many under its version's name (``ValueError``)."""
         rounds = max(self.version - 1, 0)
         kept = rounds if self.max_trees is None else min(rounds, self.max_trees)
-        if [tree.round for tree in self.trees] != list(range(rounds - kept, rounds)):
+        # the trees are in order, each round once (the validator), so a count and the first
+        # round say it; a list of the rounds was as long as the version claimed
+        if len(self.trees) != kept or (kept and self.trees[0].round != rounds - kept):
             raise ValueError(
                 f"release version {self.version} of {self.model!r} holds the trees of rounds "
                 f"{[tree.round for tree in self.trees][:5]}{' …' if len(self.trees) > 5 else ''}"

@@ -339,7 +339,7 @@ class RecordValidator:
     def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema
         known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8 else "")
-        raise InvalidRecord("schema", f"unknown feature {name!r} (not in the public schema: "
+        raise InvalidRecord("schema", f"unknown feature {name!r:.80} (not in the public schema: "
                                       f"{known})")
 
     def columns(

@@ -178,8 +178,8 @@ class FollowerService:
         follower's attributes only, without the lock: call it under the lock for an answer
         consistent with a prediction."""
         follower = self.follower
-        if follower.stalled is not None:
-            return follower.stalled
+        if (incomplete := self._incomplete()) is not None:
+            return incomplete
         if follower.ensemble is None or follower.validator is None:
             return "no model version received yet"
         if follower.task == "classification":
@@ -220,14 +220,26 @@ class FollowerService:
         parameters, guarantee), for an export from the server alone (``SGBDT.from_json``,
         ``to_onnx``)."""
         with self.lock:
-            self._check_not_stalled()
+            self._check_complete()
             return self.follower.release().model_dump(mode="json")
 
-    def _check_not_stalled(self) -> None:
-        """``LookupError`` while the topic lacks the version after the follower's: the model
-        moved on, so its older version is neither predicted from nor described."""
-        if self.follower.stalled is not None:
-            raise LookupError(self.follower.stalled)
+    def _check_complete(self) -> None:
+        """``LookupError`` while the follower's version is not a model the trainer had
+        (:meth:`_incomplete`): it is neither predicted from, described nor exported."""
+        if (incomplete := self._incomplete()) is not None:
+            raise LookupError(incomplete)
+
+    def _incomplete(self) -> str | None:
+        """Why the follower's version is not a model the trainer had: the topic lacks the
+        next version (stalled), or the version arrived without trees a tree cap dropped."""
+        follower = self.follower
+        if follower.stalled is not None:
+            return follower.stalled
+        if lacking := follower.lacking_trees():
+            return (f"version {follower.version} arrived without {lacking} of its trees (its "
+                    "publisher lagged behind the trainer's max_trees, which dropped them); "
+                    "answers resume when newer versions bring them")
+        return None
 
     def describe(self) -> dict[str, Any]:
         """The public description of the served version."""
@@ -235,7 +247,7 @@ class FollowerService:
             follower = self.follower
             if follower.validator is None:
                 raise LookupError("no model version received yet")
-            self._check_not_stalled()
+            self._check_complete()
             return {"model": follower.model_name, "version": follower.version,
                     "store_id": follower.store_id, "task": follower.task,
                     "public_schema": follower.validator.schema.model_dump(mode="json"),
@@ -278,6 +290,9 @@ def create_app(service: FollowerService) -> Any:
 
     @app.post("/predict", response_model=PredictResponse, response_model_exclude_none=True)
     def predict(request: PredictRequest, body: bytes = Depends(body_of)) -> PredictResponse:
+        if b"\0" in body:  # UTF-16 or UTF-32: json.loads reads them, the check below not
+            raise HTTPException(status_code=422, detail={
+                "reason": "schema", "detail": "the request body must be JSON in UTF-8"})
         fields = 1 + sum(map(len, request.rows))
         repeated = repeated_field(body, fields)
         if repeated is not None:  # the parser kept its last value: refused, not ignored

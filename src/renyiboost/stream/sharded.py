@@ -13,8 +13,9 @@ et al., Sec. IX, Alg. 9: one aggregation per tree), so a round splits into
 
 A key lives on exactly one shard (:func:`shard_of`, a hash of its normalised name, for
 records handed to :meth:`ShardedEngine.add`; the Kafka partition its message key chose,
-for shards that read their own partitions), so it has one ledger. Changing the number of
-shards or the partition map moves ledgers: :mod:`renyiboost.stream.reshard`.
+for shards that read their own partitions), so it has one ledger. Stores fed one way refuse
+the other (the two would place a key on different shards). Changing the number of shards or
+the partition map moves ledgers: :mod:`renyiboost.stream.reshard`.
 
 **The shard interface** is :class:`ShardWorker` (one shard's engine, store and optional
 source) behind a :class:`ShardGroup`, which calls a method on one shard or on all of them:
@@ -548,6 +549,7 @@ class ShardedEngine(OwesRounds):
         #: shards may be a round apart, so nothing more runs until a restart reconciles them.
         self._broken: BaseException | None = None
         self._keyless = 0
+        self._hash_routing_checked = False  # :meth:`_check_hash_routing` found no conflict
         self._flowing = False  # the last poll found events
         self._stale = False  # a call to the shards failed: their positions are read again
         self._empty_steps = 0  # polls in a row that found nothing
@@ -734,6 +736,24 @@ class ShardedEngine(OwesRounds):
         self.add(np.asarray(row, dtype=float).reshape(1, -1), [label],
                  None if key is None else [key])
 
+    def _check_hash_routing(self) -> None:
+        """Keyed records given to :meth:`add` go to the shard of their key's hash; on
+        stores a Kafka deployment fed, a key's shard is its partition's, so the hash could
+        open a second ledger for a person the partition's shard already charges. Such
+        stores (a partition count or map recorded) are refused; the check reads the stores
+        once."""
+        if self._hash_routing_checked or self.shards.n == 1:
+            return
+        for name in ("partitions", "partition_map"):
+            if any(value is not None for value in self.shards.all("get_meta", name)):
+                raise LedgerConflict(
+                    "these shard stores were fed from Kafka, where a key's shard is the "
+                    "shard of its message key's partition: records handed to the sharded "
+                    "engine go to the shard of their key's hash, which may be another one, "
+                    "and one person would keep a ledger on two shards. Send the records "
+                    "through the event topics")
+        self._hash_routing_checked = True
+
     def empty_event(self) -> None:
         """A stream position without a usable record (a dead letter): it counts like any
         other (its shard commits it with its positions)."""
@@ -783,6 +803,7 @@ class ShardedEngine(OwesRounds):
         else:
             if len(keys) != n:
                 raise ValueError(f"got {len(keys)} keys for {n} rows")
+            self._check_hash_routing()
             names = np.asarray(normalise_keys(keys), dtype=object)
             owner = np.fromiter((zlib.crc32(name.encode()) for name in names), np.int64, n)
             owner %= n_shards

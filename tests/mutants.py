@@ -587,7 +587,7 @@ MUTATIONS = [
              [SHARDED[0] + "::test_keyed_records_are_refused_on_stores_a_kafka_deployment_fed"]),
     Mutation("a Kafka shard reads into a store its keys reached by hash (a second ledger)",
              "src/renyiboost/connectors/kafka.py",
-             "        if self.keys_place_shards and engine.positions and (",
+             "        if partition_map is not None and (self.keys_place_shards or placed > 1) and (",
              "        if False and (",
              [("tests/test_connector_faults.py::test_a_kafka_shard_refuses_a_store_its_keys_"
                "reached_by_hash")]),

@@ -12,6 +12,7 @@ import unicodedata
 import uuid
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from renyiboost.connectors.kafka import (
     ModelFollower,
     PublishFailed,
     RepeatedClientLines,
+    ShardedKafkaTrainer,
     _Loop,
     event_json,
     publish_versions,
@@ -650,6 +652,44 @@ def test_a_fenced_trainer_stops_with_the_fence_not_a_flush_error() -> None:
     with pytest.raises(LedgerConflict, match="fenced this"):
         trainer.run()
     assert trainer.fenced and trainer.publishes == 1 and trainer.publisher.flushes == 0
+    # the two trainers' own close, on a fenced publisher
+    for kind, publisher in ((KafkaTrainer, "publisher"), (ShardedKafkaTrainer, "producer")):
+        real = object.__new__(kind)
+        real.fenced = True
+        setattr(real, publisher, FencedPublisher())
+        if kind is KafkaTrainer:
+            real.producer = SimpleNamespace(flush=lambda timeout: 0)
+            real.consumer = SimpleNamespace(close=lambda: None)
+        real.close()
+        assert getattr(real, publisher).flushes == 0
+
+
+def test_a_fence_or_full_queue_met_inside_a_transaction() -> None:
+    """librdkafka's fence can reach Python as the cause of a SystemError from a delivery
+    callback (confluent-kafka 2.16): it is the fence (LedgerConflict). A local error that
+    is no KafkaException (a full queue: BufferError) aborts the transaction it began, or
+    the next begin would fail "not valid in state InTransaction"."""
+    from renyiboost.connectors.kafka import _transaction
+
+    class Producer:
+        aborts = 0
+
+        def begin_transaction(self) -> None: ...
+        def commit_transaction(self, timeout=None) -> None: ...
+
+        def abort_transaction(self, timeout=None) -> None:
+            self.aborts += 1
+
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance",
+                                       fatal=True))
+    producer = Producer()
+    with (pytest.raises(LedgerConflict, match="fenced this one's publisher"),
+          _transaction(producer, settings)):
+        raise SystemError("on_delivery returned a result with an exception set") from fenced
+    with pytest.raises(BufferError, match="Queue full"), _transaction(producer, settings):
+        raise BufferError("Local: Queue full")
+    assert producer.aborts == 1
 
 
 def test_a_kafka_shard_refuses_a_store_its_keys_reached_by_hash(tmp_path) -> None:
@@ -665,11 +705,24 @@ def test_a_kafka_shard_refuses_a_store_its_keys_reached_by_hash(tmp_path) -> Non
                           coordinated=True)
     engine.add(np.array([[0.5]]), [0.5], ["person-1"])
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"], connect_timeout=0.5)
-    with pytest.raises(LedgerConflict, match="no partition map: its keys came to it by their"):
+    refusal = "reached their shard by their hash"
+    with pytest.raises(LedgerConflict, match=refusal):
         KafkaTrainer(engine, settings, shard=0, partition_map={"t": [0, 1]})
     engine.store.set_meta("partition_map", {"t": [0, 1]})
     with pytest.raises(BrokerUnavailable, match="no Kafka broker at 127.0.0.1:1"):
         KafkaTrainer(engine, settings, shard=0, partition_map={"t": [0, 1]})  # past the check
+    # a store the sharded engine marked is refused though it holds no record (it would
+    # record its partitions before another shard refused), and so it is under a map that
+    # gives every partition to one shard of several
+    empty = StreamEngine(config, store=SQLiteStore(tmp_path / "e.db", create=True),
+                         coordinated=True)
+    empty.store.set_meta("key_routing", "hash")
+    empty.store.set_meta("shard_map", {"shard": 0, "of": 2})
+    for partition_map in ({"t": [0, 1]}, {"t": [0, 0]}):
+        with pytest.raises(LedgerConflict, match=refusal):
+            KafkaTrainer(empty, settings, shard=0, partition_map=partition_map)
+    assert empty.store.get_meta("partitions") is None
+    empty.close()
     engine.close()
 
 
@@ -731,6 +784,8 @@ def test_a_follower_skips_releases_not_of_the_model_it_follows() -> None:
         for bad, why in (
                 (fourth.model_copy(update={"public_schema": wide}), "its public_schema"),
                 (fourth.model_copy(update={"depth": 3}), "its depth"),
+                (fourth.model_copy(update={"task": "classification"}), "its task"),
+                (fourth.model_copy(update={"max_trees": 2}), "its max_trees"),
                 (fourth.model_copy(update={"trees": []}), "lacks the tree of its round 2")):
             with pytest.raises(ValueError, match=why):
                 follower._apply(bad)

@@ -102,6 +102,9 @@ def test_one_unsharded_store_splits_into_shards(tmp_path) -> None:
     sharded = ShardedEngine(config, new, seed=1)
     assert _budgets(sharded) == budgets and sharded.release_version == version
     assert sharded.identity.store_id == identity.store_id
+    # its keys are placed by their hash now: every new store says so, for a Kafka shard to
+    # refuse (a store that received no key too)
+    assert sharded.shards.all("get_meta", "key_routing") == ["hash", "hash"]
     sharded.close()
     with pytest.raises(StoreResharded):
         StreamEngine(config, store=str(tmp_path / "one.db"))

@@ -293,6 +293,13 @@ def test_keyed_records_are_refused_on_stores_a_kafka_deployment_fed(tmp_path) ->
     sharded.add(rows, [1.0])
     assert sharded.positions == 1
     sharded.close()
+    # and the other way: a keyed record marks every store, one that holds none too
+    fresh = ShardedEngine(config, [SQLiteStore(tmp_path / f"h{k}.db", create=True)
+                                   for k in range(2)])
+    assert fresh.shards.all("get_meta", "key_routing") == [None, None]
+    fresh.add(rows, [1.0], ["person-1"])
+    assert fresh.shards.all("get_meta", "key_routing") == ["hash", "hash"]
+    fresh.close()
 
 
 def test_a_bad_label_keeps_its_position_and_a_bad_shape_changes_no_shard() -> None:

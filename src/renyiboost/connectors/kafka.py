@@ -108,6 +108,7 @@ from renyiboost.stream.sharded import (
     default_partition_map,
 )
 from renyiboost.stream.store import (
+    KEY_ROUTING_META,
     KEY_SOURCE_META,
     InitEvent,
     RoundEvent,
@@ -467,14 +468,18 @@ class KafkaTrainer(_Loop):
                 "chooses from the message key: the key must be the message key, so "
                 f"[events] key_field = {event_format.key_field!r} is refused (one person's "
                 "events would reach several shards, each with a budget of its own)")
-        if self.keys_place_shards and engine.positions and (
-                engine.store.get_meta("partition_map") is None):
+        # one shard of several, whatever the map (one that gives every partition to one
+        # shard still meets keys whose ledgers another shard holds)
+        placed = (engine.store.get_meta("shard_map") or {}).get("of", 1)
+        if partition_map is not None and (self.keys_place_shards or placed > 1) and (
+                engine.store.get_meta(KEY_ROUTING_META) == "hash" or (
+                    engine.positions and engine.store.get_meta("partition_map") is None)):
             raise LedgerConflict(
-                f"this shard's store holds {engine.positions:,} stream positions but no "
-                "partition map: its keys came to it by their hash (records handed to the "
-                "sharded engine, a memory: replay), and from Kafka a key goes to the shard "
-                "of its partition, which may be another one: one person would keep a ledger "
-                "on two shards. Start the Kafka deployment on new stores")
+                "this shard's store belongs to a deployment whose keys reached their shard "
+                "by their hash (records handed to the sharded engine, a memory: replay), "
+                "and from Kafka a key goes to the shard of its partition, which may be "
+                "another one: one person would keep a ledger on two shards. Start the "
+                "Kafka deployment on new stores")
         if not engine.store.durable:
             raise LedgerConflict(
                 "the Kafka trainer needs a durable state store: with a memory store a restart "
@@ -1071,23 +1076,27 @@ def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
         begun = True
         yield
         producer.commit_transaction(settings.connect_timeout)
-    except (KafkaException, SystemError) as failure:
+    except BaseException as failure:
         # confluent-kafka 2.16 has raised a fatal error during a flush as the cause of a
         # SystemError from a delivery callback
-        kafka = failure if isinstance(failure, KafkaException) else failure.__cause__
+        kafka = failure if isinstance(failure, KafkaException) else (
+            failure.__cause__ if isinstance(failure, SystemError) else None)
         if not isinstance(kafka, KafkaException):
-            raise
-        error = kafka.args[0]
-        if error.code() == KafkaError._FENCED or error.fatal():
+            kafka = None
+        elif kafka.args[0].code() == KafkaError._FENCED or kafka.args[0].fatal():
             raise LedgerConflict(
                 f"another trainer has started for model {settings.model_name!r} on "
                 f"{settings.model_topic!r} and fenced this one's publisher: two trainers "
                 "would each spend their own ledger on the same people. This trainer stops; "
                 "its versions not yet published stay unpublished.") from None
-        if begun or error.txn_requires_abort():
-            with suppress(KafkaException):  # the failure above is the one to report
+        if begun or (kafka is not None and kafka.args[0].txn_requires_abort()):
+            # any failure of a begun transaction (a full local queue too), or the next
+            # begin fails "not valid in state InTransaction" and hides this one
+            with suppress(KafkaException):
                 producer.abort_transaction(settings.connect_timeout)
-        raise kafka from None
+        if kafka is not None:
+            raise kafka from None
+        raise
 
 
 def publish_versions(producer: Producer, settings: KafkaSettings,

@@ -70,6 +70,7 @@ from renyiboost.stream.sharded import (
     shard_of,
 )
 from renyiboost.stream.store import (
+    KEY_ROUTING_META,
     KEY_SOURCE_META,
     SEEDED_META,
     SQLStateStore,
@@ -219,6 +220,8 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
                 marks[FINISH_META] = side[0][FINISH_META]
             if key_source is not None:
                 marks[KEY_SOURCE_META] = key_source
+            if counts is None and n_new > 1:  # the keys are placed by their hash
+                marks[KEY_ROUTING_META] = "hash"
             if any(s[SEEDED_META] for s in side):  # the model's seeded past goes with it
                 marks[SEEDED_META] = True
             store = store_at(location, create=True, meta=marks,

@@ -106,6 +106,7 @@ from renyiboost.stream.engine import (
 )
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
+    KEY_ROUTING_META,
     SEEDED_META,
     GridEvent,
     StateStore,
@@ -740,8 +741,8 @@ class ShardedEngine(OwesRounds):
         """Keyed records given to :meth:`add` go to the shard of their key's hash; on
         stores a Kafka deployment fed, a key's shard is its partition's, so the hash could
         open a second ledger for a person the partition's shard already charges. Such
-        stores (a partition count or map recorded) are refused; the check reads the stores
-        once."""
+        stores (a partition count or map recorded) are refused, and the others are marked
+        (``KEY_ROUTING_META``) for a Kafka shard to refuse; once a coordinator's life."""
         if self._hash_routing_checked or self.shards.n == 1:
             return
         for name in ("partitions", "partition_map"):
@@ -752,6 +753,9 @@ class ShardedEngine(OwesRounds):
                     "engine go to the shard of their key's hash, which may be another one, "
                     "and one person would keep a ledger on two shards. Send the records "
                     "through the event topics")
+        # every store says so before its first keyed record, so that a Kafka shard refuses
+        # each of them, a store without records too (it would record its partitions first)
+        self.shards.all("set_meta", KEY_ROUTING_META, "hash")
         self._hash_routing_checked = True
 
     def empty_event(self) -> None:

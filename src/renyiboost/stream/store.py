@@ -191,6 +191,10 @@ _SQLITE_HEADER_BYTES = 20
 #: The side value that pins where a Kafka trainer reads its keys (the message key, or a
 #: payload field) for the ledger's life; ``renyiboost reshard`` carries it to the new stores.
 KEY_SOURCE_META = "key_source"
+#: The side value that marks a shard store whose keys reached it by their hash (records
+#: handed to the sharded engine): a Kafka shard, which places a key by its partition,
+#: refuses it; ``renyiboost reshard`` writes it into the new stores of such a deployment.
+KEY_ROUTING_META = "key_routing"
 #: The side value that marks, for good, a store once opened by an engine with seeded
 #: (test-only) noise; ``renyiboost reshard`` carries it to the new stores.
 SEEDED_META = "seeded_noise"

@@ -106,6 +106,16 @@ def test_one_unsharded_store_splits_into_shards(tmp_path) -> None:
     # refuse (a store that received no key too)
     assert sharded.shards.all("get_meta", "key_routing") == ["hash", "hash"]
     sharded.close()
+    # a deployment that holds nothing yet is not marked: Kafka may still feed it
+    empty = StreamEngine(config, store=store_at(tmp_path / "empty.db", create=True))
+    empty.close()
+    (tmp_path / "fresh").mkdir()
+    fresh = shard_locations(str(tmp_path / "fresh"), 2)
+    reshard(config, [str(tmp_path / "empty.db")], fresh)
+    stores = [store_at(location) for location in fresh]
+    assert [store.get_meta("key_routing") for store in stores] == [None, None]
+    for store in stores:
+        store.close()
     with pytest.raises(StoreResharded):
         StreamEngine(config, store=str(tmp_path / "one.db"))
     # resharding it again, elsewhere, names where it went (it said "no state store at …",

@@ -166,7 +166,7 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
     exports = [engine.export_ledgers() for engine in engines]
     side = [{name: engine.store.get_meta(name) for name in
              ("partitions", "partition_map", "published", FINISH_META, KEY_SOURCE_META,
-              SEEDED_META, *PARTITION_VALUES)}
+              KEY_ROUTING_META, SEEDED_META, *PARTITION_VALUES)}
             for engine in engines]
     n_new = len(targets)
     # Where the Kafka trainer read its keys is pinned for the ledger's life: a new store
@@ -193,6 +193,12 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
             old_map = default_partition_map(counts, 1)
     owners = [_owners(k, export.keys, len(engines), n_new, old_map, new_map)
               for k, export in enumerate(exports)]
+    # keys placed by their hash on several new stores mark them for a Kafka shard to refuse;
+    # a deployment that holds nothing yet (`state init`, a first start that failed) not
+    hashed = counts is None and n_new > 1 and (
+        any(s[KEY_ROUTING_META] == "hash" for s in side)
+        or any(export.keys.names.size for export in exports)
+        or any(engine.positions for engine in engines))
     _check_one_ledger_per_key(exports)
     old_ids = [engine.store.identity.store_id for engine in engines]
     pending = {"from": old_ids, "from_locations": [e.store.location for e in engines],
@@ -220,7 +226,7 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
                 marks[FINISH_META] = side[0][FINISH_META]
             if key_source is not None:
                 marks[KEY_SOURCE_META] = key_source
-            if counts is None and n_new > 1:  # the keys are placed by their hash
+            if hashed:
                 marks[KEY_ROUTING_META] = "hash"
             if any(s[SEEDED_META] for s in side):  # the model's seeded past goes with it
                 marks[SEEDED_META] = True

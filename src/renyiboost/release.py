@@ -201,13 +201,19 @@ class ModelRelease(BaseModel):
         a learner without it or a release written before it existed)."""
         return float(self.params.get("smoothing", 0.0))
 
+    @property
+    def whole_trees(self) -> int:
+        """How many trees the whole model of this version holds: one a round up to it, the
+        newest ``max_trees`` of them when it keeps only those."""
+        rounds = max(self.version - 1, 0)
+        return rounds if self.max_trees is None else min(rounds, self.max_trees)
+
     def check_whole(self) -> ModelRelease:
         """The release itself if it holds the whole model of its version: every round's tree
         up to it (the newest ``max_trees`` of them when it keeps only those). A model-topic
         message holds only its own version's output, and exported as a model it answered
         with one tree of many under its version's name (``ValueError``)."""
-        rounds = max(self.version - 1, 0)
-        kept = rounds if self.max_trees is None else min(rounds, self.max_trees)
+        rounds, kept = max(self.version - 1, 0), self.whole_trees
         # the trees are in order, each round once (the validator), so a count and the first
         # round say it; a list of the rounds was as long as the version claimed
         if len(self.trees) != kept or (kept and self.trees[0].round != rounds - kept):

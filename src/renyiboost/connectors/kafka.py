@@ -1609,9 +1609,7 @@ class ModelFollower:
         trees, the follower's model is one the trainer never had."""
         if self._last is None or self.ensemble is None:
             return 0
-        rounds = max(self.version - 1, 0)
-        cap = self._last.max_trees
-        return (rounds if cap is None else min(rounds, cap)) - self.ensemble.n_trees
+        return self._last.whole_trees - self.ensemble.n_trees  # _last: this version's
 
     def release(self) -> ModelRelease:
         """The whole model of the current version as one public release, as the engine's

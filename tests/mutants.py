@@ -698,6 +698,12 @@ MUTATIONS = [
              "max(tree.features) < n_features:", "max(tree.features) < n_features + 100:",
              [("tests/test_export.py::test_a_release_that_does_not_fit_its_schema_is_refused"
                "_whole")]),
+    Mutation("trees appended after the rows a tree cap kept, over older trees",
+             "src/renyiboost/models/trees.py",
+             "return view.base is buffer and view.ctypes.data == buffer.ctypes.data",
+             "return view.base is buffer",
+             ["tests/test_predict_kernels.py::test_extend_grows_by_doubling_and_keeps_earlier"
+              "_views"]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

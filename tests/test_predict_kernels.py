@@ -179,6 +179,38 @@ def test_rows_narrower_than_the_schema_or_bad_features_raise() -> None:
         bad.predict_margin_one(X[0])
 
 
+def test_extend_grows_by_doubling_and_keeps_earlier_views() -> None:
+    """Trees added one at a time land in buffers that double (a follower catching up copied
+    every tree held for each version); an earlier view keeps its values, a copy of the
+    ensemble shares nothing, and a pickle carries no spare rows."""
+    import copy
+    import pickle
+    ens = _random_ensemble(5, 3, 0)
+    source = _random_ensemble(6, 3, 300)
+    buffers, views = set(), []
+    for t in range(300):
+        ens.append(source.features[t], source.thresholds[t], source.leaves[t])
+        buffers.add(id(ens._buffers[2]))
+        views.append(ens.leaves)
+    assert len(buffers) <= 7  # 8, 16, …, 512 rows: log₂ of the trees, not one a tree
+    for t, view in enumerate(views):  # each view is still the first t + 1 trees
+        np.testing.assert_array_equal(view, source.leaves[:t + 1])
+    np.testing.assert_array_equal(ens.features, source.features)
+    X = _random_rows(5, 50, ens.is_categorical)
+    np.testing.assert_array_equal(ens.leaf_sum(X), source.leaf_sum(X))
+    twins = (copy.copy(ens), copy.deepcopy(ens), pickle.loads(pickle.dumps(ens)))
+    ens.append(source.features[0], source.thresholds[0], source.leaves[0] + 1.0)
+    for twin in twins:  # the original's new tree reaches none of its copies
+        twin.append(source.features[1], source.thresholds[1], source.leaves[1])
+        np.testing.assert_array_equal(twin.leaves[-1], source.leaves[1])
+        assert twin.n_trees == 301 and twin.leaves.base is not ens.leaves.base
+    np.testing.assert_array_equal(ens.leaves[-1], source.leaves[0] + 1.0)
+    assert len(pickle.dumps(ens)) < 1.2 * len(pickle.dumps(source))  # no spare rows
+    ens.keep_last(10)  # a later slice: the next tree goes to new buffers, the 10 kept
+    ens.append(source.features[2], source.thresholds[2], source.leaves[2])
+    np.testing.assert_array_equal(ens.leaves, np.vstack([
+        source.leaves[-9:], source.leaves[:1] + 1.0, source.leaves[2:3]]))
+
 # --------------------------------------------------------------------- growth
 
 

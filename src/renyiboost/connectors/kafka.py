@@ -66,7 +66,7 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -1413,43 +1413,52 @@ class ModelFollower:
         #: than :data:`CLIENT_ERROR_FRESH` seconds is not reported).
         self.client_error: tuple[str, float] | None = None
 
-    def poll(self, timeout: float = 1.0, max_messages: int = 1000) -> int:
+    def poll(self, timeout: float = 1.0, max_messages: int = 1000,
+             lock: AbstractContextManager[Any] | None = None) -> int:
         """Apply the releases available now; returns how many were applied (see the class
-        docstring for messages that are not releases and for gaps)."""
+        docstring for messages that are not releases and for gaps). ``lock`` (a server's)
+        is held for one message at a time and never while waiting for the broker: held for
+        a whole batch, a follower catching up blocked ``/health`` for seconds."""
         applied = 0
-        name = self.model_name.encode()
         for message in self.consumer.consume(max_messages, timeout):
-            if message.error():
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    self._note_client_error(message.error().str())
-                continue
-            self.client_error = None
-            if message.key() != name:
-                self._other_model(message.key())
-                continue
-            release = self._release_of(message)
-            if release is None:
-                continue
-            if self.store_id is not None and release.store_id != self.store_id:
-                log.error("ignoring a release of %r from store %s (following store %s)",
-                          self.model_name, release.store_id, self.store_id)
-                continue
-            if release.version <= self.version:
-                continue
-            try:
-                self._apply(release)
-            except ReleaseGap as gap:
-                if self._reread(gap):
-                    break  # the rest of this batch comes again, from the beginning
-                continue
-            except ValueError as error:  # whole in itself, but not this model's shape
-                self.not_releases += 1
-                log.warning("skipping %s:%d@%d, a release of model %r that does not fit the "
-                            "model followed (%s)", message.topic(), message.partition(),
-                            message.offset(), self.model_name, error)
-                continue
-            applied += 1
+            with lock if lock is not None else nullcontext():
+                taken = self._take(message)
+            if taken is None:
+                break  # the rest of this batch comes again, from the beginning
+            applied += taken
         return applied
+
+    def _take(self, message: Message) -> int | None:
+        """Apply one message of the topic: 1 when it was this model's next release, 0 when
+        it was skipped, ``None`` when a gap made the follower seek back to the beginning."""
+        if message.error():
+            if message.error().code() != KafkaError._PARTITION_EOF:
+                self._note_client_error(message.error().str())
+            return 0
+        self.client_error = None
+        if message.key() != self.model_name.encode():
+            self._other_model(message.key())
+            return 0
+        release = self._release_of(message)
+        if release is None:
+            return 0
+        if self.store_id is not None and release.store_id != self.store_id:
+            log.error("ignoring a release of %r from store %s (following store %s)",
+                      self.model_name, release.store_id, self.store_id)
+            return 0
+        if release.version <= self.version:
+            return 0
+        try:
+            self._apply(release)
+        except ReleaseGap as gap:
+            return None if self._reread(gap) else 0
+        except ValueError as error:  # whole in itself, but not this model's shape
+            self.not_releases += 1
+            log.warning("skipping %s:%d@%d, a release of model %r that does not fit the "
+                        "model followed (%s)", message.topic(), message.partition(),
+                        message.offset(), self.model_name, error)
+            return 0
+        return 1
 
     def _other_model(self, key: bytes | None) -> None:
         """Note a release of another model on the topic (logged once a name, a few names)."""

@@ -157,21 +157,28 @@ class FollowerService:
     def _follow(self) -> None:
         refused: str | None = None
         while not self._stop.is_set():
-            try:
-                with self.lock:
-                    applied = self.follower.poll(0.0)
-                    why_not = self.refusal() if self.follower.version else None
-                if why_not != refused and why_not is not None:
-                    log.error("not serving model %r version %d: %s", self.follower.model_name,
-                              self.follower.version, why_not)
-                elif applied and why_not is None:
-                    log.info("serving model %r version %d", self.follower.model_name,
-                             self.follower.version)
-                refused = why_not
-            except Exception:  # keep serving the last good version; say why
-                log.exception("reading the model topic failed; still serving version %d",
-                              self.follower.version)
+            refused = self._poll_once(refused)
             self._stop.wait(self.poll_interval)
+
+    def _poll_once(self, refused: str | None) -> str | None:
+        """Apply what the topic holds now, a message at a time under the lock (predictions
+        answer between two versions, never during one), and log a change of whether the
+        version is served; returns why it is not (``None``: it is)."""
+        try:
+            applied = self.follower.poll(0.0, lock=self.lock)
+            with self.lock:
+                why_not = self.refusal() if self.follower.version else None
+        except Exception:  # keep serving the last good version; say why
+            log.exception("reading the model topic failed; still serving version %d",
+                          self.follower.version)
+            return refused
+        if why_not != refused and why_not is not None:
+            log.error("not serving model %r version %d: %s", self.follower.model_name,
+                      self.follower.version, why_not)
+        elif applied and why_not is None:
+            log.info("serving model %r version %d", self.follower.model_name,
+                     self.follower.version)
+        return why_not
 
     def refusal(self) -> str | None:
         """Why the follower's current version is not served (``None``: it is). Reads the

@@ -33,6 +33,7 @@ from renyiboost.connectors.kafka import (
     _Loop,
     event_json,
     publish_versions,
+    published_to,
 )
 from renyiboost.connectors.kafka import log as kafka_log
 from renyiboost.connectors.local_broker import free_port
@@ -834,6 +835,19 @@ def test_versions_published_after_a_tree_cap_dropped_their_trees_are_not_answere
     finally:
         follower.consumer.close()
 
+
+def test_a_published_record_of_another_or_no_named_topic_publishes_every_version_again():
+    """The store's record of the last published version counts only for its own model
+    topic and model name; a record written before records named them counts as another
+    topic's (an upgrade that also moved the topic once published only the later versions
+    there, and the new topic's followers stalled at version 1 for good)."""
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["events"])
+    here = {"version": 7, "partition": 0, "offset": 9, "topic": settings.model_topic,
+            "model": settings.model_name}
+    assert published_to(here, settings) == here
+    legacy = {name: here[name] for name in ("version", "partition", "offset")}
+    for record in (None, legacy, here | {"topic": "elsewhere"}, here | {"model": "other"}):
+        assert published_to(record, settings) == {"version": 0}
 
 class _HeldCount:
     """A lock that counts how often it was taken."""

@@ -1148,10 +1148,12 @@ def published_to(record: Mapping[str, Any] | None,
     name's; else version 0, so every version is published again here. A restart with
     another model topic or name once published only the versions after the record, and
     every follower of the new topic stalled for good at the first (re-publishing public
-    releases costs no budget). A record written before it named its topic is taken as
-    this topic's."""
-    if record is None or (record.get("topic", settings.model_topic), record.get(
-            "model", settings.model_name)) != (settings.model_topic, settings.model_name):
+    releases costs no budget). A record written before records named their topic counts
+    as another topic's: an upgrade that also moved the model topic would have published
+    only the later versions there, and on the same topic followers skip the versions they
+    hold."""
+    if record is None or (record.get("topic"), record.get("model")) != (
+            settings.model_topic, settings.model_name):
         return {"version": 0}
     return dict(record)
 

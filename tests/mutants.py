@@ -702,8 +702,8 @@ MUTATIONS = [
              "src/renyiboost/models/trees.py",
              "return view.base is buffer and view.ctypes.data == buffer.ctypes.data",
              "return view.base is buffer",
-             ["tests/test_predict_kernels.py::test_extend_grows_by_doubling_and_keeps_earlier"
-              "_views"]),
+             [("tests/test_predict_kernels.py::test_extend_grows_by_doubling_and_keeps_earlier"
+               "_views")]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

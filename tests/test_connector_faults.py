@@ -689,6 +689,10 @@ def test_a_fence_or_full_queue_met_inside_a_transaction() -> None:
     with (pytest.raises(LedgerConflict, match="fenced this one's publisher"),
           _transaction(producer, settings)):
         raise SystemError("on_delivery returned a result with an exception set") from fenced
+    fatal = KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+    with (pytest.raises(LedgerConflict, match=r"failed for good \(Local: Fatal error\); "
+                        "most often, another trainer"), _transaction(producer, settings)):
+        raise fatal
     with pytest.raises(BufferError, match="Queue full"), _transaction(producer, settings):
         raise BufferError("Local: Queue full")
     assert producer.aborts == 1

@@ -1062,6 +1062,11 @@ def model_publisher(settings: KafkaSettings, check: Callable[[], None]) -> Produ
     return producer
 
 
+#: The errors of a transactional publisher fenced by a newer one with its
+#: ``transactional.id`` (librdkafka's own, and the broker's two).
+FENCE_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                         KafkaError.INVALID_PRODUCER_EPOCH})
+
 @contextmanager
 def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
     """The block's messages in one transaction: a fenced publisher (another trainer has
@@ -1083,12 +1088,18 @@ def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
             failure.__cause__ if isinstance(failure, SystemError) else None)
         if not isinstance(kafka, KafkaException):
             kafka = None
-        elif kafka.args[0].code() == KafkaError._FENCED or kafka.args[0].fatal():
+        elif kafka.args[0].code() in FENCE_CODES or kafka.args[0].fatal():
+            # a fatal error is most often the fence, but produce() reports any as "Local:
+            # Fatal error": the reason is named, for the operator to tell which
+            fence = kafka.args[0].code() in FENCE_CODES
             raise LedgerConflict(
-                f"another trainer has started for model {settings.model_name!r} on "
-                f"{settings.model_topic!r} and fenced this one's publisher: two trainers "
-                "would each spend their own ledger on the same people. This trainer stops; "
-                "its versions not yet published stay unpublished.") from None
+                ("another trainer has started" if fence else
+                 f"the publisher failed for good ({kafka.args[0].str()}); most often, "
+                 "another trainer has started")
+                + f" for model {settings.model_name!r} on {settings.model_topic!r} and "
+                "fenced this one's publisher: two trainers would each spend their own ledger "
+                "on the same people. This trainer stops; its versions not yet published stay "
+                "unpublished.") from None
         if begun or (kafka is not None and kafka.args[0].txn_requires_abort()):
             # any failure of a begun transaction (a full local queue too), or the next
             # begin fails "not valid in state InTransaction" and hides this one

@@ -405,6 +405,52 @@ def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> 
         strict.learn_one({}, True, key="k")
 
 
+@pytest.mark.parametrize("feed", ["one", "many"])
+@pytest.mark.parametrize("dirt", ["outside its bounds", "stops arriving", "never arrives"])
+def test_a_warning_made_an_error_loses_no_position_and_no_tree(dirt, feed) -> None:
+    """Under a filter that makes SchemaMismatchWarning an error, a stream whose records
+    draw one has the positions and the trees of a stream that draws none, and the warning
+    still comes, once, at the end of the call that met it. A value out of bounds once cost
+    ``learn_one`` its record's position and ``learn_many`` its whole batch; a feature that
+    stopped arriving cost the trigger that noticed it its tree; a feature that never
+    arrived cost the rest of the batch after the first release."""
+    rng = np.random.default_rng(1)
+    clean = rng.uniform(0, 1, (700, 3))
+    dirty = clean.copy()
+    if dirt == "outside its bounds":
+        dirty[30, 1] = 5.0
+    elif dirt == "stops arriving":
+        dirty[400:, 1] = np.nan
+    else:
+        dirty[:, 2] = np.nan
+    y = clean.mean(axis=1)
+
+    def run(rows: np.ndarray) -> tuple[int, int, int]:
+        model = SGBDTRegressor({"a": (0.0, 1.0), "b": (0.0, 1.0), "c": (0.0, 1.0)},
+                               target_bounds=(0.0, 1.0), epsilon=1.0, seed=0, rounds=40,
+                               depth=2, train_every=50, warmup=50)
+        raised = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SchemaMismatchWarning)
+            for start in range(0, 700, 70):  # batches across the triggers at every 50
+                calls = ([(model.learn_one, (dict(zip("abc", row.tolist())), y[i]),
+                           {"key": i}) for i, row in enumerate(rows[start:start + 70], start)]
+                         if feed == "one" else
+                         [(model.learn_many, (pd.DataFrame(rows[start:start + 70],
+                                                           columns=list("abc")),
+                                              y[start:start + 70]),
+                           {"keys": list(range(start, start + 70))})])
+                for learn, args, keys in calls:
+                    try:
+                        learn(*args, **keys)
+                    except SchemaMismatchWarning:
+                        raised += 1
+        return model.engine.positions, model.engine.rounds_done, raised
+
+    positions, rounds, raised = run(clean)
+    assert (positions, raised) == (700, 0) and rounds >= 10
+    assert run(dirty) == (700, rounds, 1)
+
 @pytest.mark.parametrize("sharded", [False, True])
 def test_finish_before_the_warmup_says_there_is_no_model(sharded) -> None:
     """60 records and ``finish()`` on a stream that releases nothing before 100 positions
@@ -676,3 +722,20 @@ def test_finish_asked_for_a_grid_it_cannot_buy_says_why() -> None:
         assert model.finish(split_grid=True) > 0  # the grid and the burst: no warning
     with pytest.warns(UserWarning, match="bought no split grid: this end runs no burst"):
         assert model.finish(split_grid=True) == 0
+
+
+def test_numpy_bools_of_a_categorical_feature_and_columns_that_are_scalars() -> None:
+    """A numpy bool (what indexing a bool array gives) was refused by ``learn_one`` and
+    ``predict_one`` as "expected a string, integer or bool, got bool", and taken by the
+    column path; now both take it as the bool it is. A mapping of one record's scalars
+    given to ``learn_many`` or ``predict_many`` says so, where ``len()`` of a float failed."""
+    model = SGBDTClassifier({"flag": [False, True], "v": (0.0, 1.0)}, epsilon=1.0, seed=0)
+    check = model.engine.validator
+    for flag in (False, True):
+        np.testing.assert_array_equal(check.features({"flag": np.bool_(flag), "v": 0.2}),
+                                      check.features({"flag": flag, "v": 0.2}))
+    model.learn_one({"flag": np.True_, "v": 0.2}, True, key="k")
+    assert model.engine.positions == 1
+    for call in (model.predict_many, lambda X: model.learn_many(X, [True])):
+        with pytest.raises(TypeError, match="'v' holds float 0.5 .*learn_one / predict_one"):
+            call({"flag": [True], "v": 0.5})

@@ -154,6 +154,25 @@ def _float_categories(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, ~(missing | whole)
 
 
+
+class _HeldWarnings:
+    """:meth:`RecordValidator.warnings_at_end` (a class, not a generator: the warnings then
+    name the caller's line, not ``contextlib``'s)."""
+
+    def __init__(self, validator: RecordValidator) -> None:
+        self.validator = validator
+
+    def __enter__(self) -> None:
+        self.validator._deferring += 1
+
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        validator = self.validator
+        validator._deferring -= 1
+        if failed is None and not validator._deferring:
+            held, validator._held = validator._held, []
+            for message in held:
+                warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
+
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).
 
@@ -203,6 +222,9 @@ class RecordValidator:
         self.outside = np.zeros(schema.n_features, dtype=np.int64)
         self._warned: set[int] = set()
         self._warned_empty = False
+        #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back.
+        self._deferring = 0
+        self._held: list[str] = []
         #: Where an operator reads :attr:`outside` (named by :meth:`note_outside`'s warning).
         self.counts_at = "operator_telemetry().outside_domain"
 
@@ -235,7 +257,8 @@ class RecordValidator:
                     if value is None:
                         continue
                     kind = type(value)
-                code = index.get(category_key(value) if kind is bool else value)
+                code = index.get(category_key(value) if kind is bool or kind is np.bool_
+                                 else value)
                 if code is None:
                     code = hi  # the "other" branch
                     if outside is not None:
@@ -285,11 +308,25 @@ class RecordValidator:
             return
         self._warned_empty = True
         names = ", ".join(map(repr, self.schema.names[:8]))
-        warnings.warn(f"a record has no value for any feature of the public schema ({names}"
-                      f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
-                      "whose every feature is missing. Check the records' feature names "
-                      "(strict=True refuses such records)", SchemaMismatchWarning,
-                      stacklevel=outside_stacklevel())
+        self._warn(f"a record has no value for any feature of the public schema ({names}"
+                   f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
+                   "whose every feature is missing. Check the records' feature names "
+                   "(strict=True refuses such records)")
+
+    def warnings_at_end(self) -> _HeldWarnings:
+        """A block that holds this validator's warnings back until it ends without an error
+        (one that does keeps them for the next block). A learning call counts its records'
+        positions, and runs the triggers they reach, inside the block: a filter that turns
+        a warning into an error once made a record with a value out of bounds lose its
+        position, and ``learn_many`` its whole batch, so the schedule depended on the
+        data."""
+        return _HeldWarnings(self)
+
+    def _warn(self, message: str) -> None:
+        if self._deferring:
+            self._held.append(message)
+        else:
+            warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
 
     def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
         """The encoder of a name that is not a schema name as given: a name that is not a
@@ -332,9 +369,8 @@ class RecordValidator:
             where = (f"outside its public bounds {tuple(spec)} and is clipped"
                      if isinstance(spec, tuple) else
                      "outside its public domain and takes the 'other' branch")
-            warnings.warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
-                          f"the public schema (counts: {self.counts_at})",
-                          SchemaMismatchWarning, stacklevel=outside_stacklevel())
+            self._warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
+                       f"the public schema (counts: {self.counts_at})")
 
     def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema
@@ -436,7 +472,7 @@ class RecordValidator:
 
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):
-            if not isinstance(value, str | numbers.Integral):
+            if not isinstance(value, str | numbers.Integral | np.bool_):
                 raise InvalidRecord("schema", f"feature {name!r} is categorical: expected a "
                                               f"string, integer or bool, got "
                                               f"{type(value).__name__} {value!r:.40}")

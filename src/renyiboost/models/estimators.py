@@ -218,6 +218,10 @@ class _SGBDTEstimator:
                             f"column, got {type(X).__name__} (an array has no feature names; "
                             "pandas.DataFrame(X, columns=names) gives it the schema's)")
         columns = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
+        if (one := next((c for c, v in columns.items() if np.ndim(v) != 1), None)) is not None:
+            raise TypeError(f"X must hold one column of values a feature; {one!r:.80} holds "
+                            f"{type(columns[one]).__name__} {columns[one]!r:.40} (one record "
+                            "as a dict goes to learn_one / predict_one)")
         n = len(next(iter(columns.values()))) if columns else len(X)
         return columns, n
 
@@ -304,16 +308,17 @@ class _SGBDTEstimator:
         if not self._wrapper_checked:
             self._check_wrapper()
         engine, outside = self._engine, []
-        try:
-            row = engine.validator.features(x, outside)
-            label = engine.validator.label(y)
-            name = None if key is None else normalise_key(key)
-        except InvalidRecord:
-            engine.empty_event()
-            raise
-        if outside:
-            engine.validator.note_outside(outside)
-        engine.add_one(row, label, name)
+        with engine.validator.warnings_at_end():  # after the record's position is counted
+            try:
+                row = engine.validator.features(x, outside)
+                label = engine.validator.label(y)
+                name = None if key is None else normalise_key(key)
+            except InvalidRecord:
+                engine.empty_event()
+                raise
+            if outside:
+                engine.validator.note_outside(outside)
+            engine.add_one(row, label, name)
 
     def learn_many(self, X: Any, y: Any, keys: list[Any] | None = None) -> None:
         """``learn_one`` over the rows of a DataFrame (or a column mapping), in order.
@@ -339,14 +344,15 @@ class _SGBDTEstimator:
                 except InvalidRecord as why:
                     other.setdefault(i, why)
                     names.append(None)
-        rows, bad = engine.validator.columns(columns, n, exclude=other, count=True)
-        bad = {**other, **bad}
-        good = np.ones(n, dtype=bool)
-        good[list(bad)] = False
-        index = np.flatnonzero(good)
-        engine.add(rows[index], targets[index],
-                   None if names is None else [names[i] for i in index.tolist()],
-                   event_index=index, n_events=n)
+        with engine.validator.warnings_at_end():  # after the rows' positions are counted
+            rows, bad = engine.validator.columns(columns, n, exclude=other, count=True)
+            bad = {**other, **bad}
+            good = np.ones(n, dtype=bool)
+            good[list(bad)] = False
+            index = np.flatnonzero(good)
+            engine.add(rows[index], targets[index],
+                       None if names is None else [names[i] for i in index.tolist()],
+                       event_index=index, n_events=n)
         if bad:
             raise rows_not_learned(bad, n)
 

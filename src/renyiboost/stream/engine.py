@@ -667,7 +667,10 @@ class OwesRounds:
         depended on when the crash came. Learning calls it first (new positions and
         ``finish()`` too); the Kafka trainers call it once their start checks have passed."""
         owed, self._owed_rounds = self._owed_rounds, 0
-        return self.train(owed) if owed else 0
+        return self._run_owed(owed) if owed else 0
+
+    def _run_owed(self, rounds: int) -> int:
+        return self.train(rounds)
 
 
 class StreamEngine(OwesRounds):
@@ -747,7 +750,10 @@ class StreamEngine(OwesRounds):
         self._merged_offsets: dict[str, int] = {}
         self._uncommitted_keys: list[tuple[int, str, str | None]] = []  # uid, name, origin
         self._pending_events: list[MergeEvent] = []
-        #: Called with each output once it is committed and visible (e.g. to publish it).
+        #: Called with each output once it is committed and visible (e.g. to publish the
+        #: model: :meth:`release`). The event itself is operator-side: a round's holds the
+        #: exact number of keys it charged and a digest of their charges, so it is never
+        #: what is published.
         self.listeners: list[Callable[[InitEvent | RoundEvent], None]] = []
         self._deferred: list[Commit] | None = None
         self._deferred_outputs: list[InitEvent | RoundEvent] = []
@@ -757,6 +763,10 @@ class StreamEngine(OwesRounds):
         self._closed = False
         self._warned_keyless = False
         self._arrivals = FeatureArrivals(self.schema.names)  # operator telemetry
+        #: Features seen to stop arriving, and whether the initial score was released,
+        #: whose warnings wait for the end of the public call (:meth:`_warn_arrivals`).
+        self._stopped_unwarned: list[str] = []
+        self._first_unwarned = False
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
         #: Rounds of the last trigger a crash left unrun (:meth:`_restore`): they run before
         #: anything else is learned (:meth:`catch_up`).
@@ -1086,6 +1096,7 @@ class StreamEngine(OwesRounds):
                 self._pending_offsets.update(latest_offsets(positions, start, stop))
             self._count_positions(stop - start)
             start, row = stop, row_stop
+        self._warn_arrivals()
 
     def _count_positions(self, n: int) -> None:
         """Count ``n`` stream positions and fire the trigger they reach (callers never pass
@@ -1094,8 +1105,8 @@ class StreamEngine(OwesRounds):
         if self._positions >= self._next_trigger:
             position = self._positions
             self._next_trigger = self.schedule.next_after(position)
-            if not self.coordinated:
-                self.train(trees_due(self.config, self.schedule, position))
+            if not self.coordinated:  # the public call warns at its end
+                self._train(trees_due(self.config, self.schedule, position))
 
     def add_one(
         self,
@@ -1119,6 +1130,7 @@ class StreamEngine(OwesRounds):
             self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
             self._pending_targets.append(float(label))
         self._count_positions(1)
+        self._warn_arrivals()
 
     def empty_event(self, position: tuple[str, int] | None = None) -> None:
         """A stream position that carried no usable record (an invalid record, a
@@ -1127,6 +1139,7 @@ class StreamEngine(OwesRounds):
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         self._count_positions(1)
+        self._warn_arrivals()
 
     def _merge_pending(self) -> None:
         """Move pending records into the pool (upserts replace rows, keep spent).
@@ -1170,7 +1183,7 @@ class StreamEngine(OwesRounds):
             event = MergeEvent(uids, X, y, margin, self._recalibration_charge(uids, margin, y))
             self._apply_merge(event)
             self._pending_events.append(event)
-        self._warn_stopped(stopped)  # after the merge: a warning turned error loses nothing
+        self._stopped_unwarned += stopped  # warned after the call's releases and commits
 
     def _recalibration_charge(self, uids: np.ndarray, margin: np.ndarray,
                               y: np.ndarray) -> float:
@@ -1244,22 +1257,22 @@ class StreamEngine(OwesRounds):
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
         check_call(rounds)
-        done, first = self._train(rounds)
-        if first:  # after the trigger's releases: a warning made an error stops none of them
-            self._check_arrived()
+        done = self._train(rounds)
+        self._warn_arrivals()
         return done
 
-    def _train(self, rounds: int) -> tuple[int, bool]:
-        """:meth:`train`'s work: the trees added, and whether the initial score was
-        released (the features' arrival is then checked by the public call, after every
-        release it makes)."""
+    def _train(self, rounds: int) -> int:
+        """:meth:`train`'s work: the trees added (when it releases the initial score, the
+        features' arrival is checked at the end of the public call, after every release it
+        makes)."""
         self._learn_gate()
         self._merge_pending()
         first = not self._initialized
         if first:
             if self._positions < self.config.warmup:
-                return 0, False
+                return 0
             self._release_initial_score()
+            self._first_unwarned = True
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
             self._release_split_grid(charge)
@@ -1268,7 +1281,10 @@ class StreamEngine(OwesRounds):
                 self.recalibration, self.recalibration.sums, self.config.recalibration,
                 self.booster.calibration, self.booster.noise, self._positions,
                 refit_versions(self.booster, self._version())))
-        return run_rounds(self.config, self.booster, self._round, rounds), first
+        return run_rounds(self.config, self.booster, self._round, rounds)
+
+    def _run_owed(self, rounds: int) -> int:
+        return self._train(rounds)  # inside a public call, which warns at its end
 
     def recalibration_sums(self) -> np.ndarray:
         """Commit the merged records (whose keys paid for them), then this pool's exact
@@ -1357,15 +1373,13 @@ class StreamEngine(OwesRounds):
             raise RuntimeError("a shard's rounds are its coordinator's: end a sharded "
                                "stream with ShardedEngine.finish()")
         owed = self.catch_up()  # a burst a crash cut short is resumed here
-        _, first = self._train(0)  # merges what is pending; the initial score if it is due
-        if not self._initialized:
+        self._train(0)  # merges what is pending; the initial score if it is due
+        if self._initialized:
+            owed += self._burst(split_grid)
+        self._warn_arrivals()  # after the burst: a warning made an error stops none of it
+        if not self._initialized:  # before the warmup nothing can be released yet
             warn_finished_early(self._positions, self.config.warmup)
-            return owed  # before the warmup nothing can be released yet
-        try:
-            return owed + self._burst(split_grid)
-        finally:
-            if first:  # after the burst: a warning made an error stops none of it
-                self._check_arrived()
+        return owed
 
     def _burst(self, split_grid: bool | None) -> int:
         """:meth:`finish`'s split grid and end burst; the trees added."""
@@ -1379,7 +1393,7 @@ class StreamEngine(OwesRounds):
         if new_end:
             record_end(self.config, self.schedule, self._positions, self.booster.rounds_done,
                        self._store.set_meta)
-        return self._train(burst)[0]
+        return self._train(burst)
 
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing
@@ -1390,13 +1404,24 @@ class StreamEngine(OwesRounds):
                 or self._uncommitted_keys or self._merged_positions != self._committed_positions):
             self._commit(None, self.pool)
             self._drain()
+        self._warn_arrivals()
 
-    def _warn_stopped(self, names: list[str]) -> None:
+    def _warn_arrivals(self) -> None:
         """Warn once for each feature that stopped arriving
-        (:class:`~renyiboost.validation.FeatureArrivals`): a warning only, as for a feature
-        that never arrives, since a stop would make the schedule depend on the data."""
+        (:class:`~renyiboost.validation.FeatureArrivals`), and after the initial score's
+        release for features that never arrived (:meth:`_check_arrived`). Warnings only,
+        given at the end of the public call, after every position it counts and every
+        release it makes: a stop, or a filter that turns the warning into an error in the
+        middle of a trigger, would make the schedule depend on the data (a trigger that met
+        a stopped feature lost its tree, and the next trigger was already set; the rest of
+        an ``add`` lost its positions). A call that fails leaves them to the next one."""
+        names, self._stopped_unwarned = self._stopped_unwarned, []
+        first, self._first_unwarned = self._first_unwarned, False
         for name in names:
-            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning, stacklevel=outside_stacklevel())
+            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning,
+                          stacklevel=outside_stacklevel())
+        if first:
+            self._check_arrived()
 
     def _check_arrived(self) -> None:
         """Warn when a schema feature has not arrived by now: its name probably does not

@@ -139,7 +139,8 @@ MUTATIONS = [
              "                row_stop - row - int(live.sum()) if row_stop > row else 0))",
              ["tests/test_stream.py::test_retired_keys_are_dropped_and_counted"]),
     Mutation("invalid records are not stream positions", "src/renyiboost/models/estimators.py",
-             "            engine.empty_event()\n            raise", "            raise", PRIVACY),
+             "                engine.empty_event()\n                raise", "                raise",
+             PRIVACY),
     Mutation("a batch fit stops when nobody is eligible", "src/renyiboost/models/batch.py",
              "            booster.apply_round(pool, outcome)",
              "            if outcome.n_eligible == 0:\n                break\n"
@@ -698,6 +699,12 @@ MUTATIONS = [
              "max(tree.features) < n_features:", "max(tree.features) < n_features + 100:",
              [("tests/test_export.py::test_a_release_that_does_not_fit_its_schema_is_refused"
                "_whole")]),
+    Mutation("a new deployment's stores are created without their places (two ledgers)",
+             "src/renyiboost/stream/sharded.py",
+             "store=store_at(location, create=True, meta=place),",
+             "store=store_at(location, create=True, meta=None),",
+             [("tests/test_sharded.py::test_a_new_deployments_stores_hold_their_places_before"
+               "_their_first_open")]),
     Mutation("trees appended after the rows a tree cap kept, over older trees",
              "src/renyiboost/models/trees.py",
              "return view.base is buffer and view.ctypes.data == buffer.ctypes.data",

@@ -144,6 +144,7 @@ def test_a_client_config_that_would_be_misread_is_a_usage_error(tmp_path, capsys
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--validation-share", "2"],
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "-3"],
     ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "inf"],
+    ["tune", "--private", "--dataset", "abalone", "--epsilon", "1", "--mean-runs", "1e15"],
     ["experiment", "--epsilons", "0,-1"],
     ["experiment", "--epsilons", "1,nan"],
     ["experiment", "--datasets", "abalone,nope"],

@@ -31,7 +31,12 @@ from renyiboost.models.defaults import (
 )
 from renyiboost.randomness import SeededNoise
 from renyiboost.schema import PublicSchema
-from renyiboost.stream.engine import EngineConfig, StreamEngine
+from renyiboost.stream.engine import (
+    EngineConfig,
+    StreamEngine,
+    rounds_due_by,
+    trigger_schedule,
+)
 from renyiboost.stream.schedule import TriggerSchedule
 
 SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
@@ -157,20 +162,28 @@ def test_the_service_config_takes_the_policy_too() -> None:
 
 
 # --------------------------------------------------------------------------- the schedule
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(every=st.integers(1, 20), warmup=st.integers(1, 200),
        growth=st.sampled_from([0.0, 0.05, 0.3]), cap=st.integers(1, 80),
-       position=st.integers(0, 3_000))
-def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, cap, position):
-    schedule = TriggerSchedule(every, warmup, growth, cap)
+       position=st.integers(0, 3_000),
+       beyond=st.one_of(st.none(), st.tuples(st.integers(1, 2_000), st.integers(1, 400))))
+def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, cap, position,
+                                                         beyond):
+    """The schedule's positions are the recurrence's, walked trigger by trigger; from
+    ``end`` on (``beyond``: the end and its cap) with the cap beyond the end."""
+    end, cap_beyond = beyond or (None, None)
+    schedule = TriggerSchedule(every, warmup, growth, cap, end=end,
+                               max_every_beyond_end=cap_beyond)
     triggers, t = [], every
     while t < schedule.first:
         triggers.append(t)
         t += every
     t = schedule.first
-    while t <= position + 10 * max(cap, every):
+    while t <= position + 10 * max(cap, every, cap_beyond or 0):
         triggers.append(t)
-        t += min(schedule.max_train_every, max(every, math.ceil(growth * t) if growth else 0))
+        most = (max(every, cap_beyond) if end is not None and t >= end
+                else schedule.max_train_every)
+        t += min(most, max(every, math.ceil(growth * t) if growth else 0))
     expected = next(x for x in triggers if x > position)
     assert schedule.next_after(position) == expected
     assert schedule.releases_until(position) == sum(schedule.first <= x <= position
@@ -524,8 +537,9 @@ def test_a_private_selection_checks_every_row_and_states_its_rdp() -> None:
     for seed in range(10):
         with pytest.raises(ValueError, match="labels a stream would refuse"):
             private_tune(regression, X, bad, "regression", 1.0, mean_runs=2.0, seed=seed)
-    with pytest.raises(ValueError, match="mean_runs"):
-        private_tune(schema, X, y, "classification", 1.0, mean_runs=math.inf)
+    for runs in (math.inf, 1001.0):  # 10¹⁵ expected fits ran without end and without a word
+        with pytest.raises(ValueError, match="mean_runs must be a number from 1 to 1000"):
+            private_tune(schema, X, y, "classification", 1.0, mean_runs=runs)
     candidates = [default_params("classification", 1.0, 600) | {"rounds": 10}]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -631,6 +645,39 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     many.add(rows, labels, [str(i) for i in range(900)])
     assert many.ensemble.n_trees == one.ensemble.n_trees
 
+
+def test_a_stream_that_outgrows_a_small_hint_gets_an_unhinted_streams_rate_of_trees() -> None:
+    """A hint of 50 records schedules 20 trees at every position up to its end; kept
+    forever, 2,000 records grew 39,030 trees, each from a pool the filter had thinned to
+    the last few records. Beyond the end the schedule is an unhinted stream's (one tree a
+    trigger, intervals growing to its cap); up to and with the end's trigger it is the
+    hint's, and the rounds a restart counts as due are those run, added one at a time or
+    all at once."""
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=50)
+    unhinted = EngineConfig.from_defaults(SCHEMA, "regression", 1.0)
+    assert (config.max_train_every, config.trees_per_trigger) == (1, 20)
+    assert config.max_train_every_beyond_end == unhinted.max_train_every == 49
+    hinted_only = TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
+                                  config.max_train_every)
+    rng = np.random.default_rng(2)
+    rows, labels = rng.random((3000, 2)), rng.random(3000)
+    one = StreamEngine(config, seed=1)
+    trees_at = [0]
+    for i in range(3000):
+        one.add_one(rows[i], labels[i], key=str(i))
+        trees_at.append(one.booster.rounds_done)
+    assert trees_at[50] == 20 * hinted_only.releases_until(50) + config.final_trees
+    assert max(np.diff(trees_at[50:])) == 1
+    schedule = trigger_schedule(config)
+    assert trees_at[-1] - trees_at[50] == schedule.releases_until(3000) - \
+        schedule.releases_until(50) < 100
+    for position in (49, 50, 51, 777, 3000):
+        assert rounds_due_by(config, schedule, position) == trees_at[position]
+    many = StreamEngine(config, seed=1)
+    many.add(rows, labels, [str(i) for i in range(3000)])
+    assert many.booster.rounds_done == trees_at[-1]
+    with pytest.raises(ValueError, match="max_train_every_beyond_end sets the schedule"):
+        EngineConfig(public_schema=SCHEMA, params=unhinted.params, max_train_every_beyond_end=9)
 
 def test_finish_runs_an_end_burst_and_charges_every_round() -> None:
     """finish() after 600 positions without a hint: `rounds // 2` more rounds for regression

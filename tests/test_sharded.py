@@ -27,6 +27,7 @@ from renyiboost.stream.sharded import (
     ShardedEngine,
     ShardWorker,
     check_one_shard_a_key,
+    create_shard_stores,
     default_partition_map,
     shard_of,
 )
@@ -274,6 +275,23 @@ def test_a_shards_store_and_a_single_engines_store_keep_to_their_kind(tmp_path) 
         ShardedEngine(config, [SQLiteStore(tmp_path / "one.db"),
                                SQLiteStore(tmp_path / "new2.db", create=True)])
     StreamEngine(config, store=SQLiteStore(tmp_path / "one.db")).close()  # still its own
+
+
+def test_a_new_deployments_stores_hold_their_places_before_their_first_open(tmp_path) -> None:
+    """``state init --shards 2`` created its stores without their places, which only the
+    first sharded open recorded: a single engine that opened one before (``state info``
+    without ``--shards``) claimed it as shard 0 of 1 and the deployment was refused for
+    good, and two single engines, one on each store, gave every key two budgets."""
+    config = _config("regression")
+    locations = [str(tmp_path / f"shard-{k}.db") for k in range(2)]
+    create_shard_stores(config, locations)
+    for k, location in enumerate(locations):
+        with pytest.raises(LedgerConflict, match=f"holds shard {k} of 2 of a sharded"):
+            StreamEngine(config, store=SQLiteStore(location))
+    sharded = ShardedEngine(config, [SQLiteStore(location) for location in locations])
+    _feed(sharded, _records("regression", 50))
+    assert sharded.positions == 50
+    sharded.close()
 
 def test_keyed_records_are_refused_on_stores_a_kafka_deployment_fed(tmp_path) -> None:
     """On stores a Kafka deployment fed, a key's shard is its message key's partition's;

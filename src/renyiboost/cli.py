@@ -143,9 +143,12 @@ def _epsilons(ctx: click.Context, param: click.Parameter,
 
 
 def _mean_runs(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """A private selection's expected number of runs: finite and at least 1."""
-    if value is not None and not (math.isfinite(value) and value >= 1):
-        raise click.BadParameter(f"must be a finite number >= 1, got {value}", ctx, param)
+    """A private selection's expected number of runs: 1 to ``MAX_MEAN_RUNS``."""
+    from renyiboost.models.tuning import MAX_MEAN_RUNS
+
+    if value is not None and not (math.isfinite(value) and 1 <= value <= MAX_MEAN_RUNS):
+        raise click.BadParameter(f"must be a number from 1 to {MAX_MEAN_RUNS} (the expected "
+                                 f"fits), got {value}", ctx, param)
     return value
 
 

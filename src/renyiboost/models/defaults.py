@@ -67,6 +67,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
@@ -601,6 +602,31 @@ def final_burst(records: int, rounds: int) -> dict[str, int]:
     """
     return {"final_at": max(int(records), 1),
             "final_trees": int(int(rounds) * HINT_BURST_SHARE)}
+
+
+def beyond_end_every(triggers: Mapping[str, Any], unhinted_rounds: int) -> int | None:
+    """The longest trigger interval of a hinted stream beyond its expected end
+    (``triggers``: its schedule's fields and trees a trigger), where the schedule then
+    becomes an unhinted stream's (:func:`stream_schedule` at :data:`PRIOR_RECORDS`, for a
+    learner whose batch fit would run ``unhinted_rounds``): one tree a trigger, intervals
+    growing up to that one's. ``None`` where the hinted schedule already triggers as
+    seldom, with one tree a trigger: it goes on past the end.
+
+    A hint is an estimate, and streams outgrow it. A small one (below a few hundred)
+    schedules a tree every position, or several at each; kept forever, 400 records of a
+    stream hinted at one grew 8,010 trees, and one hinted at 50 grew 39,030 in 2,000
+    records (20 a position), each from a pool the filter had thinned to the last few
+    records, and prediction slowed with them (17 ms a row). The hint's own stretch, up to
+    and with its end's trigger, is unchanged.
+
+    >>> beyond_end_every({"max_train_every": 1, "trees_per_trigger": 20}, 200)
+    49
+    >>> beyond_end_every({"max_train_every": 333, "trees_per_trigger": 1}, 200) is None
+    True
+    """
+    unhinted = stream_schedule(PRIOR_RECORDS, unhinted_rounds)["max_train_every"]
+    more = int(triggers["trees_per_trigger"]) > 1 or unhinted > int(triggers["max_train_every"])
+    return unhinted if more else None
 
 
 #: The share of a stream's nominal rounds that :meth:`~renyiboost.stream.engine.

@@ -102,6 +102,12 @@ def geometric_runs(noise: NoiseSource, mean_runs: float) -> int:
     return 1 + int(math.log(noise.uniform(1)[0]) / math.log1p(-gamma))
 
 
+#: The largest expected number of runs a selection takes: each run is a fit, K is hidden,
+#: and nothing is printed until the selection ends, so μ = 10¹⁵ (which the accounting
+#: accepts at ε = 4) ran without end and without a word. A thousand fits of a small data
+#: set take minutes; the selection's cost grows only as log μ, so more buys little.
+MAX_MEAN_RUNS = 1000
+
 #: Rényi orders a selection's order is chosen among (with the order a single fit at the
 #: total ε would take): the selection's fixed cost, log μ over the order, favours larger
 #: orders than a single fit's (Adult's first default candidate, μ = 9: at ε = 1 order 35
@@ -187,8 +193,9 @@ def private_tune(
     if not 0 < validation_share < 1:
         raise ValueError(f"validation_share must be in (0, 1), got {validation_share!r}")
     mu = float(len(pool) if mean_runs is None else mean_runs)
-    if isinstance(mean_runs, bool) or not (math.isfinite(mu) and mu >= 1):
-        raise ValueError(f"mean_runs must be a finite number >= 1, got {mean_runs!r}")
+    if isinstance(mean_runs, bool) or not (math.isfinite(mu) and 1 <= mu <= MAX_MEAN_RUNS):
+        raise ValueError(f"mean_runs must be a number from 1 to {MAX_MEAN_RUNS} (the "
+                         f"expected fits), got {mean_runs!r}")
     # every row is checked as a fit checks its rows, before the split: a validation row
     # that no fit reads (a NaN label) would otherwise make every score NaN, released
     SGBDT(schema, task=task, epsilon=epsilon, delta=delta).check_inputs(X, y)

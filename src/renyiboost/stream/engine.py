@@ -93,6 +93,7 @@ from renyiboost.models.defaults import (
     FINISH_GRID_SHARE,
     LEAF_SNR,
     PRIOR_RECORDS,
+    beyond_end_every,
     check_privacy_inputs,
     default_params,
     expected_records_hint,
@@ -199,6 +200,11 @@ class EngineConfig(BaseModel):
         None, ge=1, description="a public position (the expected end of the stream) at which "
         "final_trees extra rounds run")
     final_trees: int = Field(0, ge=0, description="extra rounds at final_at")
+    max_train_every_beyond_end: int | None = Field(
+        None, ge=1, description="beyond final_at (the hinted end), the schedule of a stream "
+        "without a hint: one tree a trigger, intervals growing up to this (None: the "
+        "schedule before the end goes on). A stream that outgrows its hint then gets trees "
+        "at an unhinted stream's rate (models.defaults.beyond_end_every)")
     leaf_depth: Literal["fixed", "from_positions"] = Field(
         "fixed", description="'from_positions': each round releases only the levels its "
         "positions can fill above the noise (models.defaults.supported_depth)")
@@ -238,6 +244,10 @@ class EngineConfig(BaseModel):
                              "histograms at the end its expected_records hint names, before "
                              "the end burst; without a hint leave grid_share at 0 (finish() "
                              "buys one from the budget the records left unspent)")
+        if self.max_train_every_beyond_end is not None and self.final_at is None:
+            raise ValueError("max_train_every_beyond_end sets the schedule beyond the end an "
+                             "expected_records hint names (final_at); without one leave it "
+                             "None (max_train_every caps every interval)")
         if self.final_trees > 0 and self.final_at is None:
             raise ValueError("final_trees (the end burst's rounds) run at the end an "
                              "expected_records hint names; without a hint there is no end "
@@ -299,6 +309,12 @@ class EngineConfig(BaseModel):
         warn_unread(learner, params.feature_selection)
         if expected_records is not None:  # a public hint: the burst at its end
             triggers = final_burst(expected_records, params.rounds) | triggers
+            if not own_schedule:  # and beyond it, an unhinted stream's rate of trees
+                triggers.setdefault("max_train_every_beyond_end", beyond_end_every(
+                    triggers, default_params(task, epsilon, PRIOR_RECORDS,
+                                             public_schema.n_classes,
+                                             n_numeric=public_schema.n_numeric,
+                                             unhinted_stream=True)["rounds"]))
         if params.private and "noise_stages" not in triggers:  # short streams start precise
             triggers["noise_stages"] = noise_stages(schedule, triggers["trees_per_trigger"],
                                                     params.rounds, task)
@@ -318,27 +334,38 @@ class EngineConfig(BaseModel):
 #: each ran with (:meth:`~renyiboost.stream.store.StateStore.load`): such a store resumes
 #: when the caller passes that value (``noise_stages=()``, ``smoothing=0``,
 #: ``logistic_gradient="clipped"``, ``reg_lambda_noise_stds=0``, ``mains_cycles=None``,
-#: ``grid_share=0``, ``recalibration=None``).
+#: ``grid_share=0``, ``recalibration=None``, ``max_train_every_beyond_end=None``).
 ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
     "noise_stages": [], "params": {"smoothing": 0.0, "logistic_gradient": "clipped",
                                    "reg_lambda_noise_stds": 0.0, "mains_cycles": None,
-                                   "grid_share": 0.0}, "recalibration": None}}
+                                   "grid_share": 0.0}, "recalibration": None,
+    "max_train_every_beyond_end": None}}
 
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
-SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})
+SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every",
+                             "max_train_every_beyond_end"})
 
 
 def trigger_schedule(config: EngineConfig) -> TriggerSchedule:
     """The positions at which ``config``'s triggers fire."""
     return TriggerSchedule(config.train_every, config.warmup, config.trigger_growth,
                            config.max_train_every,
-                           config.final_at if config.final_trees else None)
+                           config.final_at if config.final_trees else None,
+                           end=config.final_at,
+                           max_every_beyond_end=config.max_train_every_beyond_end)
 
 
 def trees_due(config: EngineConfig, schedule: TriggerSchedule, position: int) -> int:
     """Rounds the trigger at ``position`` runs (its regular trees and the final burst)."""
-    trees = config.trees_per_trigger if schedule.is_regular(position) else 0
+    trees = trees_a_trigger(config, position) if schedule.is_regular(position) else 0
     return trees + (config.final_trees if position == config.final_at else 0)
+
+
+def trees_a_trigger(config: EngineConfig, position: int) -> int:
+    """The trees of a regular trigger at ``position``: ``trees_per_trigger``, and one
+    beyond a hinted end that has a schedule of its own (``max_train_every_beyond_end``)."""
+    beyond = config.max_train_every_beyond_end is not None and position > config.final_at  # type: ignore[operator]
+    return 1 if beyond else config.trees_per_trigger
 
 
 def noise_stage_at(config: EngineConfig, positions: int) -> int | None:
@@ -402,6 +429,9 @@ def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: in
     hinted burst), none past ``max_rounds``. Neither ``finish()`` bursts nor rounds a caller
     ran with :meth:`StreamEngine.train` are counted (:func:`rounds_owed` adds the ends')."""
     due = schedule.releases_until(positions) * config.trees_per_trigger
+    if trees_a_trigger(config, positions) != config.trees_per_trigger:  # beyond the end
+        within = schedule.releases_until(config.final_at)  # type: ignore[arg-type]
+        due -= (schedule.releases_until(positions) - within) * (config.trees_per_trigger - 1)
     if config.final_trees and config.final_at is not None and config.final_at <= positions:
         due += config.final_trees
     return _capped(config, due)

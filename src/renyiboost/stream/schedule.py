@@ -10,6 +10,10 @@ From there each interval is ``growth`` times the positions so far, at least
 
     t(k+1) = t(k) + min(max_train_every, max(train_every, ⌈growth · t(k)⌉)).
 
+From ``end`` on (a hinted stream's expected end, when given) the cap is
+``max_every_beyond_end`` instead: a stream that outgrows its hint gets trees at the rate the
+schedule sets for it there, not at the hinted stream's short intervals forever.
+
 ``growth = 0`` is a fixed interval. With ``growth > 0`` the trees come often while the
 stream is short and the pool small, and the interval grows with the stream, so that a
 record's budget is not spent on many trees grown from a few hundred records (each tree's
@@ -32,7 +36,8 @@ class TriggerSchedule:
     """
 
     def __init__(self, train_every: int, warmup: int, growth: float = 0.0,
-                 max_train_every: int | None = None, final_at: int | None = None) -> None:
+                 max_train_every: int | None = None, final_at: int | None = None,
+                 end: int | None = None, max_every_beyond_end: int | None = None) -> None:
         for name, value, least in (("train_every", train_every, 1), ("warmup", warmup, 1),
                                    ("trigger_growth", growth, 0)):
             if not (least <= value < math.inf):  # a NaN or infinite growth too
@@ -44,11 +49,20 @@ class TriggerSchedule:
         self.first = self.train_every * math.ceil(warmup / self.train_every)
         #: An extra trigger at the expected end of the stream (a public position), if any.
         self.final_at = final_at
+        #: From the position ``end`` on, intervals are capped at ``max_every_beyond_end``.
+        self.end = None if end is None or max_every_beyond_end is None else int(end)
+        self.max_every_beyond_end = (self.max_train_every if self.end is None else max(
+            self.train_every, int(max_every_beyond_end)))  # type: ignore[arg-type]
+
+    def cap_at(self, trigger: int) -> int:
+        """The largest interval after the trigger at ``trigger``."""
+        beyond = self.end is not None and trigger >= self.end
+        return self.max_every_beyond_end if beyond else self.max_train_every
 
     def interval_after(self, trigger: int) -> int:
         """Positions from the trigger at ``trigger`` (≥ ``first``) to the next one."""
         grown = math.ceil(self.growth * trigger) if self.growth else 0
-        return min(self.max_train_every, max(self.train_every, grown))
+        return min(self.cap_at(trigger), max(self.train_every, grown))
 
     def next_after(self, position: int) -> int:
         """The first trigger position strictly after ``position`` (the regular ones and
@@ -67,14 +81,8 @@ class TriggerSchedule:
         every = self.train_every
         if position < self.first or self.growth == 0.0:
             return every * (position // every + 1)
-        trigger = self.first
-        while True:
-            step = self.interval_after(trigger)
-            if step == self.max_train_every:  # the rest is arithmetic
-                return trigger + step * ((position - trigger) // step + 1)
-            trigger += step
-            if trigger > position:
-                return trigger
+        last = self._through(position)[1]
+        return last + self.interval_after(last)
 
     def releases_until(self, position: int) -> int:
         """Triggers from the first (``t0``, the initial score's) up to ``position``
@@ -85,10 +93,26 @@ class TriggerSchedule:
         ...                 max_train_every=200).releases_until(1000)
         7
         """
-        count, trigger = 0, self.first
-        while trigger <= position:
+        return self._through(position)[0]
+
+    def _through(self, position: int) -> tuple[int, int]:
+        """The triggers from ``first`` up to ``position`` inclusive and the last of them
+        (``first`` when there is none). A walk over the growing intervals (logarithmically
+        many) that crosses a stretch at a cap in one step, to ``end`` if the cap changes
+        there, else to ``position``."""
+        trigger = self.first
+        if position < trigger:
+            return 0, trigger
+        count = 1
+        while True:
             step = self.interval_after(trigger)
-            if step == self.max_train_every:
-                return count + (position - trigger) // step + 1
+            if step == self.cap_at(trigger):
+                steady = self.end is None or trigger >= self.end
+                stop = position if steady else min(position, self.end - 1)  # type: ignore[operator]
+                more = max(0, (stop - trigger) // step)
+                count, trigger = count + more, trigger + more * step
+                if steady:
+                    return count, trigger
+            if trigger + step > position:
+                return count, trigger
             count, trigger = count + 1, trigger + step
-        return count

@@ -249,9 +249,10 @@ MEMBERS_META = "deployment_stores"
 
 def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[StoreIdentity]:
     """Create the stores of a new deployment (each refused if it exists) and pin the
-    configuration and calibration in each: ``renyiboost state init --shards N``. All are
-    checked absent first: a refusal at the second once left a new first behind, which a
-    deployment whose first store was lost then opened with fresh budgets for its keys."""
+    configuration, calibration and place in the shard map in each: ``renyiboost state init
+    --shards N``. All are checked absent first: a refusal at the second once left a new
+    first behind, which a deployment whose first store was lost then opened with fresh
+    budgets for its keys."""
     present = [location for location in locations if _store_present(location)]
     if present:
         raise LedgerConflict(
@@ -260,8 +261,12 @@ def create_shard_stores(config: EngineConfig, locations: Sequence[str]) -> list[
             "ones would restart its keys' budgets). Open them instead, or choose a new "
             "location.")
     identities = []
-    for location in locations:
-        engine = StreamEngine(config, store=store_at(location, create=True), coordinated=True)
+    for k, location in enumerate(locations):
+        # each records its place now: unmarked, an open without its deployment claimed it
+        # as a single store (a second ledger of its keys, and the deployment refused)
+        place = {"shard_map": {"shard": k, "of": len(locations)}}
+        engine = StreamEngine(config, store=store_at(location, create=True, meta=place),
+                              coordinated=True)
         identities.append(engine.store.identity)
         engine.close()
     return identities

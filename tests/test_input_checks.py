@@ -739,3 +739,20 @@ def test_numpy_bools_of_a_categorical_feature_and_columns_that_are_scalars() -> 
     for call in (model.predict_many, lambda X: model.learn_many(X, [True])):
         with pytest.raises(TypeError, match="'v' holds float 0.5 .*learn_one / predict_one"):
             call({"flag": [True], "v": 0.5})
+
+
+def test_warnings_made_errors_come_one_a_call_and_none_is_lost() -> None:
+    """Two features out of bounds in one call: under a filter that makes the warnings
+    errors, the first ended the call and the second was dropped with it. Each comes now,
+    one a call, and every row keeps its position."""
+    model = SGBDTRegressor({"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 1.0),
+                           epsilon=1.0, seed=1)
+    said = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        for _ in range(3):
+            try:
+                model.learn_many({"a": [5.0, 0.5], "b": [5.0, 0.5]}, [0.1, 0.2])
+            except SchemaMismatchWarning as warned:
+                said.append(str(warned)[:11])
+    assert said == ["feature 'a'", "feature 'b'"] and model.engine.positions == 6

@@ -168,10 +168,10 @@ class _HeldWarnings:
     def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
         validator = self.validator
         validator._deferring -= 1
-        if failed is None and not validator._deferring:
-            held, validator._held = validator._held, []
-            for message in held:
-                warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
+        while failed is None and not validator._deferring and validator._held:
+            # one at a time: a warning a filter makes an error leaves the rest held
+            warnings.warn(validator._held.pop(0), SchemaMismatchWarning,
+                          stacklevel=outside_stacklevel())
 
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).

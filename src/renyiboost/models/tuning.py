@@ -195,7 +195,9 @@ def private_tune(
     mu = float(len(pool) if mean_runs is None else mean_runs)
     if isinstance(mean_runs, bool) or not (math.isfinite(mu) and 1 <= mu <= MAX_MEAN_RUNS):
         raise ValueError(f"mean_runs must be a number from 1 to {MAX_MEAN_RUNS} (the "
-                         f"expected fits), got {mean_runs!r}")
+                         f"expected fits), got {mean_runs!r}" + (
+                             f" (its default, one a candidate: {len(pool)})"
+                             if mean_runs is None else ""))
     # every row is checked as a fit checks its rows, before the split: a validation row
     # that no fit reads (a NaN label) would otherwise make every score NaN, released
     SGBDT(schema, task=task, epsilon=epsilon, delta=delta).check_inputs(X, y)

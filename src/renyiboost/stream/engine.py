@@ -1445,12 +1445,11 @@ class StreamEngine(OwesRounds):
         middle of a trigger, would make the schedule depend on the data (a trigger that met
         a stopped feature lost its tree, and the next trigger was already set; the rest of
         an ``add`` lost its positions). A call that fails leaves them to the next one."""
-        names, self._stopped_unwarned = self._stopped_unwarned, []
-        first, self._first_unwarned = self._first_unwarned, False
-        for name in names:
-            warnings.warn(self._arrivals.describe(name), SchemaMismatchWarning,
-                          stacklevel=outside_stacklevel())
-        if first:
+        while self._stopped_unwarned:  # one at a time: an error leaves the rest to come
+            warnings.warn(self._arrivals.describe(self._stopped_unwarned.pop(0)),
+                          SchemaMismatchWarning, stacklevel=outside_stacklevel())
+        if self._first_unwarned:
+            self._first_unwarned = False
             self._check_arrived()
 
     def _check_arrived(self) -> None:

@@ -756,3 +756,25 @@ def test_warnings_made_errors_come_one_a_call_and_none_is_lost() -> None:
             except SchemaMismatchWarning as warned:
                 said.append(str(warned)[:11])
     assert said == ["feature 'a'", "feature 'b'"] and model.engine.positions == 6
+
+
+def test_a_group_commit_gives_the_data_warnings_after_its_commit(tmp_path) -> None:
+    """A warning made an error inside a group commit (the Kafka trainer's poll) ended the
+    group after its rounds ran: the group never committed and the engine stopped for good.
+    The engine's warnings now come after the group's commit."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+    from renyiboost.stream.store import SQLiteStore
+
+    schema = PublicSchema(features={"a": (0.0, 1.0), "c": (0.0, 1.0)},
+                          target_bounds=(0.0, 1.0))
+    config = EngineConfig.from_defaults(schema, "regression", 1.0, train_every=50, warmup=50)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True), seed=0)
+    rows = np.column_stack([np.linspace(0, 1, 100), np.full(100, np.nan)])  # c never comes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        with pytest.raises(SchemaMismatchWarning, match=r"\['c'\]"), engine.group_commit():
+            engine.add(rows, rows[:, 0], [f"k{i}" for i in range(100)])
+    assert engine.may_learn and engine.rounds_done >= 1
+    engine.close()
+    reopened = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db"), seed=0)
+    assert (reopened.positions, reopened.rounds_done) == (100, engine.rounds_done)

@@ -206,10 +206,18 @@ def test_extend_grows_by_doubling_and_keeps_earlier_views() -> None:
         assert twin.n_trees == 301 and twin.leaves.base is not ens.leaves.base
     np.testing.assert_array_equal(ens.leaves[-1], source.leaves[0] + 1.0)
     assert len(pickle.dumps(ens)) < 1.2 * len(pickle.dumps(source))  # no spare rows
-    ens.keep_last(10)  # a later slice: the next tree goes to new buffers, the 10 kept
+    ens.keep_last(10)  # a later run of rows: the next tree follows it in the buffer
     ens.append(source.features[2], source.thresholds[2], source.leaves[2])
     np.testing.assert_array_equal(ens.leaves, np.vstack([
         source.leaves[-9:], source.leaves[:1] + 1.0, source.leaves[2:3]]))
+    capped, last, grown = _random_ensemble(5, 3, 0), None, 0
+    for t in range(2000):  # a tree cap of 100 (max_trees): each append once copied 100 trees
+        capped.append(source.features[t % 300], source.thresholds[t % 300],
+                      source.leaves[t % 300])
+        capped.keep_last(100)
+        grown, last = grown + (capped._buffers is not last), capped._buffers
+    assert grown <= 25  # a new buffer about every 100 trees, not every tree
+    np.testing.assert_array_equal(capped.leaves, source.leaves[np.arange(1900, 2000) % 300])
 
 # --------------------------------------------------------------------- growth
 

@@ -423,6 +423,42 @@ def test_a_store_from_before_a_learner_field_resumes_with_the_value_it_ran_with(
         SGBDTClassifier({"a": (0.0, 1.0)}, store=str(fresh), **old)
 
 
+
+def test_a_hinted_store_from_before_the_schedule_beyond_its_end_resumes(tmp_path) -> None:
+    """A hinted store written before the schedule beyond the hinted end holds no
+    ``max_train_every_beyond_end``; it ran as with ``None``, which resumes it with the
+    hint's trees a trigger, from the estimators and from a ``[model]`` table (``false``:
+    TOML has no null). The keyword was neither an estimator's nor left the hint's trees a
+    trigger (given alone it counted as a schedule of one's own), so such a store could not
+    resume; the policy's value is refused."""
+    from renyiboost.connectors.service import ModelConfig, engine_config
+
+    path = tmp_path / "old.db"
+    old = {"features": {"a": (0.0, 1.0)}, "target_bounds": (0.0, 1.0), "epsilon": 1.0,
+           "expected_records": 50, "seed": 3}
+    model = SGBDTRegressor(**old, store=SQLiteStore(path, create=True),
+                           max_train_every_beyond_end=None)
+    assert model.engine.config.trees_per_trigger == 20
+    rng = np.random.default_rng(5)
+    for i in range(120):
+        x = float(rng.uniform())
+        model.learn_one({"a": x}, x, key=i)
+    trees = model.engine.ensemble.n_trees
+    model.engine.close()
+    with sqlite3.connect(path) as db:  # what an earlier version wrote: no such field
+        (stored,) = db.execute("SELECT value FROM meta WHERE name = 'config'").fetchone()
+        config = json.loads(stored)
+        del config["max_train_every_beyond_end"]
+        db.execute("UPDATE meta SET value = ? WHERE name = 'config'", (json.dumps(config),))
+    with pytest.raises(LedgerConflict, match="max_train_every_beyond_end: None stored, 49"):
+        SGBDTRegressor(**old, store=str(path))
+    again = SGBDTRegressor(**old, store=str(path), max_train_every_beyond_end=None)
+    assert again.engine.ensemble.n_trees == trees
+    again.engine.close()
+    table = ModelConfig(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0),
+                        expected_records=50, max_train_every_beyond_end=False)
+    assert engine_config(table) == again.engine.config
+
 class _FailingStore(SQLiteStore):
     def __init__(self, path, fail_at: int, create: bool = True) -> None:
         super().__init__(path, create=create)

@@ -7,6 +7,7 @@ and exits non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -18,10 +19,12 @@ def outside_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` that names the first line outside this
     package: the user's ``learn_one`` or ``fit``, not ``engine.py``, whichever path inside
     led to the warning (a fixed level named the package's own lines from some entry points,
-    e.g. a ``TestingOnlyWarning`` at ``engine.py:688``). Call it in the ``warn`` call."""
+    e.g. a ``TestingOnlyWarning`` at ``engine.py:688``), nor ``contextlib``'s when a block
+    of the package's warns at its end. Call it in the ``warn`` call."""
     frame = sys._getframe(1)  # the function that warns: level 1
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
+                                 or frame.f_code.co_filename == contextlib.__file__):
         frame = frame.f_back
         level += 1
     return level

@@ -637,8 +637,9 @@ class KafkaTrainer(_Loop):
             max(1, max_messages), self.settings.batch_size)
         messages = self.consumer.consume(
             size, self.settings.poll_timeout if timeout is None else timeout)
-        with (cycle_collector_paused(), self.engine.group_commit(),
-              self.parser.validator.warnings_at_end()):  # after the batch is counted
+        # the data's warnings after the batch is counted and its group committed
+        with (self.parser.validator.warnings_at_end(), cycle_collector_paused(),
+              self.engine.group_commit()):
             self._process(messages)
         self.consumed += len(messages)
         if messages:

@@ -65,9 +65,12 @@ _TRIGGER_FIELDS: dict[str, Any] = {
     for name, field in EngineConfig.model_fields.items()
     if name not in {"public_schema", "params"}
 }
-#: ``recalibration = false`` switches the answers' recalibration off (TOML has no null, and
-#: a field left out takes the policy's).
+#: ``recalibration = false`` switches the answers' recalibration off, and
+#: ``max_train_every_beyond_end = false`` a hinted stream's own schedule beyond its end (TOML
+#: has no null, and a field left out takes the policy's).
+_FALSE_IS_NONE = ("recalibration", "max_train_every_beyond_end")
 _TRIGGER_FIELDS["recalibration"] = (RecalibrationPolicy | Literal[False] | None, None)
+_TRIGGER_FIELDS["max_train_every_beyond_end"] = (int | Literal[False] | None, None)
 
 
 class _ModelTable(BaseModel):
@@ -95,8 +98,9 @@ def engine_config(model: Any) -> EngineConfig:
         raise ValueError(field_errors(error, "model.")) from None
     explicit = {name: value for name, value in model.model_dump(
         include=set(_LEARNER_FIELDS) | set(_TRIGGER_FIELDS)).items() if value is not None}
-    if explicit.get("recalibration") is False:
-        explicit["recalibration"] = None
+    for name in _FALSE_IS_NONE:
+        if explicit.get(name) is False:
+            explicit[name] = None
     try:
         return EngineConfig.from_defaults(schema, model.task, model.epsilon, model.delta,
                                           model.expected_records, **explicit)

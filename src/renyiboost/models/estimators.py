@@ -40,7 +40,8 @@ _POLICY_ARGUMENTS = (
     "grad_clip", "hess_clip", "reg_lambda", "reg_lambda_noise_stds", "leaf_clip",
     "feature_selection", "mains_cycles", "split_candidates", "smoothing", "grid_share",
     "logistic_gradient", "train_every", "trees_per_trigger", "warmup", "trigger_growth",
-    "max_train_every", "final_trees", "noise_stages", "recalibration",
+    "max_train_every", "max_train_every_beyond_end", "final_trees", "noise_stages",
+    "recalibration",
 )
 
 
@@ -128,6 +129,7 @@ class _SGBDTEstimator:
         warmup: int | Policy = POLICY,
         trigger_growth: float | Policy = POLICY,
         max_train_every: int | None | Policy = POLICY,
+        max_train_every_beyond_end: int | None | Policy = POLICY,
         final_trees: int | Policy = POLICY,
         noise_stages: tuple[tuple[int, int], ...] | Policy = POLICY,
         recalibration: RecalibrationPolicy | dict[str, Any] | None | Policy = POLICY,
@@ -165,6 +167,7 @@ class _SGBDTEstimator:
         self.warmup = warmup
         self.trigger_growth = trigger_growth
         self.max_train_every = max_train_every
+        self.max_train_every_beyond_end = max_train_every_beyond_end
         self.final_trees = final_trees
         self.noise_stages = noise_stages
         self.recalibration = recalibration
@@ -465,15 +468,18 @@ class SGBDTRegressor(_SGBDTEstimator, base.MiniBatchRegressor):
         leaves settle at the true rate; :class:`~renyiboost.models.losses.LogisticLoss`).
         The policy: ``"proper"`` from 30,000 records × ε on (``expected_records``, or the
         10,000 a stream without a hint assumes).
-    train_every, trees_per_trigger, warmup, trigger_growth, max_train_every, final_trees,
-    max_trees
+    train_every, trees_per_trigger, warmup, trigger_growth, max_train_every,
+    max_train_every_beyond_end, final_trees, max_trees
         Triggers and model size (see :class:`renyiboost.stream.engine.EngineConfig`;
         ``final_trees``: extra rounds at ``expected_records``, by default ``rounds // 2`` with a
         hint; 0 switches the end burst off). Left out, each takes the policy's
         :func:`~renyiboost.models.defaults.stream_schedule` and
         :func:`~renyiboost.models.defaults.trees_per_trigger` (1 when you set any schedule
         field yourself); an explicit ``train_every`` without ``trigger_growth`` is a fixed
-        interval.
+        interval. ``max_train_every_beyond_end``: beyond a hinted end, one tree a trigger
+        and intervals growing up to this (the policy: an unhinted stream's,
+        :func:`~renyiboost.models.defaults.beyond_end_every`); ``None`` keeps the hint's
+        schedule, e.g. to resume a store written before it existed.
     noise_stages
         ``((until, rounds), ...)``: the rounds up to stream position ``until`` have the noise
         of ``rounds`` nominal rounds (:func:`~renyiboost.models.defaults.noise_stages`, the

@@ -238,10 +238,13 @@ class RandomTreeGrower:
         return features, thresholds
 
 
-def _heads(view: np.ndarray, buffer: np.ndarray) -> bool:
-    """Whether ``view`` is the first rows of ``buffer`` (not another array, nor a later
-    slice such as :meth:`Ensemble.keep_last` leaves)."""
-    return view.base is buffer and view.ctypes.data == buffer.ctypes.data
+def _first_row(view: np.ndarray, buffer: np.ndarray) -> int | None:
+    """The row of ``buffer`` at which ``view`` starts, if ``view`` is a run of its rows
+    (:meth:`Ensemble.keep_last` leaves a later run), else ``None`` (another array)."""
+    if view.base is not buffer or not view.flags.c_contiguous:
+        return None
+    row, rest = divmod(view.ctypes.data - buffer.ctypes.data, buffer.strides[0])
+    return row if rest == 0 else None
 
 
 @dataclass
@@ -327,24 +330,28 @@ class Ensemble:
 
         The arrays are views of buffers with room to spare, which grow by doubling: a tree a
         call cost a copy of every tree held (a follower catching up 1,000 versions over
-        15,000 trees copied 23 GB). Rows below :attr:`n_trees` are never written again, so
-        an earlier view of the arrays keeps its values."""
+        15,000 trees copied 23 GB). The newest trees :meth:`keep_last` kept stay where they
+        are, and the next trees follow them while the buffer has room. Rows of a view are
+        never written again, so an earlier view of the arrays keeps its values."""
         n, k = self.n_trees, len(leaves)
         added = (np.asarray(features, dtype=np.int64).reshape(k, self.features.shape[1]),
                  np.asarray(thresholds, dtype=float).reshape(k, self.thresholds.shape[1]),
                  np.asarray(leaves, dtype=float).reshape(k, *self.leaf_shape))
         held = (self.features, self.thresholds, self.leaves)
         buffers = self._buffers
-        if buffers is None or buffers[0].shape[0] < n + k or not all(
-                _heads(view, buffer) for view, buffer in zip(held, buffers, strict=True)):
-            capacity = max(2 * (n + k), 8)
+        starts = {None} if buffers is None else {
+            _first_row(view, buffer) for view, buffer in zip(held, buffers, strict=True)}
+        start = starts.pop() if len(starts) == 1 else None
+        if buffers is None or start is None or start + n + k > buffers[0].shape[0]:
+            capacity, start = max(2 * (n + k), 8), 0
             buffers = tuple(np.empty((capacity, *a.shape[1:]), dtype=a.dtype) for a in held)
             for buffer, view in zip(buffers, held, strict=True):
                 buffer[:n] = view
         for buffer, rows in zip(buffers, added, strict=True):
-            buffer[n:n + k] = rows
+            buffer[start + n:start + n + k] = rows
         self._buffers = buffers
-        self.features, self.thresholds, self.leaves = (b[:n + k] for b in buffers)
+        self.features, self.thresholds, self.leaves = (
+            b[start:start + n + k] for b in buffers)
 
     def __getstate__(self) -> dict[str, Any]:
         """The trees without the spare rows (a pickle carries what is held)."""

@@ -342,8 +342,9 @@ ABSENT_FROM_OLDER_STORES: dict[str, Any] = {"config": {
     "max_train_every_beyond_end": None}}
 
 #: The trigger fields that shape the schedule (:func:`trigger_schedule`'s inputs).
-SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every",
-                             "max_train_every_beyond_end"})
+#: (Not ``max_train_every_beyond_end``: it shapes only what follows a hinted end, and given
+#: alone, as ``None`` to resume a store from before it, it left the hint's trees a trigger.)
+SCHEDULE_FIELDS = frozenset({"train_every", "warmup", "trigger_growth", "max_train_every"})
 
 
 def trigger_schedule(config: EngineConfig) -> TriggerSchedule:
@@ -1444,7 +1445,10 @@ class StreamEngine(OwesRounds):
         release it makes: a stop, or a filter that turns the warning into an error in the
         middle of a trigger, would make the schedule depend on the data (a trigger that met
         a stopped feature lost its tree, and the next trigger was already set; the rest of
-        an ``add`` lost its positions). A call that fails leaves them to the next one."""
+        an ``add`` lost its positions). A call that fails leaves them to the next one, and
+        a group commit gives them after its commit (an error inside lost the group)."""
+        if self._deferred is not None:
+            return
         while self._stopped_unwarned:  # one at a time: an error leaves the rest to come
             warnings.warn(self._arrivals.describe(self._stopped_unwarned.pop(0)),
                           SchemaMismatchWarning, stacklevel=outside_stacklevel())
@@ -1692,6 +1696,7 @@ class StreamEngine(OwesRounds):
         finally:
             self._deferred, self._deferred_outputs = None, []
         self._drain()
+        self._warn_arrivals()  # held while the group was open
 
     def _install(self, event: InitEvent | RoundEvent | GridEvent, after: RecordPool,
                  newly: np.ndarray | None = None) -> None:

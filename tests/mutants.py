@@ -705,6 +705,14 @@ MUTATIONS = [
              "store=store_at(location, create=True, meta=None),",
              [("tests/test_sharded.py::test_a_new_deployments_stores_hold_their_places_before"
                "_their_first_open")]),
+    Mutation("an install that fails after its commit leaves the engine running",
+             "src/renyiboost/stream/engine.py",
+             "            self._install_now(event, after, newly)\n"
+             "        except BaseException as error:\n            self._broken = error\n",
+             "            self._install_now(event, after, newly)\n"
+             "        except BaseException as error:\n            del error\n",
+             [("tests/test_stream.py::test_an_install_that_fails_after_its_commit_stops_the"
+               "_engine")]),
     Mutation("trees appended after the rows a tree cap kept, over older trees",
              "src/renyiboost/models/trees.py",
              "    return row if rest == 0 else None",

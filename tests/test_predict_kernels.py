@@ -217,6 +217,11 @@ def test_extend_grows_by_doubling_and_keeps_earlier_views() -> None:
         capped.keep_last(100)
         grown, last = grown + (capped._buffers is not last), capped._buffers
     assert grown <= 25  # a new buffer about every 100 trees, not every tree
+    stump = Ensemble(depth=0, is_categorical=np.zeros(2, bool))  # rows of no width
+    for t in range(5):
+        stump.append(np.zeros(0, int), np.zeros(0), np.full(1, float(t)))
+        stump.keep_last(3)
+    assert stump.leaves[:, 0].tolist() == [2.0, 3.0, 4.0] and stump.features.shape == (3, 0)
     np.testing.assert_array_equal(capped.leaves, source.leaves[np.arange(1900, 2000) % 300])
 
 # --------------------------------------------------------------------- growth

@@ -458,6 +458,9 @@ def test_a_hinted_store_from_before_the_schedule_beyond_its_end_resumes(tmp_path
     table = ModelConfig(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0),
                         expected_records=50, max_train_every_beyond_end=False)
     assert engine_config(table) == again.engine.config
+    with pytest.raises(ValueError, match="max_train_every_beyond_end"):  # true is not 1
+        ModelConfig(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0),
+                    expected_records=50, max_train_every_beyond_end=True)
 
 class _FailingStore(SQLiteStore):
     def __init__(self, path, fail_at: int, create: bool = True) -> None:
@@ -504,6 +507,33 @@ def test_a_restart_resumes_an_interrupted_finish_and_never_runs_a_finished_one_a
     np.testing.assert_array_equal(finished.engine.active_pool().spent, spent)
     finished.learn_one(*_stream(1, seed=9)[0], key="late")
     assert finished.finish() == burst  # a later end is a new burst
+
+
+def test_an_install_that_fails_after_its_commit_stops_the_engine() -> None:
+    """A round committed and then not installed (a depth-0 ensemble once failed to take its
+    second tree) left the engine with the pool before the round: the next trigger released
+    the same round again, charged as if it were the only one, 18 times over in one run.
+    The engine now stops, as after a failed commit."""
+    model = _regressor()
+    engine = model.engine
+    announced: list[int] = []
+    engine.listeners.append(lambda event: announced.append(getattr(event, "round", -1)))
+    data = _stream(400)
+    original = type(engine.booster.ensemble).append
+    calls = {"n": 0}
+
+    def append_once_failing(ensemble, *args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ZeroDivisionError("injected")
+        original(ensemble, *args)
+
+    engine.booster.ensemble.append = append_once_failing.__get__(engine.booster.ensemble)
+    with pytest.raises(ZeroDivisionError, match="injected"):
+        _fill(model, data, list(range(400)))
+    with pytest.raises(StateStoreError, match="failed commit or install"):
+        model.learn_one(data[0][0], data[0][1], key="more")
+    assert engine.booster.rounds_done == 1 and announced.count(1) <= 1
 
 
 @pytest.mark.parametrize("write_behind", [True, False], ids=["write-behind", "in-line"])

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, create_model
 
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.connectors.events import EventFormat
@@ -70,7 +70,8 @@ _TRIGGER_FIELDS: dict[str, Any] = {
 #: has no null, and a field left out takes the policy's).
 _FALSE_IS_NONE = ("recalibration", "max_train_every_beyond_end")
 _TRIGGER_FIELDS["recalibration"] = (RecalibrationPolicy | Literal[False] | None, None)
-_TRIGGER_FIELDS["max_train_every_beyond_end"] = (int | Literal[False] | None, None)
+_TRIGGER_FIELDS["max_train_every_beyond_end"] = (  # true is not 1 here
+    StrictInt | Literal[False] | None, None)
 
 
 class _ModelTable(BaseModel):

@@ -339,8 +339,9 @@ class Ensemble:
                  np.asarray(leaves, dtype=float).reshape(k, *self.leaf_shape))
         held = (self.features, self.thresholds, self.leaves)
         buffers = self._buffers
-        starts = {None} if buffers is None else {
-            _first_row(view, buffer) for view, buffer in zip(held, buffers, strict=True)}
+        starts = {None} if buffers is None else {  # rows of no width (depth 0) say nothing
+            _first_row(view, buffer) for view, buffer in zip(held, buffers, strict=True)
+            if buffer.strides[0]}
         start = starts.pop() if len(starts) == 1 else None
         if buffers is None or start is None or start + n + k > buffers[0].shape[0]:
             capacity, start = max(2 * (n + k), 8), 0

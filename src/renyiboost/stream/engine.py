@@ -971,7 +971,8 @@ class StreamEngine(OwesRounds):
     def _usable(self) -> None:
         if self._broken is not None:
             raise StateStoreError(
-                f"the engine stopped after a failed commit ({self._broken}); what it holds "
+                f"the engine stopped after a failed commit or install ({self._broken}); "
+                "what it holds "
                 "beyond the store's last commit is not durable. Restart it from the store."
             ) from self._broken
 
@@ -1700,7 +1701,18 @@ class StreamEngine(OwesRounds):
 
     def _install(self, event: InitEvent | RoundEvent | GridEvent, after: RecordPool,
                  newly: np.ndarray | None = None) -> None:
-        """Make a committed output visible and compact the pool (retired keys leave)."""
+        """Make a committed output visible and compact the pool (retired keys leave). One
+        that fails stops the engine, as a failed commit does: it holds less than the store
+        (the next trigger released the same round again, charged as if it were the only
+        one, and a store then refused it as a repeat)."""
+        try:
+            self._install_now(event, after, newly)
+        except BaseException as error:
+            self._broken = error
+            raise
+
+    def _install_now(self, event: InitEvent | RoundEvent | GridEvent, after: RecordPool,
+                     newly: np.ndarray | None) -> None:
         if isinstance(event, InitEvent):
             self.booster.ensemble.init_score = event.score
             self._initialized = True

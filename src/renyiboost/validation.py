@@ -37,7 +37,8 @@ import math
 import numbers
 import unicodedata
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import numpy as np
@@ -154,24 +155,6 @@ def _float_categories(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, ~(missing | whole)
 
 
-
-class _HeldWarnings:
-    """:meth:`RecordValidator.warnings_at_end` (a class, not a generator: the warnings then
-    name the caller's line, not ``contextlib``'s)."""
-
-    def __init__(self, validator: RecordValidator) -> None:
-        self.validator = validator
-
-    def __enter__(self) -> None:
-        self.validator._deferring += 1
-
-    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
-        validator = self.validator
-        validator._deferring -= 1
-        while failed is None and not validator._deferring and validator._held:
-            # one at a time: a warning a filter makes an error leaves the rest held
-            warnings.warn(validator._held.pop(0), SchemaMismatchWarning,
-                          stacklevel=outside_stacklevel())
 
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).
@@ -313,14 +296,22 @@ class RecordValidator:
                    "whose every feature is missing. Check the records' feature names "
                    "(strict=True refuses such records)")
 
-    def warnings_at_end(self) -> _HeldWarnings:
+    @contextmanager
+    def warnings_at_end(self) -> Iterator[None]:
         """A block that holds this validator's warnings back until it ends without an error
         (one that does keeps them for the next block). A learning call counts its records'
         positions, and runs the triggers they reach, inside the block: a filter that turns
         a warning into an error once made a record with a value out of bounds lose its
         position, and ``learn_many`` its whole batch, so the schedule depended on the
-        data."""
-        return _HeldWarnings(self)
+        data. They are given one at a time: one a filter makes an error leaves the rest."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        while not self._deferring and self._held:
+            warnings.warn(self._held.pop(0), SchemaMismatchWarning,
+                          stacklevel=outside_stacklevel())
 
     def _warn(self, message: str) -> None:
         if self._deferring:

@@ -438,8 +438,9 @@ def _tuning_rows(n: int = 1_500) -> tuple[PublicSchema, np.ndarray, np.ndarray]:
 def test_a_private_selection_draws_what_it_accounts(monkeypatch) -> None:
     """Would fail if a run's score noise were smaller than accounted, a validation row were
     also trained on (it would pay B twice), K were drawn with a larger mean than the
-    μ in ε', or the scores read rows the split did not give them: the noise each score
-    gets, the rows each fit and each score read, and K's mean are recorded."""
+    μ in ε', the scores read rows the split did not give them, or a run's seed were the
+    selection's: the noise each score gets, the rows each fit and each score read, the
+    runs' seeds and K's mean are recorded."""
     from renyiboost.models import tuning
 
     schema, X, y = _tuning_rows()
@@ -447,6 +448,7 @@ def test_a_private_selection_draws_what_it_accounts(monkeypatch) -> None:
     means: list[float] = []
     fitted: list[np.ndarray] = []
     scored: list[np.ndarray] = []
+    run_seeds: list[int] = []
 
     class Recording(SeededNoise):
         def normal(self, size, std=1.0):
@@ -459,6 +461,7 @@ def test_a_private_selection_draws_what_it_accounts(monkeypatch) -> None:
 
     def fit(model, X_part, y_part):
         fitted.append(np.rint(X_part[:, 1] * len(y)).astype(int))
+        run_seeds.append(model.seed)
         return original_fit(model, X_part, y_part)
 
     def score(task, model, X_part, y_part, target_range):
@@ -476,8 +479,11 @@ def test_a_private_selection_draws_what_it_accounts(monkeypatch) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
         result = tuning.private_tune(schema, X, y, "classification", 1.0,
-                                     candidates=candidates, mean_runs=3.0, seed=8)
+                                     candidates=candidates, mean_runs=3.0, seed=0)
     runs = result.operator_runs
+    # a seeded selection (testing only) never gives a run its own seed: seed 0's run 0
+    # had seed 0 and drew the selection's noise
+    assert 0 not in run_seeds and len(set(run_seeds)) == runs
     assert means == [3.0] and len(fitted) == len(scored) == runs
     assert stds == [tuning.score_noise_std(result.budget)] * runs  # the tuner's own draws
     train, validation = fitted[0], scored[0]

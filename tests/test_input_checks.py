@@ -379,8 +379,15 @@ def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> 
     """A record that names no feature of the schema (``{}``, every value None, or a frame's
     row of NaN) counts as a record whose every feature is missing: the first one draws a
     warning, as the issue asks of records that match none of the schema's features (an
-    unknown name is refused outright), and strict=True refuses it."""
+    unknown name is refused outright), and strict=True refuses it. Records answered are
+    warned about apart, once: an empty prediction first must not spend the warning of the
+    records learned after it."""
     model = SGBDTClassifier({"a": (0.0, 1.0), "b": (0.0, 1.0)}, epsilon=1.0, seed=0)
+    with pytest.warns(SchemaMismatchWarning, match="a record answered has no value"):
+        if feed == "one":
+            model.predict_one({"a": None})
+        else:
+            model.predict_many(pd.DataFrame([{"a": 0.5}, {}], columns=["a", "b"]))
 
     def learn(rows: list[dict]) -> None:
         if feed == "one":
@@ -394,12 +401,13 @@ def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> 
         warnings.simplefilter("always")
         learn([{"a": 0.5, "b": None}, {"a": 0.2, "b": 0.1}])
     assert not [w for w in caught if issubclass(w.category, SchemaMismatchWarning)]
-    with pytest.warns(SchemaMismatchWarning, match="no value for any feature"):
+    with pytest.warns(SchemaMismatchWarning, match="a record learned has no value"):
         learn([{"a": 0.5}, {"a": None, "b": None}])
     with warnings.catch_warnings():
         warnings.simplefilter("error", SchemaMismatchWarning)
         learn([{}, {"a": None, "b": None}])  # once only
         model.predict_one({})
+        model.predict_many(pd.DataFrame([{}], columns=["a", "b"]))
     strict = SGBDTClassifier({"a": (0.0, 1.0)}, epsilon=1.0, seed=0, strict=True)
     with pytest.raises(InvalidRecord, match="'a' is absent"):
         strict.learn_one({}, True, key="k")

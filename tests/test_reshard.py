@@ -142,6 +142,30 @@ def test_the_old_stores_are_refused_for_good(tmp_path) -> None:
         ShardedEngine(config, shard_locations(str(tmp_path), 2, alone=False))
 
 
+def test_a_store_named_twice_or_as_source_and_target_is_refused_first(tmp_path,
+                                                                      monkeypatch) -> None:
+    """Whatever the spelling (relative, absolute, ``sqlite:///``), a store given as both
+    a source and a target, or twice as either, is refused by name before any store opens
+    (it was refused later as "in use by this process" or as one that "already exists"),
+    and the deployment still reshards after."""
+    config = _config("classification")
+    old, budgets, _ = _deployment(tmp_path, 2)
+    monkeypatch.chdir(tmp_path)
+    relative = Path(old[0]).name
+    new = [str(tmp_path / "new-0.db"), str(tmp_path / "new-1.db")]
+    cases = [(old, [f"sqlite:///{old[0]}", new[1]], "both a source and a target"),
+             (old, [new[0], "new-0.db"], "target store .* is named twice"),
+             ([old[0], relative], new, "source store .* is named twice")]
+    for sources, targets, message in cases:
+        with pytest.raises(LedgerConflict, match=message):
+            reshard(config, sources, targets)
+        assert not any(Path(t.removeprefix("sqlite:///")).exists() for t in targets[1:])
+    reshard(config, old, new)
+    sharded = ShardedEngine(config, new)
+    assert _budgets(sharded) == budgets
+    sharded.close()
+
+
 def _one_store_reading_keys_from(tmp_path, name: str, key_source: dict) -> str:
     """A single engine's store that learned 200 records, its keys pinned to ``key_source``
     as the Kafka trainer pins them."""

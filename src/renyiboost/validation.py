@@ -39,7 +39,7 @@ import unicodedata
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -204,7 +204,9 @@ class RecordValidator:
         #: telemetry: it describes the data).
         self.outside = np.zeros(schema.n_features, dtype=np.int64)
         self._warned: set[int] = set()
-        self._warned_empty = False
+        #: Whether a record without values was warned about, once for records learned and
+        #: once for records answered (a prediction's must not spend a learned one's warning).
+        self._warned_empty = {"learned": False, "answered": False}
         #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back.
         self._deferring = 0
         self._held: list[str] = []
@@ -262,8 +264,9 @@ class RecordValidator:
         if self.strict and len(x) < len(encoders):
             given = set(map(str, x))
             self._absent(next(name for name in encoders if name not in given))
-        if not self._warned_empty and all(map(math.isnan, row)):  # stops at a value
-            self.note_empty()
+        use = "answered" if outside is None else "learned"
+        if not self._warned_empty[use] and all(map(math.isnan, row)):  # stops at a value
+            self.note_empty(use)
         return np.array(row)
 
     def _unusual(self, name: Any, value: Any, categorical: bool) -> Any:
@@ -281,17 +284,19 @@ class RecordValidator:
         self._check_value(str(name), value)
         return value
 
-    def note_empty(self) -> None:
-        """Warn, the first time only, that a record held no value for any feature of the
-        schema (:class:`SchemaMismatchWarning`): it is learned, and answered, as a record
-        whose every feature is missing, which is what a record whose names all differ from
-        the schema's would be if unknown names were dropped. A rule per record: the record
-        still counts, so the public schedule does not change."""
-        if self._warned_empty:
+    def note_empty(self, use: Literal["learned", "answered"] = "learned") -> None:
+        """Warn, the first time only for each ``use``, that a record held no value for any
+        feature of the schema (:class:`SchemaMismatchWarning`): it is learned, or answered,
+        as a record whose every feature is missing, which is what a record whose names all
+        differ from the schema's would be if unknown names were dropped. A rule per record:
+        the record still counts, so the public schedule does not change. Learned and
+        answered records are warned about apart: a ``predict_one({})`` used up the one
+        warning, and a stream of misnamed records learned after it went unwarned."""
+        if self._warned_empty[use]:
             return
-        self._warned_empty = True
+        self._warned_empty[use] = True
         names = ", ".join(map(repr, self.schema.names[:8]))
-        self._warn(f"a record has no value for any feature of the public schema ({names}"
+        self._warn(f"a record {use} has no value for any feature of the public schema ({names}"
                    f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
                    "whose every feature is missing. Check the records' feature names "
                    "(strict=True refuses such records)")
@@ -443,8 +448,10 @@ class RecordValidator:
             n_rows=int(good.sum()))
         if count:
             self.note_outside(outside)
-        if not self._warned_empty and good.any() and np.isnan(rows[good]).all(axis=1).any():
-            self.note_empty()
+        use = "learned" if count else "answered"
+        if (not self._warned_empty[use] and good.any()
+                and np.isnan(rows[good]).all(axis=1).any()):
+            self.note_empty(use)
         return rows, bad
 
     @staticmethod

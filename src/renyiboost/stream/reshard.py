@@ -63,6 +63,7 @@ from renyiboost.stream.engine import (
     KeyLedgers,
     StreamEngine,
 )
+from renyiboost.stream.postgres import without_password
 from renyiboost.stream.sharded import (
     LocalShards,
     ShardedEngine,
@@ -104,6 +105,7 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
     docstring. Every store must be free (no trainer running)."""
     if not sources or not targets:
         raise ValueError("reshard needs at least one source and one target store")
+    _check_places(sources, targets)
     olds: list[SQLStateStore] = []
     try:
         for location in sources:
@@ -129,6 +131,34 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
     _archive(sources)
     log.info("reshard done: %d shards; the old stores are refused from now on", len(targets))
     return report
+
+
+def _place(location: str) -> str:
+    """Where a location's store lives, spelled one way: a SQLite path made absolute (a
+    ``sqlite:///`` URL is its path), a PostgreSQL URL as given."""
+    text = str(location)
+    if is_postgres_location(text):
+        return text
+    return str(Path(text.removeprefix("sqlite:///")).resolve())
+
+
+def _check_places(sources: Sequence[str], targets: Sequence[str]) -> None:
+    """Refuse a store named twice, or both as a source and as a target, before anything
+    opens: each was refused later, as a store "in use by this process" or one that "already
+    exists", which did not say what was wrong with the call."""
+    for role, locations in (("source", sources), ("target", targets)):
+        places = [_place(location) for location in locations]
+        for i, place in enumerate(places):
+            if place in places[:i]:
+                raise LedgerConflict(f"the {role} store {without_password(locations[i])} is "
+                                 "named twice; each shard's store is named once")
+    old = {_place(location) for location in sources}
+    for location in targets:
+        if _place(location) in old:
+            raise LedgerConflict(
+                f"{without_password(location)} is both a source and a target: a reshard "
+                "writes the ledgers into new stores and refuses the old ones from then on, "
+                "so the new shards need places of their own (--into)")
 
 
 def _clear_targets(targets: Sequence[str], old_ids: list[str]) -> None:

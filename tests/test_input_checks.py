@@ -383,11 +383,11 @@ def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> 
     warned about apart, once: an empty prediction first must not spend the warning of the
     records learned after it."""
     model = SGBDTClassifier({"a": (0.0, 1.0), "b": (0.0, 1.0)}, epsilon=1.0, seed=0)
+    empty_answer = ((lambda: model.predict_one({"a": None})) if feed == "one" else
+                    (lambda: model.predict_many(pd.DataFrame([{"a": 0.5}, {}],
+                                                             columns=["a", "b"]))))
     with pytest.warns(SchemaMismatchWarning, match="a record answered has no value"):
-        if feed == "one":
-            model.predict_one({"a": None})
-        else:
-            model.predict_many(pd.DataFrame([{"a": 0.5}, {}], columns=["a", "b"]))
+        empty_answer()
 
     def learn(rows: list[dict]) -> None:
         if feed == "one":

@@ -136,12 +136,19 @@ def test_a_stream_warns_when_delta_is_not_far_below_one_over_its_size() -> None:
 
 
 def test_a_batch_fit_warns_when_delta_is_not_far_below_one_over_its_rows() -> None:
-    """Needs the one-line call of ``check_privacy_inputs`` in ``SGBDT.fit``."""
+    """Needs the one-line call of ``check_privacy_inputs`` in ``SGBDT.fit``. The warning
+    does not print the private number of rows (logs keep it: it said "n = 2,000
+    records") nor δ · n, which gives it away; a public hint it may print."""
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 1, (2_000, 1))
     y = X[:, 0]
-    with pytest.warns(PrivacyLeakWarning, match="far below 1/n"):
+    with pytest.warns(PrivacyLeakWarning, match="far below 1/n") as caught:
         SGBDT(SCHEMA, epsilon=1.0, delta=1e-3, rounds=3, depth=1).fit(X, y)
+    text = " ".join(str(w.message) for w in caught)
+    assert "2,000" not in text and "2000" not in text and " = 2 " not in text
+    with pytest.warns(PrivacyLeakWarning, match="n = 3,000 records"):
+        SGBDT(SCHEMA, epsilon=1.0, delta=1e-3, rounds=3, depth=1,
+              expected_records=3_000).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         SGBDT(SCHEMA, epsilon=1.0, delta=1e-6, rounds=3, depth=1).fit(X, y)

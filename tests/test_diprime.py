@@ -199,3 +199,24 @@ def test_permute_and_flip_is_charged_the_pure_dp_curve_it_needs() -> None:
     np.testing.assert_allclose(charged, budget.depth * (
         pure_dp_rdp(budget.select_epsilon, orders)
         - exponential_rdp(budget.select_epsilon, orders)), rtol=1e-9)
+
+
+def test_a_nodes_median_is_drawn_inside_the_range_its_ancestors_leave() -> None:
+    """As in the authors' code, a child's numeric median is drawn over its side of its
+    parent's split (released, so free). At a tiny ε the medians are nearly uniform over
+    their range: drawn over the whole public range, about half of the children's
+    thresholds fell on the wrong side of their parent's (a child whose rows all lie on one
+    side spent its median on an empty part)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(600, 1))
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    model = DiPriMe(schema, seed=3, task="regression", epsilon=0.05, depth=3, trees=40,
+                    candidates=1).fit(X, X[:, 0])
+    t = model.ensemble.thresholds
+    for parent in range(3):  # the nodes of levels 0 and 1 and their children
+        left, right = 2 * parent + 1, 2 * parent + 2
+        assert np.all(t[:, left] <= t[:, parent]) and np.all(t[:, right] >= t[:, parent])
+    # a grandchild inside both: the right child of the root's left child, and the left
+    # child of its right child
+    assert np.all((t[:, 1] <= t[:, 4]) & (t[:, 4] <= t[:, 0]))
+    assert np.all((t[:, 0] <= t[:, 5]) & (t[:, 5] <= t[:, 2]))

@@ -60,6 +60,29 @@ def test_categories_reach_the_peers_as_their_public_names() -> None:
     assert list(decoded) == [domain[0], domain[2], "?"]
 
 
+def test_peers_take_the_other_category_and_a_public_binary_label_set() -> None:
+    """A training row in the schema's public "other" category reaches DP-EBM as "?", which
+    its ordinal domain now holds (interpret refused the row: "values outside of the
+    ordinal set"); our peers take a binary schema's labels as given (they were cast to
+    int: "invalid literal"), and an outside peer asked to do so says to code them 0 / 1."""
+    from renyiboost.schema import PublicSchema
+
+    rng = np.random.default_rng(0)
+    schema = PublicSchema(features={"a": (0, 1), "c": ["x", "y"]})
+    X = np.column_stack([rng.uniform(size=400), rng.integers(0, 3, 400).astype(float)])
+    y = (X[:, 0] > 0.5).astype(int)
+    dpebm = make_peer("dpebm", schema, "classification", "toy", 4.0, 1e-6, 0).fit(X, y)
+    assert np.isfinite(dpebm.predict_score(X)).all()
+    labelled = PublicSchema(features={"a": (0, 1)}, labels=["no", "yes"])
+    words = np.where(y == 1, "yes", "no")
+    for name in ("dpboost", "diprime", "dp_gam", "dp_mean"):
+        peer = make_peer(name, labelled, "classification", "toy", 4.0, 1e-6, 0)
+        score = peer.fit(X[:, :1], words).predict_score(X[:, :1])
+        assert score.shape == (400,) and ((score >= 0) & (score <= 1)).all()
+    with pytest.raises(ValueError, match="binary labels as 0 / 1"):
+        make_peer("dprf", labelled, "classification", "toy", 4.0, 1e-6, 0).fit(X[:, :1], words)
+
+
 def test_paper_preset_writes_tables_plots_and_verdicts_and_resumes(tmp_path, monkeypatch) -> None:
     config = paper.PaperConfig(datasets=["abalone"], epsilons=[0.54], repeats=1, folds=1,
                                workers=1, streams=False, out=str(tmp_path))

@@ -37,7 +37,10 @@ class PrivacyGuarantee(BaseModel):
     """The privacy parameters of a model: functions of its configuration only.
 
     ``epsilon`` is the (ε, δ) that the per-unit Rényi budget ``budget_rdp`` at order
-    ``order`` converts to; ``sigma`` is the noise scale of the tree leaves. ``unit`` is what
+    ``order`` converts to, plus ``size_estimate_epsilon`` where a batch fit bought its size
+    (a pure ε-DP Laplace count, added by basic composition; a composer who works in RDP
+    from ``order`` and ``budget_rdp`` must add that count's own: they cover the rest
+    only); ``sigma`` is the noise scale of the tree leaves. ``unit`` is what
     one budget protects: a key on a stream, a row in a batch fit. ``epsilon`` is ``None``
     for a model trained without privacy.
     """
@@ -53,7 +56,7 @@ class PrivacyGuarantee(BaseModel):
     budget_rdp: float | None
     seeded_for_testing: bool
     #: ε of the Laplace count a batch fit bought to choose its defaults (included in
-    #: ``epsilon``; the trees got the rest), or ``None``.
+    #: ``epsilon``, not in ``budget_rdp``; the trees got the rest), or ``None``.
     size_estimate_epsilon: float | None = None
     #: A stream's earlier noise stages: ``(last stream position, σ)`` of each; rounds after
     #: the last have ``sigma``. The same order and budget cover all of them.

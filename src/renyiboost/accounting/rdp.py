@@ -39,6 +39,19 @@ def _check_noise_multiplier(noise_multiplier: float) -> float:
     return z
 
 
+def _rounded_up(rdp_in_logs: np.ndarray, epsilon: float, alphas: np.ndarray) -> np.ndarray:
+    """An ε-DP mechanism's RDP computed as a log of a mixture near 1, made an upper bound:
+    the rounding of that log is added (its terms are up to about α (1 + ε) in size, each
+    rounded to 2⁻⁵³ of it, all over α − 1), and the bound every ε-DP mechanism meets,
+    ``min(ε, α ε² / 2)`` (:func:`pure_dp_rdp`), caps it. At a tiny ε the terms of the
+    mixture cancel: Laplace at ε = 10⁻⁸, α = 2 came out 0 against a true 10⁻¹⁶, and
+    randomized response at α = 4,096 2 · 10⁻⁴ below its true value (37th session's
+    review): under-counts, however small."""
+    rounding = 1e-15 * (1.0 + alphas * (1.0 + epsilon)) / (alphas - 1.0)
+    return np.minimum(np.maximum(rdp_in_logs, 0.0) + rounding,
+                      np.minimum(epsilon, alphas * epsilon**2 / 2.0))
+
+
 def _pure_epsilon(epsilon: float, orders: Orders) -> tuple[float, np.ndarray]:
     """A pure-DP mechanism's ε (checked ≥ 0) and the orders as floats."""
     eps = float(epsilon)
@@ -191,7 +204,7 @@ def laplace_rdp(epsilon: float, orders: Orders) -> np.ndarray:
         np.log(alphas / (2 * alphas - 1)) + (alphas - 1) * eps,
         np.log((alphas - 1) / (2 * alphas - 1)) - alphas * eps,
     )
-    return np.maximum(log_mix / (alphas - 1), 0.0)
+    return _rounded_up(log_mix / (alphas - 1), eps, alphas)
 
 
 def exponential_rdp(epsilon: float, orders: Orders) -> np.ndarray:
@@ -249,4 +262,4 @@ def randomized_response_rdp(epsilon: float, orders: Orders) -> np.ndarray:
     log_p, log_q = -np.logaddexp(0.0, -eps), -np.logaddexp(0.0, eps)
     log_mix = np.logaddexp(alphas * log_p + (1 - alphas) * log_q,
                            alphas * log_q + (1 - alphas) * log_p)
-    return np.maximum(log_mix / (alphas - 1), 0.0)
+    return _rounded_up(log_mix / (alphas - 1), eps, alphas)

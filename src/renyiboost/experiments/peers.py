@@ -86,13 +86,24 @@ class _Wrapped:
     def __init__(self, model: Any, task: str, to_input: Any = None) -> None:
         self.model, self.task = model, task
         self.to_input = to_input if to_input is not None else (lambda X: X)
-        #: One of our models over a schema with a multiclass label set: labels go in as
-        #: given, and every class's probability comes out.
-        self.multiclass = getattr(getattr(model, "schema", None), "n_outputs", 1) > 1
+        schema = getattr(model, "schema", None)
+        #: One of our models over a schema with a public label set: labels go in as given
+        #: (binary ones were cast to int, which failed for ``["no", "yes"]``).
+        self.labelled = getattr(schema, "labels", None) is not None
+        #: ... and with a multiclass one, every class's probability comes out.
+        self.multiclass = getattr(schema, "n_outputs", 1) > 1
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> _Wrapped:
-        target = (np.asarray(y, float) if self.task == "regression"
-                  else np.asarray(y) if self.multiclass else np.asarray(y).astype(int))
+        if self.task == "regression":
+            target = np.asarray(y, float)
+        elif self.labelled:
+            target = np.asarray(y)
+        else:
+            try:
+                target = np.asarray(y).astype(int)
+            except ValueError:
+                raise ValueError(f"{type(self.model).__name__} takes binary labels as 0 / 1 "
+                                 "(the suite's coding); map the labels to 0 / 1 first") from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # peers warn about their own defaults
             self.model.fit(self.to_input(X), target)
@@ -144,7 +155,9 @@ def _dpebm(schema: PublicSchema, task: str, epsilon: float, delta: float, seed: 
     domains = _categories(schema)
     kwargs: dict[str, Any] = dict(
         feature_names=schema.names,
-        feature_types=[d if d is not None else "continuous" for d in domains],
+        # each domain with the schema's public "other" value, which a row may hold (without
+        # it interpret refused such a training row: "values outside of the ordinal set")
+        feature_types=[[*d, "?"] if d is not None else "continuous" for d in domains],
         privacy_bounds={name: (float(lo), float(hi)) for name, d, lo, hi in
                         zip(schema.names, domains, schema.lower, schema.upper, strict=True)
                         if d is None},

@@ -159,7 +159,8 @@ class DPAdditiveBoost(MarginModel):
         """``rounds`` epochs of one tree a feature (the number of rows is read only for the
         warning when δ is not below 1/n; no mechanism reads it)."""
         X, _, y = self._training_data(X, y)
-        check_privacy_inputs(self.params.epsilon, self.params.delta, len(y))  # δ · n < 1?
+        check_privacy_inputs(self.params.epsilon, self.params.delta, len(y),  # δ · n < 1?
+                             counted=True)
         params, noise = self.params, noise_source(self.seed)
         bins = self._bins(X)
         # Leaves are Newton steps at the initial model's hessian: 1 for squared loss, and

@@ -395,7 +395,8 @@ class SGBDT(MarginModel):
             self.params.calibrate()
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         check_privacy_inputs(self._given.epsilon, self._given.delta,
-                             len(y) if self.expected_records is None else self.expected_records)
+                             len(y) if self.expected_records is None else self.expected_records,
+                             counted=self.expected_records is None)
         self.size_estimate_epsilon = self.size_estimate_ = None
         self.stated_guarantee = None  # a new fit is neither the release read nor the choice
         noise = noise_source(self.seed)

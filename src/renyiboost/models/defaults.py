@@ -392,23 +392,27 @@ def expected_records_hint(value: Any) -> int:
     return int(value)
 
 
-def check_privacy_inputs(epsilon: Any, delta: Any, records: float | None) -> None:
+def check_privacy_inputs(epsilon: Any, delta: Any, records: float | None, *,
+                         counted: bool = False) -> None:
     """Check ε (:func:`check_epsilon`) and δ (:func:`check_delta`) before the policy reads
     them, and raise a :class:`~renyiboost.exceptions.PrivacyLeakWarning` when a private
     model's δ is not below 1/n for the size it expects: ``records``, a public hint or a
-    batch's rows, or ``None`` for a stream without a hint (its prior,
-    :data:`PRIOR_RECORDS`). δ · n ≥ 1 admits a mechanism that publishes a key's records
-    verbatim; δ should be far below 1/n.
+    batch's rows (``counted``: the private count of its rows, which the warning must not
+    print, since logs keep it; it printed "n = 151 records"), or ``None`` for a stream
+    without a hint (its prior, :data:`PRIOR_RECORDS`). δ · n ≥ 1 admits a mechanism that
+    publishes a key's records verbatim; δ should be far below 1/n.
     """
     private = check_epsilon(epsilon) is not None
     delta = check_delta(delta)
     n = PRIOR_RECORDS if records is None else records
     if private and delta * n >= 1:
         where = (f"the {PRIOR_RECORDS:,} records a stream without an expected_records hint "
-                 "assumes" if records is None else f"n = {n:,.0f} records")
+                 "assumes" if records is None else "the rows given" if counted
+                 else f"n = {n:,.0f} records")
+        product = " >= 1" if counted else f" = {delta * n:.3g} >= 1"
         warnings.warn(
-            f"delta={delta:g} is not far below 1/n for {where} (delta · n = {delta * n:.3g} "
-            ">= 1): at such a delta a release that publishes some key's records verbatim "
+            f"delta={delta:g} is not far below 1/n for {where} (delta · n{product}): at "
+            "such a delta a release that publishes some key's records verbatim "
             "is within the guarantee; δ should be far below 1/n (e.g. 1e-6)",
             PrivacyLeakWarning, stacklevel=outside_stacklevel())
 

@@ -29,6 +29,11 @@ authors' code, each a privacy gap there:
 * **No public counts.** The code scales its selection by ``4 B² / n`` and its regression
   leaves by ``B / n_leaf`` with the exact node counts; here the selection score has a
   count-free sensitivity and the leaf count is noised.
+* **Ranges narrow down the tree**, as in the code: a node's median of a numeric feature is
+  drawn over the part of the public range its ancestors' splits leave it (free: the
+  thresholds are released). Until the 37th session's review every node drew over the whole
+  public range; measured by the review on a 4-feature XOR-like task, error 4.1 ± 1.1 %
+  against 2.9 ± 0.6 % at 20,000 rows and ε = 1, and no difference at 3,000 rows.
 * **A public depth.** The code derives the depth from the number of training rows
   (``log2(n / (25 T))``); here it is a parameter.
 * **Rows draw their tree.** The code slices the rows by count; here each row draws its tree
@@ -74,6 +79,20 @@ class DiPriMeParams(BaseModel):
     candidates: int = Field(5, ge=1)
     split_share: float = Field(0.5, gt=0, lt=1)
     selection: Literal["exponential", "permute_and_flip"] = "permute_and_flip"
+
+
+def _narrowed(lo: np.ndarray, hi: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
+              categorical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The children's ranges of every feature (rows ``2p`` and ``2p + 1`` for node ``p``'s
+    left and right child) from the nodes' ``lo``/``hi`` and their numeric splits: the left
+    child's values of the split feature lie below the threshold, the right child's at or
+    above it. Thresholds are released, so this is post-processing."""
+    lo, hi = np.repeat(lo, 2, axis=0), np.repeat(hi, 2, axis=0)
+    node = np.flatnonzero(~categorical[features])
+    f, t = features[node], thresholds[node]
+    hi[2 * node, f] = np.minimum(hi[2 * node, f], t)
+    lo[2 * node + 1, f] = np.maximum(lo[2 * node + 1, f], t)
+    return lo, hi
 
 
 class DiPriMe(PureDPModel):
@@ -127,6 +146,9 @@ class DiPriMe(PureDPModel):
         features = np.zeros(2**depth - 1, dtype=np.int64)
         thresholds = np.zeros(2**depth - 1)
         pos = np.zeros(signed.size, dtype=np.int64)
+        # each node's range of each feature: the public one, narrowed by the splits above
+        node_lo = schema.lower.astype(float)[None, :].copy()
+        node_hi = schema.upper.astype(float)[None, :].copy()
         for level in range(depth):
             n_nodes = 2**level
             # K distinct features a node, uniformly (public randomness).
@@ -138,7 +160,8 @@ class DiPriMe(PureDPModel):
             cand_left_n = np.zeros((n_nodes, K))
             for f in np.unique(chosen):
                 node, slot = np.nonzero(chosen == f)
-                median = self._median(f, X[:, f], signed, pos, n_nodes, median_scale, noise)
+                median = self._median(f, X[:, f], signed, pos, n_nodes, median_scale, noise,
+                                      node_lo[:, f], node_hi[:, f])
                 cand_threshold[node, slot] = median[0][node]
                 cand_left_s[node, slot] = median[1][node]
                 cand_left_n[node, slot] = median[2][node]
@@ -150,6 +173,8 @@ class DiPriMe(PureDPModel):
             at = 2**level - 1 + np.arange(n_nodes)
             features[at] = chosen[np.arange(n_nodes), pick]
             thresholds[at] = cand_threshold[np.arange(n_nodes), pick]
+            node_lo, node_hi = _narrowed(node_lo, node_hi, features[at], thresholds[at],
+                                         schema.is_categorical)
             slot = 2**level - 1 + pos
             x, t = X[np.arange(signed.size), features[slot]], thresholds[slot]
             go_left = np.where(schema.is_categorical[features[slot]], x == t, x < t)
@@ -157,10 +182,12 @@ class DiPriMe(PureDPModel):
         return features, thresholds, pos
 
     def _median(self, f: int, x: np.ndarray, signed: np.ndarray, pos: np.ndarray,
-                n_nodes: int, scale: float, noise: NoiseSource
+                n_nodes: int, scale: float, noise: NoiseSource,
+                lo: np.ndarray | None = None, hi: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every node's DP median of feature ``f`` (threshold, and the left label sum and
-        count it gives, which only the selection reads)."""
+        count it gives, which only the selection reads), a numeric one over each node's
+        range ``[lo, hi]`` (default: the public range)."""
         schema = self.schema
         total_n = np.bincount(pos, minlength=n_nodes).astype(float)
         if schema.is_categorical[f]:
@@ -176,8 +203,9 @@ class DiPriMe(PureDPModel):
             low = high = np.tile(codes.astype(float), n_nodes)
             log_w = np.zeros(node.size)
         else:
-            lo, hi = float(schema.lower[f]), float(schema.upper[f])
-            node, left_s, left_n, low, high = gap_intervals(x, signed, pos, n_nodes, lo, hi)
+            node, left_s, left_n, low, high = gap_intervals(
+                x, signed, pos, n_nodes, schema.lower[f] if lo is None else lo,
+                schema.upper[f] if hi is None else hi)
             log_w = log_lengths(low, high)
         utility = -np.abs(2.0 * left_n - total_n[node])
         best = gumbel_argmax(log_w + scale * utility, node, n_nodes, noise)

@@ -45,8 +45,16 @@ The paper's own baseline (its experiments' comparison without the two techniques
 ``gradient_filtering=False, leaf_clipping=False``: gradients clipped to ``±g*`` with every
 row kept, leaves unclipped at sensitivity ``g*/(1 + λ)``; the ``dpboost_naive`` peer.
 
-Classification uses the logistic gradient ``σ(F) − y`` (always within ``g* = 1``) with the
-count as the leaf denominator, the form the paper's sensitivity analysis assumes.
+Classification is regression, as in the authors' code (its README, note 2: only the
+square loss is supported; labels become ±1 and the sign of the score decides): gradients
+``F − (2y − 1)``, exactly ``g* = 1`` under the initial score 0, so every leaf starts at the
+full scale of the noise it is calibrated for; the margin's sign decides the class and its
+logistic gives the answers' ordering (their probabilities are not calibrated). The
+logistic gradient ``σ(F) − y`` (``classification_loss="logistic"``, this library's choice
+before the 37th session's review) stays within ``g*`` too, but starts at 0.5, half the
+signal under the same noise, and so the gradient filter never acts: measured by the
+review on a synthetic logistic task (10,000 rows, 4 seeds), error 27.4 % against the
+authors' 24.4 % at ε = 4, and within noise of it at ε ≤ 1.
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ class DPBoostParams(BaseModel):
     leaf_clipping: bool = Field(
         True, description="False (the paper's baseline): leaves are not clipped and get "
         "Laplace noise at the unclipped sensitivity g*/(1 + λ)")
+    classification_loss: Literal["square", "logistic"] = Field(
+        "square", description="'square' (the authors' code): regression on ±1 labels, the "
+        "sign decides; 'logistic': gradients σ(F) − y (module docstring)")
 
 
 class DPBoost(PureDPModel):
@@ -155,6 +166,13 @@ class DPBoost(PureDPModel):
                 margin += leaves[ensemble.route_one_tree(X, features, thresholds)]
         self.ensemble = ensemble
         return self
+
+    def _gradient(self, margin: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """The regression gradient on ±1 labels for the authors' classification (module
+        docstring), else the learner's own."""
+        if self.params.task == "classification" and self.params.classification_loss == "square":
+            return margin - (2.0 * target - 1.0)
+        return super()._gradient(margin, target)
 
     def _leaves(self, grad: np.ndarray, leaf: np.ndarray, tree_in_ensemble: int,
                 noise: NoiseSource) -> np.ndarray:

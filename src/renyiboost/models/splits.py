@@ -23,10 +23,13 @@ from renyiboost.randomness import NoiseSource
 
 
 def gap_intervals(x: np.ndarray, weight: np.ndarray, pos: np.ndarray, n_nodes: int,
-                  lo: float, hi: float) -> tuple[np.ndarray, ...]:
-    """Every node's gaps of feature values ``x`` in ``[lo, hi]``: (node, summed ``weight``
-    and count of the rows left of the gap, low end, high end), the first gap of each node
-    starting at ``lo`` (nothing left of it)."""
+                  lo: float | np.ndarray, hi: float | np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every node's gaps of feature values ``x`` in ``[lo, hi]`` (one range for all nodes,
+    or one a node, each holding its node's values): (node, summed ``weight`` and count of
+    the rows left of the gap, low end, high end), the first gap of each node starting at
+    its ``lo`` (nothing left of it)."""
+    lo = np.broadcast_to(np.asarray(lo, dtype=float), (n_nodes,))
+    hi = np.broadcast_to(np.asarray(hi, dtype=float), (n_nodes,))
     present = np.flatnonzero(~np.isnan(x))
     order = present[np.lexsort((x[present], pos[present]))]
     node, value = pos[order], x[order]
@@ -36,14 +39,14 @@ def gap_intervals(x: np.ndarray, weight: np.ndarray, pos: np.ndarray, n_nodes: i
     base_n = first[node].astype(float)
     last_in_node = np.ones(node.size, dtype=bool)
     last_in_node[:-1] = node[1:] != node[:-1]
-    upper = np.where(last_in_node, hi, np.append(value[1:], hi)[: node.size])
+    upper = np.where(last_in_node, hi[node], np.append(value[1:], 0.0)[: node.size])
     has_rows = np.bincount(node, minlength=n_nodes) > 0
     start_upper = np.where(has_rows, value[np.minimum(first, max(order.size - 1, 0))]
                            if order.size else hi, hi)
     return (np.concatenate([np.arange(n_nodes), node]),
             np.concatenate([np.zeros(n_nodes), cum_w - base_w]),
             np.concatenate([np.zeros(n_nodes), cum_n - base_n]),
-            np.concatenate([np.full(n_nodes, lo), value]),
+            np.concatenate([lo, value]),
             np.concatenate([start_upper, upper]))
 
 

@@ -131,6 +131,36 @@ def test_the_compiled_charge_code_fails_closed(bad: float) -> None:
     assert not admitted_with(flt.budget_rdp, charge, flt.budget_rdp, 0.5)  # the budget rule
 
 
+def test_spent_budgets_never_fall_below_the_exact_sum_of_their_charges() -> None:
+    """Rounding to nearest made a spent budget up to half an ulp below the exact sum of its
+    charges, and the rule was checked on it: a spent 0.75 and a charge 0.25 + 2⁻⁵⁴ (exact
+    sum 2⁻⁵⁴ above B = 1) were admitted. Both paths now add rounding up, bit for bit alike,
+    and every admitted record's exact sum stays within B (checked in fractions over 300
+    records × 60 rounds of random charges against a budget they run out of)."""
+    from fractions import Fraction
+
+    from renyiboost.accounting.filter import admitted, charged, charged_many
+
+    flt = _filter()
+    assert not admitted(0.75, 0.25 + 2.0**-54, 1.0)
+    assert not flt.affords(np.array([0.75]), 0.25 + 2.0**-54)[0]
+    assert admitted(0.75, 0.25, 1.0) and flt.affords(np.array([0.75]), 0.25)[0]
+    rng = np.random.default_rng(5)
+    spent = rng.random(300) * 0.3
+    exact = [Fraction(v) for v in spent]
+    for _ in range(60):
+        charges = rng.random(300) * 0.05 + rng.random(300) * 1e-17
+        ok = flt.affords(spent, charges)
+        assert np.array_equal(ok, [admitted(a, b, 1.0) for a, b in zip(spent, charges)])
+        new = charged_many(spent, np.where(ok, charges, 0.0))
+        assert np.array_equal(new[ok], [charged(a, b) for a, b in zip(spent[ok], charges[ok])])
+        for i in np.flatnonzero(ok):
+            exact[i] += Fraction(float(charges[i]))
+            assert exact[i] <= 1 and Fraction(float(new[i])) >= exact[i]
+        spent = new
+    assert (spent > 0.95).mean() > 0.9  # the budget did run out
+
+
 @pytest.mark.parametrize("task", ["regression", "classification"])
 def test_a_compiled_round_does_not_admit_a_record_of_unknown_sensitivity(task: str) -> None:
     """A NaN margin makes the gradient and s² NaN: the compiled round charges the record

@@ -202,16 +202,15 @@ def test_permute_and_flip_is_charged_the_pure_dp_curve_it_needs() -> None:
 
 
 def test_a_nodes_median_is_drawn_inside_the_range_its_ancestors_leave() -> None:
-    """As in the authors' code, a child's numeric median is drawn over its side of its
-    parent's split (released, so free). At a tiny ε the medians are nearly uniform over
-    their range: drawn over the whole public range, about half of the children's
-    thresholds fell on the wrong side of their parent's (a child whose rows all lie on one
-    side spent its median on an empty part)."""
+    """With ``narrow_ranges`` (the authors' code), a child's numeric median is drawn over
+    its side of its parent's split (released, so free). At a tiny ε the medians are nearly
+    uniform over their range: over the whole public range (the default), about half of the
+    children's thresholds fall on the wrong side of their parent's."""
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(600, 1))
     schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
     model = DiPriMe(schema, seed=3, task="regression", epsilon=0.05, depth=3, trees=40,
-                    candidates=1).fit(X, X[:, 0])
+                    candidates=1, narrow_ranges=True).fit(X, X[:, 0])
     t = model.ensemble.thresholds
     for parent in range(3):  # the nodes of levels 0 and 1 and their children
         left, right = 2 * parent + 1, 2 * parent + 2
@@ -220,3 +219,6 @@ def test_a_nodes_median_is_drawn_inside_the_range_its_ancestors_leave() -> None:
     # child of its right child
     assert np.all((t[:, 1] <= t[:, 4]) & (t[:, 4] <= t[:, 0]))
     assert np.all((t[:, 0] <= t[:, 5]) & (t[:, 5] <= t[:, 2]))
+    wide = DiPriMe(schema, seed=3, task="regression", epsilon=0.05, depth=3, trees=40,
+                   candidates=1).fit(X, X[:, 0]).ensemble.thresholds
+    assert 0.2 < np.mean(wide[:, 1] > wide[:, 0]) < 0.8

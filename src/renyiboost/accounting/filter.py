@@ -25,6 +25,14 @@ so "can never be eligible again" means below the smallest charge of the current 
 later* stage (:meth:`IndividualRenyiFilter.staged`); a record between the two thresholds
 stays active and is merely ineligible (charged nothing, in no sum) until a cheaper stage.
 
+A spent budget is a sum of floats, and rounding to nearest can make it smaller than the
+exact sum of the charges (by half a unit in the last place each time); admitted against
+that, a record could end a hair above B. So a spent budget grows only by
+:func:`charged`, the sum rounded *up* (exact, from the rounding error Knuth's TwoSum
+gives): it is never below the exact sum of a record's charges, and the rule "spent plus
+charge within B" is checked on that upper bound (37th session's review: a spent 0.75 and a
+charge 0.25 + 2⁻⁵⁴ were admitted against B = 1).
+
 The rules exist twice, side by side in this module: vectorised in numpy (the classes, the
 reference) and as compiled scalar functions (:func:`charge_code`, :func:`admitted`,
 :func:`admitted_with`, :func:`exhausted`) that the compiled training round
@@ -71,9 +79,29 @@ def charge_code(sensitivity2: float, min_sensitivity2: float,
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def charged(spent: float, charge: float) -> float:  # pragma: no cover - compiled
+    """``spent + charge`` rounded up to the next float when rounding to nearest fell below
+    the exact sum (TwoSum: Knuth, TAOCP vol. 2, 4.2.2, Thm. B): never below the exact sum
+    (module docstring). NaN stays NaN. Compiled; :func:`charged_many` is its numpy twin."""
+    total = spent + charge
+    back = total - spent
+    error = (spent - (total - back)) + (charge - back)
+    return np.nextafter(total, np.inf) if error > 0.0 else total
+
+
+def charged_many(spent: np.ndarray, charge: np.ndarray | float) -> np.ndarray:
+    """:func:`charged` over arrays, bit for bit."""
+    total = spent + charge
+    back = total - spent
+    error = (spent - (total - back)) + (charge - back)
+    return np.where(error > 0.0, np.nextafter(total, np.inf), total)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def admitted(spent: float, charge: float, budget: float) -> bool:  # pragma: no cover
-    """Compiled twin of the filter's eligibility: the charge fits in what is left."""
-    return spent + charge <= budget
+    """Compiled twin of the filter's eligibility: the charge fits in what is left (on the
+    sum rounded up, :func:`charged`)."""
+    return charged(spent, charge) <= budget
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -273,7 +301,7 @@ class IndividualRenyiFilter:
     def affords(self, spent: np.ndarray, charge: float | np.ndarray) -> np.ndarray:
         """Records whose spent budget plus ``charge`` stays within B (the filter's rule for
         any mechanism: a round's leaves, a stream's split grid)."""
-        return spent + charge <= self.budget_rdp
+        return charged_many(spent, charge) <= self.budget_rdp
 
     def step(self, spent: np.ndarray, sensitivity2: np.ndarray) -> FilterStep:
         """Decide eligibility, charge the eligible records and flag the retired ones.
@@ -294,4 +322,5 @@ class IndividualRenyiFilter:
         record adds its grid charge, in the order the compiled round adds it, so both paths
         give the same spent budgets bit for bit."""
         eligible = codes != NOT_ELIGIBLE
-        return spent + np.where(eligible, self.table.grid_charges[np.where(eligible, codes, 0)], 0.0)
+        return charged_many(
+            spent, np.where(eligible, self.table.grid_charges[np.where(eligible, codes, 0)], 0.0))

@@ -43,6 +43,7 @@ from renyiboost.accounting import (
     calibrate,
     stage_calibrations,
 )
+from renyiboost.accounting.filter import charged_many
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.models import kernels
 from renyiboost.models.grid import QuantileMap, histograms
@@ -441,7 +442,7 @@ class SGBDTBooster:
             raise ValueError(f"public_count {public_count} is below the pool's {int(count)} "
                              "active records")
         if cal is not None and cal.init_sigma is not None:
-            spent[active] += cal.init_charge
+            spent[active] = charged_many(spent[active], cal.init_charge)
         if public_count is not None and cal is not None:
             return self.score_over_public_count(total, public_count), spent
         if cal is not None:
@@ -466,7 +467,7 @@ class SGBDTBooster:
         active = ~pool.retired
         spent = pool.spent.copy()
         if self.calibration is not None:
-            spent[active] += self.calibration.grid_charge
+            spent[active] = charged_many(spent[active], self.calibration.grid_charge)
         self.install_split_grid(self.split_grid_of(histograms(self.schema, pool.X[active])))
         return spent
 
@@ -532,7 +533,7 @@ class SGBDTBooster:
         if cal is not None:
             if cal.init_sigma is None:
                 return self._neutral_score(), spent  # type: ignore[return-value]
-            spent[active] += cal.init_charge
+            spent[active] = charged_many(spent[active], cal.init_charge)
             noise_std = LeafRelease(cal.init_sigma, self.params.count_share
                                     ).lone_sum_noise_std(1.0)
         frequencies = noisy_class_frequencies(y, self.n_outputs, noise_std, self.noise)

@@ -27,7 +27,13 @@ import math
 import numba
 import numpy as np
 
-from renyiboost.accounting.filter import NOT_ELIGIBLE, admitted_with, charge_code, exhausted
+from renyiboost.accounting.filter import (
+    NOT_ELIGIBLE,
+    admitted_with,
+    charge_code,
+    charged,
+    exhausted,
+)
 from renyiboost.accounting.leaf import squared_sensitivity
 from renyiboost.models.predict_kernels import route_tree
 
@@ -128,7 +134,7 @@ def round_pass(
             eligible = admitted_with(spent[i], charge, budget, s2)
             if eligible:
                 codes_out[i] = index
-                spent_out[i] = spent[i] + charge
+                spent_out[i] = charged(spent[i], charge)
                 n_eligible += 1
             else:
                 codes_out[i] = _NOT_ELIGIBLE

@@ -72,6 +72,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from renyiboost.accounting.filter import charged_many
 from renyiboost.exceptions import (
     EngineClosed,
     LedgerConflict,
@@ -1364,8 +1365,8 @@ class StreamEngine(OwesRounds):
 
     def _grid_state(self, event: GridEvent) -> RecordPool:
         pool = self.pool
-        spent = np.where(self._grid_payers(event.charge), pool.spent + event.charge,
-                         pool.spent)
+        spent = np.where(self._grid_payers(event.charge),
+                         charged_many(pool.spent, event.charge), pool.spent)
         return RecordPool(pool.X, pool.target, pool.margin, spent, pool.retired)
 
     def finish(self, split_grid: bool | None = None) -> int:
@@ -1495,7 +1496,7 @@ class StreamEngine(OwesRounds):
 
     def _init_state(self, event: InitEvent) -> RecordPool:
         pool = self.pool
-        spent = np.where(pool.retired, pool.spent, pool.spent + event.charge)
+        spent = np.where(pool.retired, pool.spent, charged_many(pool.spent, event.charge))
         return RecordPool(pool.X, pool.target, pool.margin + event.score, spent, pool.retired)
 
     def _noise_stage(self) -> int | None:

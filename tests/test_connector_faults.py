@@ -840,6 +840,49 @@ def test_versions_published_after_a_tree_cap_dropped_their_trees_are_not_answere
         follower.consumer.close()
 
 
+def test_a_publisher_behind_its_tree_cap_sends_the_current_version_whole() -> None:
+    """More than ``max_trees`` versions behind (many triggers in one poll), the publisher
+    sent versions whose trees the engine had dropped, and followers held a model the
+    trainer never had until newer versions came. Now it sends one message of the current
+    version with the cap's trees: a follower takes it whole and answers as the engine; a
+    publisher within the cap still sends one message a version."""
+    from renyiboost.release import ModelRelease
+
+    model = _follower_model(max_trees=2)
+    engine = model.engine
+    current = engine.release_version
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
+    rows = np.random.default_rng(6).uniform(0, 1, (20, 2))
+    for published in (0, current - 4):
+        producer = _RefusingProducer(-1, None)
+        producer.messages = []
+        produce = producer.produce
+
+        def keep(topic, key=None, value=None, on_delivery=None, producer=producer,
+                 produce=produce):
+            producer.messages.append(ModelRelease.model_validate_json(value))
+            produce(topic, key, value, on_delivery)
+
+        producer.produce = keep
+        record = publish_versions(producer, settings, engine.release, published, current, 2)
+        assert record is not None and record["version"] == current
+        assert producer.sent == [current]
+        follower = ModelFollower(f"127.0.0.1:{free_port()}", "models")
+        try:
+            if published:
+                for version in range(1, published + 1):
+                    follower._apply(engine.release("model", after=version - 1, upto=version))
+            follower._apply(producer.messages[0])
+            assert follower.version == current and follower.lacking_trees() == 0
+            np.testing.assert_allclose(follower.ensemble.predict_margin(rows),
+                                       engine.booster.ensemble.predict_margin(rows))
+        finally:
+            follower.consumer.close()
+    within = _RefusingProducer(-1, None)
+    publish_versions(within, settings, engine.release, current - 2, current, 2)
+    assert within.sent == [current - 1, current]
+
+
 def test_a_published_record_of_another_or_no_named_topic_publishes_every_version_again():
     """The store's record of the last published version counts only for its own model
     topic and model name; a record written before records named them counts as another

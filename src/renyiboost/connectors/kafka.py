@@ -919,7 +919,8 @@ class KafkaTrainer(_Loop):
         try:
             published = publish_versions(self.publisher, self.settings, self.engine.release,
                                          self._published["version"],
-                                         self.engine.release_version)
+                                         self.engine.release_version,
+                                         self.engine.config.max_trees)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self.engine.store.set_meta("published", failed.delivered)
@@ -1114,12 +1115,19 @@ def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
 
 def publish_versions(producer: Producer, settings: KafkaSettings,
                      release: Callable[..., ModelRelease], published: int,
-                     current: int) -> dict[str, Any] | None:
+                     current: int, max_trees: int | None = None) -> dict[str, Any] | None:
     """Produce versions ``published + 1 … current`` of the model (``release(model, after,
     upto)``) to the model topic, one message each, in one transaction of ``producer`` (a
     :func:`model_publisher`); returns the new ``published`` record
     (version, partition, offset of the last) for the versions delivered *without a gap*
     from ``published + 1`` on, else ``None``.
+
+    Under a tree cap (the engine's ``max_trees``) a publisher more than ``max_trees``
+    versions behind (many triggers in one poll, a burst, a broker away) would send versions
+    whose trees the engine has dropped: a follower then held a model the trainer never
+    had until newer versions brought the cap's trees. Then one message of the current
+    version carries the cap's trees, which a follower takes whole
+    (:meth:`ModelFollower._continues`).
 
     A version not delivered is never counted as published, even when later ones arrived: a
     follower cannot pass the missing version. One still queued when the flush times out is
@@ -1133,18 +1141,22 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
         outcome[version] = error if error is not None else (message.partition(),
                                                             message.offset())
 
+    versions = (range(current, current + 1) if max_trees is not None
+                and current - published > max_trees else range(published + 1, current + 1))
     try:
         with _transaction(producer, settings):
-            for version in range(published + 1, current + 1):
-                message = release(settings.model_name, after=version - 1, upto=version)
+            after = published
+            for version in versions:
+                message = release(settings.model_name, after=after, upto=version)
                 producer.produce(settings.model_topic, key=settings.model_name.encode(),
                                  value=message.model_dump_json().encode(),
                                  on_delivery=functools.partial(on_delivery, version))
+                after = version
             producer.flush(settings.connect_timeout)
     except KafkaException as failure:  # the transaction is aborted: none of it is visible
-        raise PublishFailed(published + 1, None, failure.args[0].str()) from None
+        raise PublishFailed(versions[0], None, failure.args[0].str()) from None
     record = None
-    for version in range(published + 1, current + 1):
+    for version in versions:
         result = outcome.get(version)
         if isinstance(result, KafkaError):  # librdkafka reports it after its own retries
             raise PublishFailed(version, record, result.str())
@@ -1313,7 +1325,8 @@ class ShardedKafkaTrainer(_Loop):
             return
         try:
             published = publish_versions(self.producer, self.settings, engine.release,
-                                         self._published["version"], engine.release_version)
+                                         self._published["version"], engine.release_version,
+                                         engine.config.max_trees)
         except PublishFailed as failed:
             if failed.delivered is not None:
                 self._published = failed.delivered

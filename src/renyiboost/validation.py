@@ -37,7 +37,7 @@ import math
 import numbers
 import unicodedata
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, NoReturn
 
@@ -207,9 +207,10 @@ class RecordValidator:
         #: Whether a record without values was warned about, once for records learned and
         #: once for records answered (a prediction's must not spend a learned one's warning).
         self._warned_empty = {"learned": False, "answered": False}
-        #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back.
+        #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back (texts, or
+        #: callables asked for their text, or ``None``, when the blocks end).
         self._deferring = 0
-        self._held: list[str] = []
+        self._held: list[str | Callable[[], str | None]] = []
         #: Where an operator reads :attr:`outside` (named by :meth:`note_outside`'s warning).
         self.counts_at = "operator_telemetry().outside_domain"
 
@@ -296,10 +297,11 @@ class RecordValidator:
             return
         self._warned_empty[use] = True
         names = ", ".join(map(repr, self.schema.names[:8]))
-        self._warn(f"a record {use} has no value for any feature of the public schema ({names}"
-                   f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record "
-                   "whose every feature is missing. Check the records' feature names "
-                   "(strict=True refuses such records)")
+        self.warn_at_end(
+            f"a record {use} has no value for any feature of the public schema ({names}"
+            f"{', …' if self.schema.n_features > 8 else ''}); it counts as a record whose "
+            "every feature is missing. Check the records' feature names (strict=True "
+            "refuses such records)")
 
     @contextmanager
     def warnings_at_end(self) -> Iterator[None]:
@@ -308,21 +310,31 @@ class RecordValidator:
         positions, and runs the triggers they reach, inside the block: a filter that turns
         a warning into an error once made a record with a value out of bounds lose its
         position, and ``learn_many`` its whole batch, so the schedule depended on the
-        data. They are given one at a time: one a filter makes an error leaves the rest."""
+        data. They are given one at a time: one a filter makes an error leaves the rest.
+        The stream engine's public calls are such blocks too, and hold its warnings about
+        features that stopped or never arrived (:meth:`warn_at_end`)."""
         self._deferring += 1
         try:
             yield
         finally:
             self._deferring -= 1
         while not self._deferring and self._held:
-            warnings.warn(self._held.pop(0), SchemaMismatchWarning,
-                          stacklevel=outside_stacklevel())
+            self._give(self._held.pop(0))
 
-    def _warn(self, message: str) -> None:
+    def warn_at_end(self, message: str | Callable[[], str | None]) -> None:
+        """A :class:`SchemaMismatchWarning` at the end of the open blocks (now, outside
+        any): ``message``, or what a callable gives then (``None``: no warning), so that a
+        warning about the stream is judged once the call's positions are all counted."""
         if self._deferring:
             self._held.append(message)
         else:
-            warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
+            self._give(message)
+
+    @staticmethod
+    def _give(message: str | Callable[[], str | None]) -> None:
+        text = message() if callable(message) else message
+        if text is not None:
+            warnings.warn(text, SchemaMismatchWarning, stacklevel=outside_stacklevel())
 
     def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
         """The encoder of a name that is not a schema name as given: a name that is not a
@@ -365,8 +377,8 @@ class RecordValidator:
             where = (f"outside its public bounds {tuple(spec)} and is clipped"
                      if isinstance(spec, tuple) else
                      "outside its public domain and takes the 'other' branch")
-            self._warn(f"feature {name!r}: a value lies {where}; if that is frequent, check "
-                       f"the public schema (counts: {self.counts_at})")
+            self.warn_at_end(f"feature {name!r}: a value lies {where}; if that is frequent, "
+                             f"check the public schema (counts: {self.counts_at})")
 
     def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema

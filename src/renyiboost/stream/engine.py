@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import numbers
@@ -77,7 +78,6 @@ from renyiboost.exceptions import (
     EngineClosed,
     LedgerConflict,
     PrivacyLeakWarning,
-    SchemaMismatchWarning,
     StateStoreError,
     StoreResharded,
     outside_stacklevel,
@@ -705,6 +705,20 @@ class OwesRounds:
         return self.train(rounds)
 
 
+def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A learning call of the engine as one block of its validator's
+    :meth:`~renyiboost.validation.RecordValidator.warnings_at_end`: the data's warnings
+    (values out of bounds, features that stopped or never arrived) come after every
+    position it counts and every release it makes (:meth:`StreamEngine._not_arrived`)."""
+
+    @functools.wraps(method)
+    def call(self: StreamEngine, *args: Any, **kwargs: Any) -> Any:
+        with self.validator.warnings_at_end():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
 class StreamEngine(OwesRounds):
     """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
 
@@ -795,10 +809,6 @@ class StreamEngine(OwesRounds):
         self._closed = False
         self._warned_keyless = False
         self._arrivals = FeatureArrivals(self.schema.names)  # operator telemetry
-        #: Features seen to stop arriving, and whether the initial score was released,
-        #: whose warnings wait for the end of the public call (:meth:`_warn_arrivals`).
-        self._stopped_unwarned: list[str] = []
-        self._first_unwarned = False
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
         #: Rounds of the last trigger a crash left unrun (:meth:`_restore`): they run before
         #: anything else is learned (:meth:`catch_up`).
@@ -1051,6 +1061,7 @@ class StreamEngine(OwesRounds):
             self._ledger_spent = np.concatenate([self._ledger_spent, np.zeros(grow)])
         return np.arange(first, self._next_uid, dtype=np.int64)
 
+    @_warnings_at_end
     def add(
         self,
         rows: np.ndarray,
@@ -1129,7 +1140,6 @@ class StreamEngine(OwesRounds):
                 self._pending_offsets.update(latest_offsets(positions, start, stop))
             self._count_positions(stop - start)
             start, row = stop, row_stop
-        self._warn_arrivals()
 
     def _count_positions(self, n: int) -> None:
         """Count ``n`` stream positions and fire the trigger they reach (callers never pass
@@ -1141,6 +1151,7 @@ class StreamEngine(OwesRounds):
             if not self.coordinated:  # the public call warns at its end
                 self._train(trees_due(self.config, self.schedule, position))
 
+    @_warnings_at_end
     def add_one(
         self,
         row: np.ndarray,
@@ -1163,8 +1174,8 @@ class StreamEngine(OwesRounds):
             self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
             self._pending_targets.append(float(label))
         self._count_positions(1)
-        self._warn_arrivals()
 
+    @_warnings_at_end
     def empty_event(self, position: tuple[str, int] | None = None) -> None:
         """A stream position that carried no usable record (an invalid record, a
         dead-lettered message): it counts like any other position (module docstring)."""
@@ -1172,7 +1183,6 @@ class StreamEngine(OwesRounds):
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         self._count_positions(1)
-        self._warn_arrivals()
 
     def _merge_pending(self) -> None:
         """Move pending records into the pool (upserts replace rows, keep spent).
@@ -1216,7 +1226,8 @@ class StreamEngine(OwesRounds):
             event = MergeEvent(uids, X, y, margin, self._recalibration_charge(uids, margin, y))
             self._apply_merge(event)
             self._pending_events.append(event)
-        self._stopped_unwarned += stopped  # warned after the call's releases and commits
+        for name in stopped:  # warned after the call's releases and commits
+            self.validator.warn_at_end(functools.partial(self._arrivals.describe, name))
 
     def _recalibration_charge(self, uids: np.ndarray, margin: np.ndarray,
                               y: np.ndarray) -> float:
@@ -1281,6 +1292,7 @@ class StreamEngine(OwesRounds):
             self._status[event.uids[new]] = ACTIVE
 
     # ------------------------------------------------------------------ training
+    @_warnings_at_end
     def train(self, rounds: int = 1) -> int:
         """Merge pending records and run ``rounds`` rounds; returns the trees added.
 
@@ -1290,9 +1302,7 @@ class StreamEngine(OwesRounds):
         whoever is eligible; only ``max_rounds`` (a public count) stops them.
         """
         check_call(rounds)
-        done = self._train(rounds)
-        self._warn_arrivals()
-        return done
+        return self._train(rounds)
 
     def _train(self, rounds: int) -> int:
         """:meth:`train`'s work: the trees added (when it releases the initial score, the
@@ -1305,7 +1315,7 @@ class StreamEngine(OwesRounds):
             if self._positions < self.config.warmup:
                 return 0
             self._release_initial_score()
-            self._first_unwarned = True
+            self.validator.warn_at_end(self._not_arrived)  # judged at the call's end
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
             self._release_split_grid(charge)
@@ -1369,6 +1379,7 @@ class StreamEngine(OwesRounds):
                          charged_many(pool.spent, event.charge), pool.spent)
         return RecordPool(pool.X, pool.target, pool.margin, spent, pool.retired)
 
+    @_warnings_at_end
     def finish(self, split_grid: bool | None = None) -> int:
         """The stream ends here: release a split grid if none was (see below), run an end
         burst of a share of the nominal rounds (a half for regression, as a size hint's
@@ -1409,7 +1420,6 @@ class StreamEngine(OwesRounds):
         self._train(0)  # merges what is pending; the initial score if it is due
         if self._initialized:
             owed += self._burst(split_grid)
-        self._warn_arrivals()  # after the burst: a warning made an error stops none of it
         if not self._initialized:  # before the warmup nothing can be released yet
             warn_finished_early(self._positions, self.config.warmup)
         return owed
@@ -1428,6 +1438,7 @@ class StreamEngine(OwesRounds):
                        self._store.set_meta)
         return self._train(burst)
 
+    @_warnings_at_end
     def flush(self) -> None:
         """Merge pending records and commit them with their source position, releasing
         nothing (a clean shutdown: a restart then re-reads no event)."""
@@ -1437,40 +1448,28 @@ class StreamEngine(OwesRounds):
                 or self._uncommitted_keys or self._merged_positions != self._committed_positions):
             self._commit(None, self.pool)
             self._drain()
-        self._warn_arrivals()
 
-    def _warn_arrivals(self) -> None:
-        """Warn once for each feature that stopped arriving
-        (:class:`~renyiboost.validation.FeatureArrivals`), and after the initial score's
-        release for features that never arrived (:meth:`_check_arrived`). Warnings only,
-        given at the end of the public call, after every position it counts and every
-        release it makes: a stop, or a filter that turns the warning into an error in the
-        middle of a trigger, would make the schedule depend on the data (a trigger that met
-        a stopped feature lost its tree, and the next trigger was already set; the rest of
-        an ``add`` lost its positions). A call that fails leaves them to the next one, and
-        a group commit gives them after its commit (an error inside lost the group)."""
-        if self._deferred is not None:
-            return
-        while self._stopped_unwarned:  # one at a time: an error leaves the rest to come
-            warnings.warn(self._arrivals.describe(self._stopped_unwarned.pop(0)),
-                          SchemaMismatchWarning, stacklevel=outside_stacklevel())
-        if self._first_unwarned:
-            self._first_unwarned = False
-            self._check_arrived()
+    def _not_arrived(self) -> str | None:
+        """The warning when a schema feature has not arrived by the end of the call that
+        released the initial score: its name probably does not match the records' (river's
+        ``Friedman`` yields integer keys where a schema may say ``"x0"``).
 
-    def _check_arrived(self) -> None:
-        """Warn when a schema feature has not arrived by now: its name probably does not
-        match the records' (river's ``Friedman`` yields integer keys where a schema may say
-        ``"x0"``). Only a warning, given after the trigger's releases: stopping, or a
-        warning filter that makes it an error, would otherwise make the schedule depend on
-        the data."""
+        The data's warnings (this one, a feature that stopped arriving:
+        :class:`~renyiboost.validation.FeatureArrivals`) are held by the validator to the
+        end of the public call, after every position it counts and every release it makes
+        (:meth:`~renyiboost.validation.RecordValidator.warn_at_end`; every learning call is
+        such a block, :func:`_warnings_at_end`, and so is a group commit): a stop, or a
+        filter that turns the warning into an error in the middle of a trigger, would make
+        the schedule depend on the data (a trigger that met a stopped feature lost its tree,
+        and the next trigger was already set; the rest of an ``add`` lost its positions). A
+        call that fails leaves them to the next one, and a group commit gives them after its
+        commit (an error inside lost the group)."""
         missing = self._arrivals.not_arrived
         if not missing:
-            return
-        message = (f"features {missing[:8]} of the public schema have no value in the first "
-                   f"{self._positions} stream positions; check that their names match the "
-                   "records'")
-        warnings.warn(message, SchemaMismatchWarning, stacklevel=outside_stacklevel())
+            return None
+        return (f"features {missing[:8]} of the public schema have no value in the first "
+                f"{self._positions} stream positions; check that their names match the "
+                "records'")
 
     def _release_initial_score(self) -> None:
         # The positions are public and at least the pool's size: no noisy count is released.
@@ -1683,22 +1682,22 @@ class StreamEngine(OwesRounds):
         if self._deferred is not None:
             yield
             return
-        self._drain()
-        self._deferred, self._deferred_outputs = [], []
-        try:
-            yield
-            if self._deferred:
-                self._store_commit(self._deferred, self._deferred_outputs)
-        except BaseException as error:
-            if self._deferred and self._broken is None:
-                # Rounds of the group ran and will never commit: the engine is ahead of the
-                # store, so it stops (a close must not snapshot that state).
-                self._broken = error
-            raise
-        finally:
-            self._deferred, self._deferred_outputs = None, []
-        self._drain()
-        self._warn_arrivals()  # held while the group was open
+        with self.validator.warnings_at_end():  # the data's warnings after the commit
+            self._drain()
+            self._deferred, self._deferred_outputs = [], []
+            try:
+                yield
+                if self._deferred:
+                    self._store_commit(self._deferred, self._deferred_outputs)
+            except BaseException as error:
+                if self._deferred and self._broken is None:
+                    # Rounds of the group ran and will never commit: the engine is ahead of
+                    # the store, so it stops (a close must not snapshot that state).
+                    self._broken = error
+                raise
+            finally:
+                self._deferred, self._deferred_outputs = None, []
+            self._drain()
 
     def _install(self, event: InitEvent | RoundEvent | GridEvent, after: RecordPool,
                  newly: np.ndarray | None = None) -> None:

@@ -1091,10 +1091,9 @@ def _transaction(producer: Producer, settings: KafkaSettings) -> Iterator[None]:
             failure.__cause__ if isinstance(failure, SystemError) else None)
         if not isinstance(kafka, KafkaException):
             kafka = None
-        elif kafka.args[0].code() in FENCE_CODES or kafka.args[0].fatal():
+        elif (fence := kafka.args[0].code() in FENCE_CODES) or kafka.args[0].fatal():
             # a fatal error is most often the fence, but produce() reports any as "Local:
             # Fatal error": the reason is named, for the operator to tell which
-            fence = kafka.args[0].code() in FENCE_CODES
             raise LedgerConflict(
                 ("another trainer has started" if fence else
                  f"the publisher failed for good ({kafka.args[0].str()}); most often, "

@@ -430,10 +430,11 @@ def rounds_due_by(config: EngineConfig, schedule: TriggerSchedule, positions: in
     its trees (:func:`trees_due`: the regular ones from the first, the initial score's, and a
     hinted burst), none past ``max_rounds``. Neither ``finish()`` bursts nor rounds a caller
     ran with :meth:`StreamEngine.train` are counted (:func:`rounds_owed` adds the ends')."""
-    due = schedule.releases_until(positions) * config.trees_per_trigger
+    releases = schedule.releases_until(positions)
+    due = releases * config.trees_per_trigger
     if trees_a_trigger(config, positions) != config.trees_per_trigger:  # beyond the end
         within = schedule.releases_until(config.final_at)  # type: ignore[arg-type]
-        due -= (schedule.releases_until(positions) - within) * (config.trees_per_trigger - 1)
+        due -= (releases - within) * (config.trees_per_trigger - 1)
     if config.final_trees and config.final_at is not None and config.final_at <= positions:
         due += config.final_trees
     return _capped(config, due)

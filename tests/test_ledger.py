@@ -103,8 +103,9 @@ def test_a_store_once_seeded_says_so_however_it_is_resumed(tmp_path) -> None:
     """A seeded store resumed without a seed released ``seeded_for_testing: false`` over
     trees whose noise a seed predicts (the guarantee read only this process's noise). A
     store once opened seeded is marked for good; a store from before the mark is known by
-    the generator state in its snapshot; a production store says false until a seeded
-    engine opens it."""
+    the generator state in its snapshot. A seed on a production store (committed without
+    one) is refused: it marked the store for good with only the generic warning, and every
+    later release said seeded_for_testing; the store stays unseeded."""
     path, model = _fed(tmp_path, 100)
     model.engine.close()
     with sqlite3.connect(path) as db:  # a store from before the mark: its snapshot says it
@@ -121,10 +122,14 @@ def test_a_store_once_seeded_says_so_however_it_is_resumed(tmp_path) -> None:
     _feed(production, 60)
     assert not production.privacy_guarantee().seeded_for_testing
     production.engine.close()
-    _model(str(tmp_path / "p.db"), seed=3).engine.close()
-    again = _model(str(tmp_path / "p.db"), seed=None)
-    assert again.privacy_guarantee().seeded_for_testing
+    with pytest.raises(LedgerConflict, match="production ledger"):
+        _model(str(tmp_path / "p.db"), seed=3)
+    again = _model(str(tmp_path / "p.db"), seed=None)  # refused, and released its lock
+    assert not again.privacy_guarantee().seeded_for_testing
     again.engine.close()
+    fresh = _model(SQLiteStore(tmp_path / "t.db", create=True), seed=3)  # a new store: fine
+    assert fresh.privacy_guarantee().seeded_for_testing
+    fresh.engine.close()
 
 
 def test_a_state_file_without_its_write_ahead_log_is_refused(tmp_path) -> None:

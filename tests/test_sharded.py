@@ -29,6 +29,7 @@ from renyiboost.stream.sharded import (
     check_one_shard_a_key,
     create_shard_stores,
     default_partition_map,
+    shard_locations,
     shard_of,
 )
 from renyiboost.stream.store import SQLiteStore
@@ -823,3 +824,20 @@ def test_a_poll_that_failed_part_way_is_counted_before_the_next(monkeypatch) -> 
     per = seen.count(seen[0])  # the rounds of a trigger
     assert seen == [t for t in sorted(triggers) for _ in range(per)][:len(seen)], seen
     sharded.close()
+
+
+def test_a_seed_on_a_production_deployment_is_refused(tmp_path) -> None:
+    """A seeded coordinator marked every shard's store seeded for good, so one stray seed
+    on a production deployment made all its later releases say seeded_for_testing; it is
+    refused now, and the deployment still opens without a seed, unseeded."""
+    config = _config("regression")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    engine = ShardedEngine(config, locations)
+    _feed(engine, _records("regression", 300))
+    engine.close()
+    with pytest.raises(LedgerConflict, match="production ledger"):
+        ShardedEngine(config, locations, seed=5)
+    again = ShardedEngine(config, locations)
+    assert not again.privacy_guarantee().seeded_for_testing
+    again.close()

@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NoReturn
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -706,6 +706,16 @@ class OwesRounds:
         return self.train(rounds)
 
 
+def refuse_seeding_production(where: str) -> NoReturn:
+    """Refuse a seed on a store that holds an unseeded ledger: opened, it marked the store
+    seeded for good with only the generic testing warning, and every later release said
+    ``seeded_for_testing`` (a stray ``seed=`` in a notebook did it; 37th session's review)."""
+    raise LedgerConflict(
+        f"{where} holds a production ledger (committed without a seed); a seed would make its "
+        "next releases' noise predictable and mark the store seeded_for_testing for good. "
+        "Open it without a seed, and test with a new store.")
+
+
 def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
     """A learning call of the engine as one block of its validator's
     :meth:`~renyiboost.validation.RecordValidator.warnings_at_end`: the data's warnings
@@ -839,8 +849,12 @@ class StreamEngine(OwesRounds):
         trees a seed predicts (the guarantee read only this process's noise). A store's
         snapshot holds a seeded generator's state, so a store from before the mark is
         recognised by it."""
-        seeded = (bool(self._store.get_meta(SEEDED_META)) or self.booster.noise.seeded
+        before = (bool(self._store.get_meta(SEEDED_META))
                   or (snapshot is not None and snapshot.meta.get("rng") is not None))
+        if (self.booster.noise.seeded and not before and self._store.durable
+                and (self._positions > 0 or self._initialized)):
+            refuse_seeding_production(self._store.location)
+        seeded = before or self.booster.noise.seeded
         if seeded and not self._store.get_meta(SEEDED_META):
             self._store.set_meta(SEEDED_META, True)
         self.booster.seeded_before = seeded

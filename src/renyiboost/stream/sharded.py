@@ -97,6 +97,7 @@ from renyiboost.stream.engine import (
     recalibration_due,
     record_end,
     refit_versions,
+    refuse_seeding_production,
     rounds_left,
     rounds_owed,
     run_rounds,
@@ -351,6 +352,7 @@ class ShardWorker:
     def set_meta(self, name: str, value: Any) -> None:
         self.engine.store.set_meta(name, value)
 
+
     # ------------------------------------------------------------------ records
     def add(self, rows: np.ndarray, targets: np.ndarray, keys: list[Any] | None,
             n_events: int | None = None, event_index: np.ndarray | None = None) -> int:
@@ -603,9 +605,12 @@ class ShardedEngine(OwesRounds):
         self._reconcile_recalibration(ens, positions, leader.initialized)
         # the coordinator draws the noise, the shards' stores remember it: a seeded
         # coordinator marks them all (shards opened without a seed would not have)
+        seeded_before = any(self.shards.all("get_meta", SEEDED_META))
         if self.booster.noise.seeded:
+            if not seeded_before and (positions > 0 or leader.initialized):
+                refuse_seeding_production("this deployment")
             self.shards.all("set_meta", SEEDED_META, True)
-        self.booster.seeded_before = any(self.shards.all("get_meta", SEEDED_META))
+        self.booster.seeded_before = seeded_before or self.booster.noise.seeded
         self.shards.all("wait_durable")
         self.booster.ensemble = ens
         self.booster.rounds_done = leader.rounds_done

@@ -503,6 +503,13 @@ def test_store_and_schema_mistakes_say_what_is_wrong(tmp_path) -> None:
         shard_locations(str(tmp_path / "one.db"), 2)
     with pytest.raises(ValueError, match="at least two values"):
         PublicSchema(features={"length": [0]})
+    # a tuple is a numeric feature's bounds: (0, 50, 100) and ("0", "100") were read as
+    # categories, and every real age took the "other" branch with one vague warning
+    for spec in [(0, 50, 100), ("0", "100"), ("F", "M")]:
+        with pytest.raises(ValueError, match=r"a tuple gives a numeric feature's bounds"):
+            PublicSchema(features={"age": spec})
+    assert PublicSchema(features={"sex": ["F", "M"], "age": (0, 100)}).features == {
+        "sex": ["F", "M"], "age": (0.0, 100.0)}
 
 
 def test_mains_cycles_the_learner_never_reads_is_warned_about() -> None:

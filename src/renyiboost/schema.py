@@ -165,11 +165,17 @@ class PublicSchema(BaseModel):
                 if not _bounds_ok(lo, hi):
                     raise ValueError(f"feature {name!r}: {_BOUNDS_RULE}, got {spec!r}")
                 normalised[key] = (lo, hi)
-            elif isinstance(spec, list | tuple) and len(spec) == 1:
+            elif isinstance(spec, tuple):
+                # a tuple is the (lo, hi) of a numeric feature: (0, 50, 100) or ("0", "100")
+                # was read as categories, and every real value took the "other" branch
+                raise ValueError(
+                    f"feature {name!r}: a tuple gives a numeric feature's bounds (lo, hi), two "
+                    f"numbers; got {spec!r}. Categories are a list: [value, value, ...]")
+            elif isinstance(spec, list) and len(spec) == 1:
                 raise ValueError(
                     f"feature {name!r}: a categorical feature needs at least two values, got "
                     f"{spec!r} (one value cannot split; a numeric feature takes (lo, hi))")
-            elif isinstance(spec, list | tuple) and len(spec) > 0:
+            elif isinstance(spec, list) and len(spec) > 0:
                 values = list(spec)
                 if len(set(values)) != len(values):
                     raise ValueError(f"feature {name!r}: category values must be unique")

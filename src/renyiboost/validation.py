@@ -414,6 +414,10 @@ class RecordValidator:
             try:
                 self._unknown(unknown[0]) if unknown else self._absent(absent[0])
             except InvalidRecord as why:
+                if unknown:  # a frame with an id or label column: say what to do
+                    why = InvalidRecord("schema", f"{why.detail}; every column given must "
+                                        "be a feature: drop the others (a key column goes "
+                                        "in keys=)")
                 bad = dict.fromkeys(range(n_rows), why)
             return np.full((n_rows, self.schema.n_features), np.nan), bad
         arrays = {}

@@ -793,3 +793,15 @@ def test_a_group_commit_gives_the_data_warnings_after_its_commit(tmp_path) -> No
     engine.close()
     reopened = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db"), seed=0)
     assert (reopened.positions, reopened.rounds_done) == (100, engine.rounds_done)
+
+
+def test_a_frame_with_a_column_that_is_no_feature_says_to_drop_it() -> None:
+    """A data frame with an id column beside the features: every row is refused (a
+    silently ignored column is what the invariants forbid), and the error says what to do
+    with the column, where it only named it."""
+    model = SGBDTClassifier({"x0": (0.0, 1.0)}, epsilon=1.0, seed=0)
+    frame = pd.DataFrame({"x0": [0.1, 0.2], "user_id": [1, 2]})
+    with pytest.raises(InvalidRecord, match=r"unknown feature 'user_id'.*drop the others"):
+        model.learn_many(frame, pd.Series([True, False]))
+    model.learn_many(frame[["x0"]], pd.Series([True, False]), keys=frame["user_id"].tolist())
+    assert model.engine.positions == 4

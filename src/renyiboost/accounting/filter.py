@@ -90,11 +90,12 @@ def charged(spent: float, charge: float) -> float:  # pragma: no cover - compile
 
 
 def charged_many(spent: np.ndarray, charge: np.ndarray | float) -> np.ndarray:
-    """:func:`charged` over arrays, bit for bit."""
-    total = spent + charge
-    back = total - spent
-    error = (spent - (total - back)) + (charge - back)
-    return np.where(error > 0.0, np.nextafter(total, np.inf), total)
+    """:func:`charged` over arrays, bit for bit (silent on infinities, as ``+`` is)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = spent + charge
+        back = total - spent
+        error = (spent - (total - back)) + (charge - back)
+        return np.where(error > 0.0, np.nextafter(total, np.inf), total)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

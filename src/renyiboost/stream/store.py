@@ -43,7 +43,11 @@ tree, so restoring replays the events after the last *snapshot* with the code th
 engine used — the charges are computed again — and compares each round's digest: a replay
 that computes one charge differently (another renyiboost, numba or libm that rounds
 otherwise) is refused (:class:`~renyiboost.exceptions.StateStoreError`), never restored
-under-charged. Spent budgets and margins so come back bit for bit or not at all. (Format 2
+under-charged. Spent budgets and margins so come back bit for bit or not at all, with one
+exception: a store whose last rounds were written before spent budgets added their
+charges rounded up (:func:`~renyiboost.accounting.filter.charged`, the 37th session)
+replays them with each sum rounded up, a few ulp higher a key (21 at most in the review's
+run), the same charge codes, and so never lower. (Format 2
 stored the 2-byte charge code of every active key with every round: 2 MB a round at 10⁶
 keys, which made the commit 0.37 of a compiled round.) A snapshot (uids, margins, spent) is
 written when the events since the last one would cost ``snapshot_ratio`` times its size to

@@ -50,7 +50,7 @@ def _rounded_up(rdp_in_logs: np.ndarray, epsilon: float, alphas: np.ndarray) -> 
     rounding = 1e-15 * (1.0 + alphas * (1.0 + epsilon)) / (alphas - 1.0)
     # the cap rounded up too: randomized response's RDP is almost exactly α ε² / 2 at a tiny
     # ε, and the cap rounded to nearest fell below it in about half the draws (review D)
-    cap = np.nextafter(np.minimum(epsilon, alphas * epsilon**2 / 2.0), np.inf)
+    cap = np.nextafter(pure_dp_rdp(epsilon, alphas), np.inf)
     return np.minimum(np.maximum(rdp_in_logs, 0.0) + rounding, cap)
 
 

@@ -181,11 +181,9 @@ class DiPriMe(PureDPModel):
             at = 2**level - 1 + np.arange(n_nodes)
             features[at] = chosen[np.arange(n_nodes), pick]
             thresholds[at] = cand_threshold[np.arange(n_nodes), pick]
-            if params.narrow_ranges:
+            if params.narrow_ranges:  # else one row, the public ranges, serves every node
                 node_lo, node_hi = _narrowed(node_lo, node_hi, features[at], thresholds[at],
                                              schema.is_categorical)
-            else:  # every child keeps the public ranges
-                node_lo, node_hi = np.repeat(node_lo, 2, axis=0), np.repeat(node_hi, 2, axis=0)
             slot = 2**level - 1 + pos
             x, t = X[np.arange(signed.size), features[slot]], thresholds[slot]
             go_left = np.where(schema.is_categorical[features[slot]], x == t, x < t)

@@ -76,6 +76,7 @@ from renyiboost.stream.store import (
     SEEDED_META,
     SQLStateStore,
     is_postgres_location,
+    sqlite_path,
     store_at,
 )
 
@@ -137,24 +138,21 @@ def _place(location: str) -> str:
     """Where a location's store lives, spelled one way: a SQLite path made absolute (a
     ``sqlite:///`` URL is its path), a PostgreSQL URL as given."""
     text = str(location)
-    if is_postgres_location(text):
-        return text
-    return str(Path(text.removeprefix("sqlite:///")).resolve())
+    return text if is_postgres_location(text) else str(sqlite_path(text).resolve())
 
 
 def _check_places(sources: Sequence[str], targets: Sequence[str]) -> None:
     """Refuse a store named twice, or both as a source and as a target, before anything
     opens: each was refused later, as a store "in use by this process" or one that "already
     exists", which did not say what was wrong with the call."""
-    for role, locations in (("source", sources), ("target", targets)):
-        places = [_place(location) for location in locations]
+    old, new = [_place(loc) for loc in sources], [_place(loc) for loc in targets]
+    for role, locations, places in (("source", sources, old), ("target", targets, new)):
         for i, place in enumerate(places):
             if place in places[:i]:
                 raise LedgerConflict(f"the {role} store {without_password(locations[i])} is "
-                                 "named twice; each shard's store is named once")
-    old = {_place(location) for location in sources}
-    for location in targets:
-        if _place(location) in old:
+                                     "named twice; each shard's store is named once")
+    for location, place in zip(targets, new, strict=True):
+        if place in old:
             raise LedgerConflict(
                 f"{without_password(location)} is both a source and a target: a reshard "
                 "writes the ledgers into new stores and refuses the old ones from then on, "

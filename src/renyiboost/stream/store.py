@@ -991,7 +991,7 @@ class SQLiteStore(SQLStateStore):
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
-        self.path = Path(str(path).removeprefix("sqlite:///"))
+        self.path = sqlite_path(path)
         self.snapshot_ratio = snapshot_ratio
         #: Whether a commit is durable when it returns (``synchronous=FULL``): only then may
         #: the record beside the database follow every commit (:meth:`_record_commits`).
@@ -1222,6 +1222,11 @@ def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], 
 def is_postgres_location(location: str | Path) -> bool:
     """Whether a state location is a PostgreSQL URL (else a SQLite path or URL)."""
     return str(location).startswith(("postgresql://", "postgres://"))
+
+
+def sqlite_path(location: str | Path) -> Path:
+    """The file a SQLite location names (a path, or a ``sqlite:///`` URL)."""
+    return Path(str(location).removeprefix("sqlite:///"))
 
 
 def store_at(location: str | Path, *, create: bool = False,

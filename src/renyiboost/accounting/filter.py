@@ -102,7 +102,14 @@ def charged_many(spent: np.ndarray, charge: np.ndarray | float) -> np.ndarray:
 def admitted(spent: float, charge: float, budget: float) -> bool:  # pragma: no cover
     """Compiled twin of the filter's eligibility: the charge fits in what is left (on the
     sum rounded up, :func:`charged`)."""
-    return charged(spent, charge) <= budget
+    return within(charged(spent, charge), budget)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def within(total: float, budget: float) -> bool:  # pragma: no cover - compiled
+    """The budget rule on a spent budget with its charge already added (:func:`charged`):
+    the compiled round adds once and keeps the sum (NaN is never within)."""
+    return total <= budget
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -29,10 +29,10 @@ import numpy as np
 
 from renyiboost.accounting.filter import (
     NOT_ELIGIBLE,
-    admitted_with,
     charge_code,
     charged,
     exhausted,
+    within,
 )
 from renyiboost.accounting.leaf import squared_sensitivity
 from renyiboost.models.predict_kernels import route_tree
@@ -130,11 +130,13 @@ def round_pass(
                 s2 = squared_sensitivity(count_share, grad_share, a, abs(g) / grad_clip)
             index = charge_code(s2, min_sensitivity2, resolution)
             charge = grid_charges[index]
-            # a NaN s² is not admitted: charged nothing and in no sum (the numpy path raises)
-            eligible = admitted_with(spent[i], charge, budget, s2)
+            # admitted_with on the sum added once: NaN (never within) for a NaN or
+            # infinite s², which is charged nothing and in no sum (the numpy path raises)
+            after = charged(spent[i] + 0.0 * s2, charge)
+            eligible = within(after, budget)
             if eligible:
                 codes_out[i] = index
-                spent_out[i] = charged(spent[i], charge)
+                spent_out[i] = after
                 n_eligible += 1
             else:
                 codes_out[i] = _NOT_ELIGIBLE

@@ -22,7 +22,6 @@ import json
 import tempfile
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NotRequired
@@ -33,7 +32,7 @@ from confluent_kafka import Consumer, Producer
 from renyiboost.connectors.events import EventParser
 from renyiboost.connectors.kafka import KafkaSettings, KafkaTrainer, event_json
 from renyiboost.connectors.local_broker import LocalBroker
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
@@ -249,7 +248,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "kafka.json",
                         help="where the figures go (default: %(default)s)")
     args = parser.parse_args()
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     parse = parse_micro()
     if args.parse_only:
         return 0

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -39,12 +38,12 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def _inner(job: tuple[float, dict[str, Any], int, int]) -> float:
     """Validation R² of one candidate on one fold's inner split (the tuner's seed)."""
-    from renyiboost.exceptions import TestingOnlyWarning
+    from renyiboost.exceptions import ignore_comparison_warnings
     from renyiboost.experiments.reproduce import _score, fit_sgbdt, splits
     from renyiboost.experiments.tune import validation_splits
 
     epsilon, params, seed, fold = job
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     data, _ = splits("abalone")
     split = validation_splits("abalone")[fold]
     return _score(data.task, fit_sgbdt(data, params, epsilon, seed + fold, split), split)["r2"]
@@ -52,11 +51,11 @@ def _inner(job: tuple[float, dict[str, Any], int, int]) -> float:
 
 def _outer(job: tuple[float, dict[str, Any], int, int]) -> float:
     """Test R² of a config on one outer fold (the reproduction's seed)."""
-    from renyiboost.exceptions import TestingOnlyWarning
+    from renyiboost.exceptions import ignore_comparison_warnings
     from renyiboost.experiments.reproduce import _score, fit_sgbdt, splits
 
     epsilon, params, repeat, fold = job
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     data, outer = splits("abalone")
     model = fit_sgbdt(data, params, epsilon, 1000 + 100 * repeat + fold, outer[fold])
     return _score(data.task, model, outer[fold])["r2"]

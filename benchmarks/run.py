@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from peers import (
 )
 
 from renyiboost.accounting import ChargeTable, calibrate, rdp_to_dp, subsampled_gaussian_rdp
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.models.booster import RecordPool, SGBDTBooster
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import PostgresStore
@@ -379,7 +378,7 @@ def main() -> int:
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.trace)))
         return 0

@@ -59,13 +59,13 @@ def cell(job: tuple[str, float, int, tuple[float, ...], int]) -> dict[str, Any]:
     """One set, ε and shuffle: the candidates' held-out R² and each scale's selected R²."""
     from sklearn.metrics import r2_score
 
-    from renyiboost.exceptions import TestingOnlyWarning
+    from renyiboost.exceptions import ignore_comparison_warnings
     from renyiboost.experiments.suite import load_suite_set
     from renyiboost.models import tuning
     from renyiboost.models.batch import SGBDT
 
     name, epsilon, seed, scales, draws = job
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     suite_set, X, y = load_suite_set(name)
     order = np.random.default_rng(seed).permutation(y.size)
     cut = round(0.7 * y.size)

@@ -27,7 +27,6 @@ import pickle
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from renyiboost.connectors.kafka import (
     partition_map_for,
 )
 from renyiboost.connectors.local_broker import LocalBroker
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.ray_shards import RayShards
@@ -209,7 +208,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="10⁵/10⁶ records, 20k events")
     args = parser.parse_args()
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     sizes = [100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000]
     n_events = 20_000 if args.quick else 200_000
     load = os.getloadavg()

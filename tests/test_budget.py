@@ -15,7 +15,12 @@ from river import bandit, datasets, metrics, model_selection
 
 from renyiboost import SGBDTClassifier
 from renyiboost.accounting.budget import PrivacyAccountant
-from renyiboost.exceptions import BudgetExceeded, PrivacyLeakWarning, TestingOnlyWarning
+from renyiboost.exceptions import (
+    BudgetExceeded,
+    NonPrivateWarning,
+    PrivacyLeakWarning,
+    TestingOnlyWarning,
+)
 from renyiboost.models.additive import DPAdditiveBoost
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.diprime import DiPriMe
@@ -41,6 +46,10 @@ def test_charges_add_up_and_an_overspend_is_refused_without_a_trace() -> None:
     assert [c.name for c in budget.charges] == ["a"]
     budget.charge("e", 0.8, 6e-7)  # exactly what is left fits
     assert budget.remaining_epsilon == pytest.approx(0.0, abs=1e-12)
+    spent = PrivacyAccountant(epsilon=1.0, delta=1e-6)
+    spent.charge("all but a trace", 1.0 - 1e-10, 0.0)  # what a refusal shows is left: not
+    with pytest.raises(BudgetExceeded, match=r"with ε = 0 left \(of 1;"):  # "1e-10 left"
+        spent.charge("next", 0.5, 0.0)
 
 
 @pytest.mark.parametrize(("epsilon", "delta", "message"), [
@@ -79,6 +88,55 @@ def test_every_fit_of_a_batch_model_draws_and_a_refused_fit_reads_nothing(monkey
     with pytest.raises(BudgetExceeded, match="first 1, first 1"):
         second.fit(X, Y)
     assert second.ensemble is None and len(budget.charges) == 2
+
+
+FIT_TWICE = {
+    "sgbdt": lambda: SGBDT(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=3,
+                           depth=1, expected_records=600),
+    "dpboost": lambda: DPBoost(SCHEMA, seed=0, task="classification", epsilon=1.0, rounds=2),
+    "diprime": lambda: DiPriMe(SCHEMA, seed=0, task="classification", epsilon=1.0),
+    "additive": lambda: DPAdditiveBoost(SCHEMA, seed=0, task="classification", epsilon=1.0),
+    "fedxgboost": lambda: FedXGBoostLDP(SCHEMA, seed=0, task="classification", epsilon=1.0),
+}
+
+
+@pytest.mark.parametrize("name", FIT_TWICE)
+def test_a_second_fit_without_a_shared_budget_says_it_spends_epsilon_again(name) -> None:
+    """A model's guarantee states its last fit alone; a refit on overlapping rows spends ε
+    again, which only a shared budget counts. Without one the second fit warns; with one
+    the accountant's charges say it, and there is no warning (FedXGBoost's label LDP cannot
+    draw from one)."""
+    model = FIT_TWICE[name]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        model.fit(X, Y)  # a first fit is what the guarantee states: silent
+    with pytest.warns(PrivacyLeakWarning, match=r"called again \(fit 2\).*sum of their ε and δ"):
+        model.fit(X, Y)
+    with pytest.warns(PrivacyLeakWarning, match=r"\(fit 3\)"):
+        model.fit(X, Y)
+    if name == "fedxgboost":
+        return
+    shared = FIT_TWICE[name]().draw_from(PrivacyAccountant(epsilon=3.0, delta=1e-5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        shared.fit(X, Y)
+        shared.fit(X, Y)
+    assert len(shared.accountant.charges) == 2
+
+
+def test_a_model_without_privacy_says_so_when_it_is_built() -> None:
+    """``epsilon=None`` is a model without noise or accounting: allowed (comparison rows),
+    but never silently, in batch and on a stream; a private model does not warn."""
+    with pytest.warns(NonPrivateWarning, match="without differential privacy"):
+        SGBDT(SCHEMA, task="classification", epsilon=None, rounds=3, depth=1).fit(X, Y)
+    features = {"a": (0.0, 1.0), "b": (0.0, 1.0)}
+    with pytest.warns(NonPrivateWarning, match="private=False"):
+        SGBDTClassifier(features, epsilon=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        SGBDTClassifier(features, epsilon=1.0)
+        SGBDT(SCHEMA, task="classification", epsilon=1.0, rounds=3, depth=1,
+              expected_records=600).fit(X, Y)
 
 
 def test_a_fit_whose_noise_cannot_reach_epsilon_fails_before_it_is_charged() -> None:
@@ -198,3 +256,60 @@ def test_river_compositions_the_guarantee_does_not_cover_warn() -> None:
     assert not leaks(compose.Select(*names) | _phishing_candidates(1)[0])
     bagged = leaks(ensemble.BaggingClassifier(_phishing_candidates(1)[0], n_models=3, seed=1))
     assert bagged and "BaggingClassifier" in bagged[0]
+
+
+def test_river_wrappers_that_decide_what_the_model_learns_warn() -> None:
+    """River's samplers repeat or drop records by their label (the positions then depend on
+    the data) and its target scalers move every label by running statistics (the target's
+    bounds read from the data): any River wrapper but a pipeline of stateless steps and a
+    plain ``TargetTransformRegressor`` warns, through ``learn_one`` and ``learn_many``; a
+    model that learned alone and is then wrapped is judged again."""
+    import math
+
+    import pandas as pd
+    from river import compose, imblearn, preprocessing
+
+    from renyiboost import SGBDTRegressor
+
+    def caught(learn) -> list[str]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            learn()
+        return [str(w.message) for w in seen if issubclass(w.category, PrivacyLeakWarning)
+                and "without a key" not in str(w.message)]
+
+    stream = list(datasets.Phishing().take(30))
+    sampler = imblearn.RandomOverSampler(_phishing_candidates(1)[0], {False: 0.5, True: 0.5},
+                                         seed=1)
+    said = caught(lambda: [sampler.learn_one(x, y) for x, y in stream])
+    assert len(said) == 1 and "RandomOverSampler (river.imblearn" in said[0]
+
+    def regressor() -> SGBDTRegressor:
+        return SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+
+    scaled = preprocessing.TargetMinMaxScaler(regressor())
+    assert "TargetMinMaxScaler" in caught(lambda: scaled.learn_one({"a": 0.5}, 0.5))[0]
+    plain = compose.TargetTransformRegressor(regressor(), func=math.sqrt, inverse_func=math.sqrt)
+    assert not caught(lambda: plain.learn_one({"a": 0.5}, 0.25))
+
+    frame, labels = pd.DataFrame({"a": [0.1, 0.9]}), pd.Series([0.2, 0.8])
+    alone = regressor()
+    assert not caught(lambda: alone.learn_many(frame, labels, keys=["k1", "k2"]))
+    piped = preprocessing.StandardScaler() | alone  # the same model, wrapped afterwards
+    said = caught(lambda: piped.learn_many(frame, labels))
+    assert len(said) == 1 and "StandardScaler" in said[0]
+
+
+def test_a_river_clone_of_a_drawn_estimator_draws_for_itself() -> None:
+    """River's ``clone()`` goes through ``__init__``: the clone of an estimator that drew
+    from a shared budget learned on an uncharged ε. It draws from the same accountant now,
+    or is refused as a copy is."""
+    budget = PrivacyAccountant(epsilon=2.5, delta=1e-5)
+    model = _phishing_candidates(1)[0].draw_from(budget, "original")
+    clone = model.clone()
+    assert [c.name for c in budget.charges] == ["original", "SGBDTClassifier 2"]
+    assert clone._drawn_from is budget
+    with pytest.raises(BudgetExceeded, match="charged so far: original 1, SGBDTClassifier 2 1"):
+        model.clone()
+    assert len(budget.charges) == 2
+    assert _phishing_candidates(1)[0].clone()._drawn_from is None  # undrawn: nothing charged

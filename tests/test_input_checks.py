@@ -103,6 +103,23 @@ def test_a_bool_is_not_an_integer_category_nor_the_reverse() -> None:
     assert check.outside.tolist() == [1, 0]
 
 
+def test_values_of_another_type_than_the_categories_are_named_as_the_likely_cause() -> None:
+    """Integer codes against string categories (``1`` for ``"1"``) all take the "other"
+    branch; the warning says what type the categories are, for a record and for a frame,
+    so the mismatch is found from the first warning (it gave the generic advice alone)."""
+    features = {"grade": ["1", "2", "3"], "x": (0.0, 1.0)}
+    model = SGBDTClassifier(features, epsilon=1.0)
+    with pytest.warns(SchemaMismatchWarning,
+                      match=r"'grade'.*'other' branch \(its categories are of type str: '1', "
+                            r"'2', '3'; a value of another type"):
+        model.learn_one({"grade": 1, "x": 0.5}, True, key="a")
+    frame = SGBDTRegressor({"grade": [1, 2, "three", 4, 5]}, target_bounds=(0, 1), epsilon=1.0)
+    with pytest.warns(SchemaMismatchWarning, match=r"of type int and str: 1, 2, 'three', 4, …"):
+        frame.learn_many(pd.DataFrame({"grade": ["1", "2", "4"]}), pd.Series([0.0, 1.0, 0.5]),
+                         keys=["a", "b", "c"])
+    assert frame.operator_telemetry().outside_domain == {"grade": 3}
+
+
 def test_names_that_are_one_string_are_refused_not_merged() -> None:
     """``0`` and ``"0"`` were one feature after ``str()``: one of them was dropped without
     a word. The schema refuses them, and a record or a batch that gives one feature twice
@@ -414,14 +431,17 @@ def test_a_record_without_a_value_for_any_feature_is_warned_about_once(feed) -> 
 
 
 @pytest.mark.parametrize("feed", ["one", "many"])
-@pytest.mark.parametrize("dirt", ["outside its bounds", "stops arriving", "never arrives"])
+@pytest.mark.parametrize("dirt", ["outside its bounds", "stops arriving", "never arrives",
+                                  "without a key"])
 def test_a_warning_made_an_error_loses_no_position_and_no_tree(dirt, feed) -> None:
-    """Under a filter that makes SchemaMismatchWarning an error, a stream whose records
-    draw one has the positions and the trees of a stream that draws none, and the warning
-    still comes, once, at the end of the call that met it. A value out of bounds once cost
-    ``learn_one`` its record's position and ``learn_many`` its whole batch; a feature that
-    stopped arriving cost the trigger that noticed it its tree; a feature that never
-    arrived cost the rest of the batch after the first release."""
+    """Under a filter that makes SchemaMismatchWarning (and PrivacyLeakWarning) an error, a
+    stream whose records draw one has the positions and the trees of a stream that draws
+    none, and the warning still comes, once, at the end of the call that met it. A value
+    out of bounds once cost ``learn_one`` its record's position and ``learn_many`` its whole
+    batch; a feature that stopped arriving cost the trigger that noticed it its tree; a
+    feature that never arrived cost the rest of the batch after the first release; a
+    record without a key was neither counted nor learned (a batch of them was counted and
+    not learned)."""
     rng = np.random.default_rng(1)
     clean = rng.uniform(0, 1, (700, 3))
     dirty = clean.copy()
@@ -433,31 +453,37 @@ def test_a_warning_made_an_error_loses_no_position_and_no_tree(dirt, feed) -> No
         dirty[:, 2] = np.nan
     y = clean.mean(axis=1)
 
-    def run(rows: np.ndarray) -> tuple[int, int, int]:
+    def run(rows: np.ndarray, keyless: bool = False) -> tuple[int, int, int]:
         model = SGBDTRegressor({"a": (0.0, 1.0), "b": (0.0, 1.0), "c": (0.0, 1.0)},
                                target_bounds=(0.0, 1.0), epsilon=1.0, seed=0, rounds=40,
                                depth=2, train_every=50, warmup=50)
         raised = 0
         with warnings.catch_warnings():
             warnings.simplefilter("error", SchemaMismatchWarning)
+            warnings.simplefilter("error", PrivacyLeakWarning)
             for start in range(0, 700, 70):  # batches across the triggers at every 50
                 calls = ([(model.learn_one, (dict(zip("abc", row.tolist())), y[i]),
-                           {"key": i}) for i, row in enumerate(rows[start:start + 70], start)]
+                           {"key": None if keyless and i == 30 else i})
+                          for i, row in enumerate(rows[start:start + 70], start)]
                          if feed == "one" else
                          [(model.learn_many, (pd.DataFrame(rows[start:start + 70],
                                                            columns=list("abc")),
                                               y[start:start + 70]),
-                           {"keys": list(range(start, start + 70))})])
+                           {"keys": None if keyless and start == 0
+                            else list(range(start, start + 70))})])
                 for learn, args, keys in calls:
                     try:
                         learn(*args, **keys)
-                    except SchemaMismatchWarning:
+                    except (SchemaMismatchWarning, PrivacyLeakWarning):
                         raised += 1
         return model.engine.positions, model.engine.rounds_done, raised
 
     positions, rounds, raised = run(clean)
     assert (positions, raised) == (700, 0) and rounds >= 10
-    assert run(dirty) == (700, rounds, 1)
+    if dirt == "without a key":
+        assert run(clean, keyless=True) == (700, rounds, 1)
+    else:
+        assert run(dirty) == (700, rounds, 1)
 
 @pytest.mark.parametrize("sharded", [False, True])
 def test_finish_before_the_warmup_says_there_is_no_model(sharded) -> None:
@@ -805,3 +831,15 @@ def test_a_frame_with_a_column_that_is_no_feature_says_to_drop_it() -> None:
         model.learn_many(frame, pd.Series([True, False]))
     model.learn_many(frame[["x0"]], pd.Series([True, False]), keys=frame["user_id"].tolist())
     assert model.engine.positions == 4
+
+
+def test_a_key_column_with_gaps_refuses_those_rows_and_says_what_to_do() -> None:
+    """``None`` in ``learn_many``'s keys (a pandas key column with gaps) refuses its rows,
+    each counted as a position, with the way out; it read "keys must be str, int or bytes,
+    got NoneType"."""
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+    with pytest.raises(InvalidRecord, match=r"1 of 3 rows .*row 1: row without a key \(None\) "
+                                            r"in keys=: give every row its key"):
+        model.learn_many(pd.DataFrame({"a": [0.1, 0.2, 0.3]}), [0.1, 0.2, 0.3],
+                         keys=["x", None, "y"])
+    assert model.engine.positions == 3

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -41,12 +43,32 @@ def field_errors(error: Any, prefix: str = "") -> str:
         for e in error.errors(include_url=False))
 
 
+@contextlib.contextmanager
+def plain_argument_errors(owner: str) -> Iterator[None]:
+    """Arguments a pydantic model refuses, as scikit-learn refuses a bad parameter: one
+    ``ValueError`` line naming ``owner`` and each argument (:func:`field_errors`), without
+    pydantic's banner, documentation link and dump of the input (for a schema, the whole
+    feature table)."""
+    from pydantic import ValidationError
+
+    try:
+        yield
+    except ValidationError as error:
+        raise ValueError(f"{owner}: {field_errors(error)}") from None
+
+
 class PrivacyLeakWarning(UserWarning):
     """Something the privacy guarantee does not cover is happening.
 
     A public input (feature bounds, label bounds, category set) was read from the data, or
     records arrive without keys, so the unit of privacy is one record instead of one person.
     """
+
+
+class NonPrivateWarning(PrivacyLeakWarning):
+    """The model was built with ``epsilon=None``: no noise and no accounting, so its trees
+    and answers can reveal the training records. For exploration and for comparison rows;
+    its guarantee says ``private=False``."""
 
 
 class TestingOnlyWarning(UserWarning):
@@ -57,6 +79,14 @@ class TestingOnlyWarning(UserWarning):
     """
 
     __test__ = False  # not a pytest test class despite the name
+
+
+def ignore_comparison_warnings() -> None:
+    """Silence, in an experiment or benchmark (its worker process, or a ``catch_warnings``
+    block), the warnings of runs that are deliberately seeded or non-private: reproducible
+    tables and ε = ∞ comparison rows, which would otherwise warn once per run."""
+    warnings.simplefilter("ignore", TestingOnlyWarning)
+    warnings.simplefilter("ignore", NonPrivateWarning)
 
 
 class SchemaMismatchWarning(UserWarning):

@@ -160,7 +160,8 @@ def to_onnx(release: ModelRelease) -> Any:
 
     Needs the ``onnx`` package (the ``onnx`` extra). Outputs: ``variable`` (the prediction,
     shape ``(N, 1)``) for regression; ``label`` and ``probabilities`` (one column a class,
-    in the order of the public labels) for classification.
+    in the order of the public labels) for classification. ONNX's class labels are strings
+    or integers, so a label set of ``False`` and ``True`` answers ``0`` and ``1``.
 
     Examples
     --------

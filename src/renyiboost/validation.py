@@ -156,6 +156,16 @@ def _float_categories(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 
+def _kinds(categories: list[Any]) -> str:
+    """What a categorical feature's public values are, for a warning: a value of another
+    type never matches one (``1`` is not ``"1"``, ``True`` is not ``1``), which is the
+    usual cause of a feature whose every value takes the "other" branch."""
+    kinds = sorted({type(c).__name__ for c in categories})
+    shown = ", ".join(repr(c) for c in categories[:4]) + (", …" if len(categories) > 4 else "")
+    return (f"its categories are of type {' and '.join(kinds)}: {shown}; a value of another "
+            "type, such as 1 for '1', is none of them")
+
+
 class RecordValidator:
     """The public schema's rules for one record (see the module docstring).
 
@@ -208,9 +218,10 @@ class RecordValidator:
         #: once for records answered (a prediction's must not spend a learned one's warning).
         self._warned_empty = {"learned": False, "answered": False}
         #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back (texts, or
-        #: callables asked for their text, or ``None``, when the blocks end).
+        #: callables asked for their text, or ``None``, when the blocks end), each with its
+        #: category.
         self._deferring = 0
-        self._held: list[str | Callable[[], str | None]] = []
+        self._held: list[tuple[str | Callable[[], str | None], type[Warning]]] = []
         #: Where an operator reads :attr:`outside` (named by :meth:`note_outside`'s warning).
         self.counts_at = "operator_telemetry().outside_domain"
 
@@ -312,29 +323,32 @@ class RecordValidator:
         position, and ``learn_many`` its whole batch, so the schedule depended on the
         data. They are given one at a time: one a filter makes an error leaves the rest.
         The stream engine's public calls are such blocks too, and hold its warnings about
-        features that stopped or never arrived (:meth:`warn_at_end`)."""
+        features that stopped or never arrived and about records without a key
+        (:meth:`warn_at_end`)."""
         self._deferring += 1
         try:
             yield
         finally:
             self._deferring -= 1
         while not self._deferring and self._held:
-            self._give(self._held.pop(0))
+            self._give(*self._held.pop(0))
 
-    def warn_at_end(self, message: str | Callable[[], str | None]) -> None:
-        """A :class:`SchemaMismatchWarning` at the end of the open blocks (now, outside
-        any): ``message``, or what a callable gives then (``None``: no warning), so that a
-        warning about the stream is judged once the call's positions are all counted."""
+    def warn_at_end(self, message: str | Callable[[], str | None],
+                    category: type[Warning] = SchemaMismatchWarning) -> None:
+        """A warning (a :class:`SchemaMismatchWarning` unless ``category`` says otherwise)
+        at the end of the open blocks (now, outside any): ``message``, or what a callable
+        gives then (``None``: no warning), so that a warning about the stream is judged, and
+        may be made an error, once the call's positions are all counted."""
         if self._deferring:
-            self._held.append(message)
+            self._held.append((message, category))
         else:
-            self._give(message)
+            self._give(message, category)
 
     @staticmethod
-    def _give(message: str | Callable[[], str | None]) -> None:
+    def _give(message: str | Callable[[], str | None], category: type[Warning]) -> None:
         text = message() if callable(message) else message
         if text is not None:
-            warnings.warn(text, SchemaMismatchWarning, stacklevel=outside_stacklevel())
+            warnings.warn(text, category, stacklevel=outside_stacklevel())
 
     def _renamed(self, name: Any, x: Mapping[Any, Any]) -> tuple[int, Any, float, float]:
         """The encoder of a name that is not a schema name as given: a name that is not a
@@ -376,7 +390,7 @@ class RecordValidator:
             name, spec = self.schema.names[j], list(self.schema.features.values())[j]
             where = (f"outside its public bounds {tuple(spec)} and is clipped"
                      if isinstance(spec, tuple) else
-                     "outside its public domain and takes the 'other' branch")
+                     f"outside its public domain and takes the 'other' branch ({_kinds(spec)})")
             self.warn_at_end(f"feature {name!r}: a value lies {where}; if that is frequent, "
                              f"check the public schema (counts: {self.counts_at})")
 

@@ -44,6 +44,12 @@ from renyiboost.exceptions import BudgetExceeded, LedgerConflict
 SLACK = 1e-9
 
 
+def _left(remaining: float, total: float) -> float:
+    """What a refusal says is left: 0 within the slack of the sums (a budget spent to the
+    last charge read "1.07e-10 left", which no model can be planned at)."""
+    return remaining if remaining > SLACK * total else 0.0
+
+
 @dataclass(frozen=True)
 class Charge:
     """One model's draw from the budget."""
@@ -98,13 +104,13 @@ class PrivacyAccountant:
         if epsilon > self.remaining_epsilon + SLACK * self.epsilon:
             raise BudgetExceeded(
                 f"{name!r} would spend ε = {epsilon:.4g} of a budget with ε = "
-                f"{max(self.remaining_epsilon, 0.0):.4g} left (of {self.epsilon:.4g}; charged "
-                f"so far: {so_far})")
+                f"{_left(self.remaining_epsilon, self.epsilon):.4g} left (of "
+                f"{self.epsilon:.4g}; charged so far: {so_far})")
         if delta > self.remaining_delta + SLACK * max(self.delta, 1e-300):
             raise BudgetExceeded(
                 f"{name!r} would spend δ = {delta:.3g} of a budget with δ = "
-                f"{max(self.remaining_delta, 0.0):.3g} left (of {self.delta:.3g}; charged so "
-                f"far: {so_far})")
+                f"{_left(self.remaining_delta, self.delta):.3g} left (of {self.delta:.3g}; "
+                f"charged so far: {so_far})")
         self.charges.append(Charge(name, float(epsilon), delta))
 
     def __copy__(self) -> PrivacyAccountant:

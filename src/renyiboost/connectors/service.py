@@ -175,10 +175,13 @@ def init_state(config: ServiceConfig, shards: int | None = None
     """Create the config's state store (refused if one is there) and pin its configuration
     and calibration: ``renyiboost state init``. Returns its identity and where it is (a
     URL without its password); with ``shards``, those of every shard's store
-    (:func:`~renyiboost.stream.sharded.shard_locations`)."""
+    (:func:`~renyiboost.stream.sharded.shard_locations`). The config's source is judged
+    first, as ``train`` judges it: a store made for a config ``train`` then refused (a
+    ``memory:`` data set whose features are not the config's) could never be used."""
+    engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
+    _source_of(config, engine_cfg)
     if shards is not None:
         return _init_shard_states(config, shards)
-    engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
     store = store_at(config.state, create=True)
     engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
     identity = engine.store.identity
@@ -272,8 +275,7 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
     engine_cfg = engine_config(config.model)  # a bad [model] table leaves no store behind
     # so does a bad source: a store created before it failed refused the corrected command
     # ("already exists")
-    memory = _memory_source(config.source, engine_cfg)
-    settings = None if memory is not None else kafka_settings(config)
+    memory, settings = _source_of(config, engine_cfg)
     store = store_at(config.state, create=new_state)
     engine = StreamEngine(engine_cfg, store=store, seed=config.model.seed)
     log.info("training from %s into %s (store %s, epoch %s) from release version %d",
@@ -318,7 +320,7 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     if shards < 1:
         raise ValueError("--shards must be at least 1")
     engine_cfg, seed = engine_config(config.model), config.model.seed  # before any store
-    data = _memory_source(config.source, engine_cfg)
+    data, settings = _source_of(config, engine_cfg)  # a bad source leaves no store behind
     if new_state:
         _init_shard_states(config, shards)
     locations = shard_locations(config.state, shards)
@@ -327,7 +329,6 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
     if not memory:
         from renyiboost.connectors.kafka import KafkaTrainer, partition_map_for
 
-        settings = kafka_settings(config)
         source = KafkaTrainer.for_shard(settings, config.events,
                                         partition_map_for(settings, shards))
     if ray_address is not None:
@@ -363,6 +364,14 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
         return 0
     finally:
         engine.close()
+
+
+def _source_of(config: ServiceConfig, engine_cfg: EngineConfig) -> tuple[Any, Any]:
+    """The config's source, judged before any store is created: the bundled data set of a
+    ``memory:`` source (checked against the model's schema) and no Kafka settings, or
+    ``None`` and the settings of a ``kafka://`` URL (parsed; no broker is reached)."""
+    memory = _memory_source(config.source, engine_cfg)
+    return memory, None if memory is not None else kafka_settings(config)
 
 
 def _memory_source(source: str, engine_cfg: EngineConfig) -> Any:

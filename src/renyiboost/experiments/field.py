@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.evaluation import progress_bar
 from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.experiments.peers import as_peer, make_peer
@@ -102,7 +102,7 @@ def run_field(config: FieldConfig) -> list[dict[str, Any]]:
         data, train, test = data_of[dataset]
         start = time.perf_counter()
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TestingOnlyWarning)
+            ignore_comparison_warnings()
             model = _model(method, data, epsilon, config.delta, repeat)
             score = model.fit(data.X[train], data.y[train]).predict_score(data.X[test])
         if (dataset, method, repeat) == ("adult", "dp_gam", 0) and (
@@ -239,7 +239,7 @@ def diprime_protocol(out: Path, runs: int = 10) -> str:
                       else RandomForestClassifier)(min_samples_leaf=5, max_features=5,
                                                    random_state=run, n_jobs=1)
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", TestingOnlyWarning)
+                ignore_comparison_warnings()
                 models = {
                     "rf": forest.fit(np.nan_to_num(X, nan=-1.0), y),
                     "dp": DiPriMe(data.schema, run, task=data.task, epsilon=epsilon,

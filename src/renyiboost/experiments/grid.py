@@ -38,7 +38,6 @@ import logging
 import math
 import sys
 import tomllib
-import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
@@ -51,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.plotting import pyplot
@@ -332,7 +331,7 @@ def run_cell(job: tuple[dict[str, Any], GridConfig]) -> dict[str, Any]:
     path = Path(config.out) / "cells" / f"{_cell_id(cell, config)}.json"
     if path.exists():
         return json.loads(path.read_text())
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     source = InMemorySource(cell["dataset"], scenario=cell["scenario"],
                             batch_size=config.batch_size, limit=config.limit,
                             seed=cell["repeat"])

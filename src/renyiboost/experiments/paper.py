@@ -37,7 +37,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.accounting.inputs import Epsilon
 from renyiboost.datasets import Dataset
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.evaluation import predict, progress_bar, replay
 from renyiboost.experiments.grid import (
     CACHE_VERSION,
@@ -215,7 +214,7 @@ def _stream_scores(job: Job, data: Dataset, split: Any) -> dict[str, float]:
 
 def run_job(job: Job) -> dict[str, float]:
     """Fit and score one run (no cache; see :func:`run_cached`)."""
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     data, all_splits = splits(job.dataset)
     split = all_splits[job.fold]
     if job.figure == "fig7":

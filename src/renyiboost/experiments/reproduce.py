@@ -22,7 +22,6 @@ marked test-only); ``--secure`` uses the OS CSPRNG instead.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from renyiboost.datasets import load
-from renyiboost.exceptions import TestingOnlyWarning
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.metrics import held_out_metrics
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
@@ -113,7 +112,7 @@ def fit_sgbdt(
 
 def _run(job: tuple[str, str, float, dict[str, Any], int, int | None]) -> dict[str, float]:
     dataset, method, epsilon, params, split_index, seed = job
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     data, all_splits = splits(dataset)
     split = all_splits[split_index]
     if method == "dp_mean":

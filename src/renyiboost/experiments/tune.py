@@ -26,9 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
-from renyiboost.exceptions import TestingOnlyWarning, field_errors
+from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.reproduce import (
     DELTA,
     Split,
@@ -110,7 +109,7 @@ def sample_candidate(space: dict[str, list[Any]], rng: np.random.Generator) -> d
 
 def _evaluate(job: tuple[str, float, dict[str, Any], int]) -> float:
     dataset, epsilon, params, seed = job
-    warnings.simplefilter("ignore", TestingOnlyWarning)
+    ignore_comparison_warnings()
     data, _ = splits(dataset)
     scores = []
     for i, split in enumerate(validation_splits(dataset)):
@@ -155,9 +154,9 @@ def tune(
             warnings.simplefilter("ignore")
             SGBDT(data.schema, seed=0, **{"task": data.task, **pool[0], "epsilon": epsilon,
                                           "delta": DELTA})
-    except ValidationError as error:
+    except ValueError as error:  # one line naming the refused parameter (plain_argument_errors)
         raise ValueError(f"the search space {space or dataset!r} does not fit {dataset}: "
-                         f"{field_errors(error)}") from None
+                         f"{str(error).removeprefix('SGBDT: ')}") from None
     table = _score_all(dataset, epsilon, pool, range(seeds), workers)
     config = params_for(load_config(dataset), epsilon)
     if refine:

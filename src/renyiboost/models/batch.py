@@ -16,6 +16,7 @@ from sklearn.utils.metaestimators import available_if
 from renyiboost.accounting import SizeEstimate
 from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.accounting.events import RdpAccountant
+from renyiboost.exceptions import PrivacyLeakWarning, outside_stacklevel, plain_argument_errors
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import (
     PRIOR_RECORDS,
@@ -81,6 +82,8 @@ class MarginModel:
     #: The shared budget every fit draws from (:meth:`draw_from`), or None.
     accountant: PrivacyAccountant | None = None
     accounting_name: str = ""
+    #: How many fits of this model have drawn their budget (:meth:`_draw_budget`).
+    _budget_draws: int = 0
     #: The record rules and outside-bounds counts (:meth:`_record_checks`), made on use.
     _checks: RecordValidator | None = None
     #: Whether the learner handles more than two classes. The binary learners of the field
@@ -103,8 +106,21 @@ class MarginModel:
         return self.params.epsilon, float(getattr(self.params, "delta", 0.0))
 
     def _draw_budget(self) -> None:
+        """Charge the shared budget, if any, before the fit reads a record. Without one, a
+        second fit of a private model warns: on rows that overlap the first fit's, the two
+        releases together spend the sum of their ε and δ (sequential composition), which
+        :meth:`privacy_guarantee` (this fit's alone) does not say."""
         if self.accountant is not None:
             self.accountant.charge(self.accounting_name, *self.planned_privacy())
+        elif self._budget_draws and self.params.epsilon is not None:
+            warnings.warn(
+                f"{type(self).__name__}.fit was called again (fit {self._budget_draws + 1}): "
+                "if its rows overlap those of an earlier fit, the models released from them "
+                "together spend the sum of their ε and δ, while privacy_guarantee() states "
+                "this fit's alone. Fit a new model per data set, or draw the fits from one "
+                "budget (model.draw_from(PrivacyAccountant(...))) to have them counted and "
+                "capped.", PrivacyLeakWarning, stacklevel=outside_stacklevel())
+        self._budget_draws += 1
 
     def _setup(self, schema: PublicSchema, seed: int | None, params_type: Any,
                given: dict[str, Any]) -> None:
@@ -330,7 +346,8 @@ class SGBDT(MarginModel):
             expected_records_hint(expected_records)
         #: The caller's explicit parameters; the default policy fills in the others.
         self.explicit_params: dict[str, Any] = task_of_schema(schema, params)
-        self._given = SGBDTParams(**self.explicit_params)  # what was given, validated now
+        with plain_argument_errors(type(self).__name__):  # what was given, validated now
+            self._given = SGBDTParams(**self.explicit_params)
         require_target_bounds(self, self._given.task, schema)
         #: The parameters the fit uses (known at construction when the size is public).
         self.params: SGBDTParams = self._resolve(expected_records)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ from renyiboost.accounting import (
 )
 from renyiboost.accounting.filter import charged_many
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
+from renyiboost.exceptions import NonPrivateWarning, outside_stacklevel
 from renyiboost.models import kernels
 from renyiboost.models.grid import QuantileMap, histograms
 from renyiboost.models.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
@@ -330,6 +332,12 @@ class SGBDTBooster:
         self.schema = schema
         self.seed = seed
         self.noise: NoiseSource = noise if noise is not None else noise_source(seed)
+        if not params.private:
+            warnings.warn(
+                "epsilon=None: this model learns without differential privacy (no noise, no "
+                "accounting), so its trees and answers can reveal the training records; its "
+                "privacy_guarantee() says private=False. Pass epsilon= for a private model.",
+                NonPrivateWarning, stacklevel=outside_stacklevel())
         #: Whether earlier noise of this model came from a seed (a stream resumed from a
         #: store that was trained seeded): its guarantee then says ``seeded_for_testing``
         #: whatever :attr:`noise` is now.

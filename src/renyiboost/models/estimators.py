@@ -22,6 +22,7 @@ from renyiboost.exceptions import (
     InvalidRecord,
     PrivacyLeakWarning,
     outside_stacklevel,
+    plain_argument_errors,
 )
 from renyiboost.models.defaults import POLICY, Policy
 from renyiboost.models.losses import class_codes, class_probabilities
@@ -67,7 +68,7 @@ def _learned_steps(steps: Any, model: Any) -> list[str]:
 def _composition_risk(wrapper: Any, model: Any) -> str | None:
     """Why River's ``wrapper`` driving ``model`` spends more than ``model``'s ε says, or
     ``None`` (see :meth:`_SGBDTEstimator._check_wrapper`)."""
-    from river.compose import Pipeline
+    from river import base, compose
     from river.model_selection.base import ModelSelector
 
     kind = type(wrapper).__name__
@@ -84,12 +85,24 @@ def _composition_risk(wrapper: Any, model: Any) -> str | None:
                 "so together they spend the sum of their ε, not the ε each reports, and a "
                 "member that sees a record several times (bagging) gives it a fresh budget "
                 "each time. Train one renyiboost model instead (multiclass: labels=[...]).")
-    if isinstance(wrapper, Pipeline) and (learned := _learned_steps(wrapper.steps, model)):
-        return (f"follows learned steps of a River pipeline ({', '.join(learned)}): their "
-                "running statistics change every later record's features, which the "
-                "per-record accounting does not cover. Only stateless transforms "
-                "(compose.Select, FuncTransformer, ...) may precede the model; scale with "
-                "public constants instead.")
+    if isinstance(wrapper, compose.Pipeline):
+        if learned := _learned_steps(wrapper.steps, model):
+            return (f"follows learned steps of a River pipeline ({', '.join(learned)}): "
+                    "their running statistics change every later record's features, which "
+                    "the per-record accounting does not cover. Only stateless transforms "
+                    "(compose.Select, FuncTransformer, ...) may precede the model; scale with "
+                    "public constants instead.")
+        return None
+    if (isinstance(wrapper, base.Base) and wrapper is not model
+            and type(wrapper) is not compose.TargetTransformRegressor):
+        return (f"is driven by River's {kind} ({module}), whose learn_one decides from the "
+                "data which records the model learns, how often, or with which labels (a "
+                "sampler repeats or drops records by their label; a target scaler moves "
+                "every label by running statistics, which reads the target's bounds from "
+                "the data). The guarantee covers records passed on once each, as given, at "
+                "positions that do not depend on the data: feed the model directly (a "
+                "pipeline of stateless steps, or compose.TargetTransformRegressor with a "
+                "fixed function, may wrap it).")
     return None
 
 
@@ -185,19 +198,22 @@ class _SGBDTEstimator:
             raise ValueError("features must be a non-empty mapping of name to (lo, hi) for a "
                              "numeric feature or to the list of its values for a categorical "
                              f"one, got {type(features).__name__} {features!r:.80}")
-        schema = PublicSchema(
-            features=dict(features),
-            target_bounds=target_bounds if self._task == "regression" else None,
-            labels=labels,
-        )
         given = {name: getattr(self, name) for name in _POLICY_ARGUMENTS}
-        config = EngineConfig.from_defaults(
-            schema, self._task, epsilon, delta, expected_records,
-            individual_filter=individual_filter, max_trees=max_trees,
-            **{name: value for name, value in given.items() if not isinstance(value, Policy)})
+        with plain_argument_errors(type(self).__name__):
+            schema = PublicSchema(
+                features=dict(features),
+                target_bounds=target_bounds if self._task == "regression" else None,
+                labels=labels,
+            )
+            config = EngineConfig.from_defaults(
+                schema, self._task, epsilon, delta, expected_records,
+                individual_filter=individual_filter, max_trees=max_trees,
+                **{name: value for name, value in given.items() if not isinstance(value, Policy)})
         self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
         self._drawn_from: PrivacyAccountant | None = None
-        self._wrapper_checked = False
+        #: The code that last called a learning method (its ``id``), whose wrappers were
+        #: judged then (:meth:`_check_wrapper`); ``None``: none yet.
+        self._checked_caller: int | None = None
 
     # ------------------------------------------------------------------ River plumbing
     @property
@@ -266,22 +282,41 @@ class _SGBDTEstimator:
         same accountant (shared by the copy), or the copy is refused with
         ``BudgetExceeded``. Before, it learned on the original's one charge."""
         self.__dict__.update(state)
+        self._checked_caller = None  # an id of this process's code: judge the callers again
         if self._drawn_from is not None and self._engine.may_learn:
             self._charge(self._drawn_from, None)
 
+    def clone(self, new_params: dict[str, Any] | None = None,
+              include_attributes: bool = False) -> Any:
+        """River's clone (a fresh estimator with the same parameters). The clone of an
+        estimator that drew from a shared budget is a second model on the same records: it
+        draws for itself, from the same accountant, or is refused (``BudgetExceeded``), as
+        a copy is. River's clone goes through ``__init__``, so it learned on an uncharged
+        budget."""
+        new = super().clone(new_params, include_attributes)  # type: ignore[misc]
+        if self._drawn_from is not None and new._engine.may_learn:
+            new._charge(self._drawn_from, None)
+        return new
+
     def _check_wrapper(self) -> None:
-        """Warn once when a River wrapper drives this estimator in a way its ε does not
-        cover (:func:`_composition_risk`): a model-selection wrapper or an ensemble (every
+        """Warn when a River wrapper drives this estimator in a way its ε does not cover
+        (:func:`_composition_risk`): a model-selection wrapper or an ensemble (every
         candidate or member learns from the same records, so together they spend the sum of
-        their ε; a bagging member also sees a record several times under fresh ids), or a
+        their ε; a bagging member also sees a record several times under fresh ids), a
         pipeline whose earlier step learns from the data (a scaler's running mean moves
-        every later record's features, which the per-record accounting does not cover)."""
-        self._wrapper_checked = True
-        if self._engine.booster.calibration is None:
-            return
+        every later record's features, which the per-record accounting does not cover), or
+        any other River wrapper that decides what the model learns (samplers, target
+        scalers). Judged whenever the code calling ``learn_one`` / ``learn_many`` changes
+        (a model that learned alone and was then put in a pipeline went unjudged), so a
+        loop pays one frame lookup a record."""
         try:
             frame: FrameType | None = sys._getframe(2)
         except ValueError:  # called with no caller to look at (a thread's entry point)
+            return
+        if frame is None or id(frame.f_code) == self._checked_caller:
+            return
+        self._checked_caller = id(frame.f_code)
+        if self._engine.booster.calibration is None:
             return
         for _ in range(8):  # the wrapper calls learn_one from its own learn_one
             if frame is None:
@@ -308,8 +343,7 @@ class _SGBDTEstimator:
         silently into ``**kwargs``, leaving the record keyless. River's ``Pipeline`` reads
         the signature and forwards ``key`` alone.
         """
-        if not self._wrapper_checked:
-            self._check_wrapper()
+        self._check_wrapper()
         engine, outside = self._engine, []
         with engine.validator.warnings_at_end():  # after the record's position is counted
             try:
@@ -330,6 +364,7 @@ class _SGBDTEstimator:
         stream position, and if some rows were invalid an ``InvalidRecord`` naming the first
         of them is raised after the valid ones were learned.
         """
+        self._check_wrapper()
         engine = self._engine
         columns, n = self._columns(X)
         targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
@@ -343,6 +378,10 @@ class _SGBDTEstimator:
             names = []
             for i, key in enumerate(keys):
                 try:
+                    if key is None:  # a key column with gaps: refused per row, with the way
+                        raise InvalidRecord("key", "row without a key (None) in keys=: give "
+                                            "every row its key, or learn the rows without one "
+                                            "apart (keys=None, or learn_one's key=None)")
                     names.append(normalise_key(key))
                 except InvalidRecord as why:
                     other.setdefault(i, why)

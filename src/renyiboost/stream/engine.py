@@ -1004,11 +1004,11 @@ class StreamEngine(OwesRounds):
 
     def _warn_keyless(self) -> None:
         if not self._warned_keyless and self.booster.calibration is not None:
-            self._warned_keyless = True
-            warnings.warn(
+            self._warned_keyless = True  # at the call's end, after its positions count
+            self.validator.warn_at_end(
                 "records without a key: each gets a fresh sequence id, so the privacy unit is "
                 "one record, not one person. Pass key=... (a person or account id) to protect "
-                "everything a person contributes.", PrivacyLeakWarning, stacklevel=outside_stacklevel())
+                "everything a person contributes.", PrivacyLeakWarning)
 
     def _uid_for(self, key: Any | None, origin: str | None = None) -> int:
         if key is None:

@@ -553,6 +553,18 @@ MUTATIONS = [
              "        pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
              "        (lambda *_: None)(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
              ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
+    Mutation("a new store counts a partition from its first message delivered",
+             "src/renyiboost/connectors/kafka.py",
+             ("            tp.offset = self._expected[name] = (\n"
+              "                int(stored) if stored is not None else self._log_start(tp))\n"),
+             ("            tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING\n"
+              "            if stored is not None:\n"
+              "                self._expected[name] = int(stored)\n"),
+             ["tests/test_kafka_ledger.py::test_offsets_without_a_message_are_positions"]),
+    Mutation("a replay's key source is not pinned", "src/renyiboost/connectors/service.py",
+             "    pin_meta(engine.store, KEY_SOURCE_META, rows, lambda recorded: (",
+             "    (lambda *_: None)(engine.store, KEY_SOURCE_META, rows, lambda recorded: (",
+             ["tests/test_kafka_ledger.py::test_a_replay_and_a_topic_never_feed_one_store"]),
     Mutation("a re-created shard store joins its deployment", "src/renyiboost/stream/sharded.py",
              "        self._pin_members()\n", "        pass\n",
              ["tests/test_sharded.py::test_a_shard_store_lost_and_created_again_is_refused"]),

@@ -430,14 +430,16 @@ def test_a_new_model_topic_is_given_every_version(kafka_bootstrap, tmp_path):
     engine.close()
 
 
-def test_offsets_without_a_message_are_positions(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("person", [(10, 60, 118), (0,)])
+def test_offsets_without_a_message_are_positions(kafka_bootstrap, tmp_path, person):
     """On a compacted topic the offsets that compaction removed depend on who upserted: a
     person's superseded records vanish, and as tombstones all of them do. Positions once
     counted delivered messages, so two neighbouring compacted topics read to the same
     offset stood at 150 and 149 positions and released differently. Every offset is a
-    position now, holding a message or not."""
+    position now, holding a message or not, from the log's start: a new store counted from
+    the first message delivered, so a person whose upsert was at offset 0 still moved the
+    clock (``person``: one person's upserts)."""
     events = _events()[:200]
-    person = (10, 60, 118)  # one person's upserts
 
     def delivered(neighbour: bool) -> list[tuple[int, bytes, bytes]]:
         return [(offset, key, value) for offset, (key, value) in enumerate(events)
@@ -510,6 +512,40 @@ def test_the_key_source_is_pinned_for_the_ledgers_life(kafka_bootstrap, tmp_path
     engine = _engine(SQLiteStore(store))
     KafkaTrainer(engine, _settings(kafka_bootstrap, topic),
                  EventFormat(key_field="user")).close()
+    engine.close()
+
+
+def test_a_replay_and_a_topic_never_feed_one_store(kafka_bootstrap, tmp_path):
+    """A replay keys its records by row number: a store Kafka fed, trained with a forgotten
+    ``--source`` (the example config's default is ``memory:abalone``), took rows "0", "1", …
+    into the ledgers of the people with those keys, and its next Kafka start published the
+    trees. Either way round, the second source is refused before it reads a record."""
+    from renyiboost.connectors.service import _train_from_memory
+
+    topic = _topic()
+    create_topic(kafka_bootstrap, topic)
+    fed = tmp_path / "kafka.db"
+    engine = _engine(SQLiteStore(fed, create=True))
+    KafkaTrainer(engine, _settings(kafka_bootstrap, topic)).close()
+    with pytest.raises(LedgerConflict, match=r"keys came from the message key, and "
+                                             r"memory:abalone keys its records by the row "
+                                             r"numbers of memory:abalone.*--new-state"):
+        _train_from_memory(engine, InMemorySource("abalone", batch_size=1000),
+                           "memory:abalone", False)
+    assert engine.positions == 0
+    engine.close()
+    replayed = tmp_path / "replay.db"
+    engine = _engine(SQLiteStore(replayed, create=True))
+    _train_from_memory(engine, InMemorySource("abalone", batch_size=1000), "memory:abalone",
+                       False)
+    assert engine.positions == 4177
+    engine.close()
+    engine = _engine(SQLiteStore(replayed))
+    with pytest.raises(LedgerConflict, match="keys came from the row numbers of memory:abalone"):
+        KafkaTrainer(engine, _settings(kafka_bootstrap, topic))
+    _train_from_memory(engine, InMemorySource("abalone", batch_size=1000), "memory:abalone",
+                       False)  # the replay itself continues (nothing left to feed)
+    assert engine.positions == 4177
     engine.close()
 
 

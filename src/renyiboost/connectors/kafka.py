@@ -113,6 +113,7 @@ from renyiboost.stream.store import (
     InitEvent,
     RoundEvent,
     StoreIdentity,
+    key_source_name,
     pin_meta,
     score_value,
 )
@@ -263,12 +264,6 @@ class KafkaSettings(BaseModel):
     def client(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers, "logger": log, **self.extra,
                 **more}
-
-
-def _key_source_name(source: dict[str, Any]) -> str:
-    """``[events] key_field`` as a trainer pins it (``{"message_key": True}`` without)."""
-    field = source.get("key_field")
-    return "the message key" if field is None else f"the payload field {field!r}"
 
 
 def _unreachable(settings: KafkaSettings, error: BaseException) -> BrokerUnavailable:
@@ -494,8 +489,8 @@ class KafkaTrainer(_Loop):
                       if event_format is not None and event_format.key_field is not None
                       else {"message_key": True})
         pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (
-            f"this store's keys came from {_key_source_name(recorded)}, and this start takes "
-            f"them from {_key_source_name(key_source)}: every person would get a second "
+            f"this store's keys came from {key_source_name(recorded)}, and this start takes "
+            f"them from {key_source_name(key_source)}: every person would get a second "
             "ledger under another name. Keep [events] key_field as it was"))
         self.dead_letters: Counter[str] = Counter()
         self.dead_letters_repeated = 0
@@ -570,11 +565,24 @@ class KafkaTrainer(_Loop):
         for tp in owned:
             name = f"{tp.topic}:{tp.partition}"
             stored = offsets.get(name)
-            tp.offset = int(stored) if stored is not None else OFFSET_BEGINNING
-            if stored is not None:
-                self._expected[name] = int(stored)
+            tp.offset = self._expected[name] = (
+                int(stored) if stored is not None else self._log_start(tp))
         self.consumer.assign(owned)
         return owned
+
+    def _log_start(self, tp: TopicPartition) -> int:
+        """Where a partition the store has not read yet starts counting positions: the
+        log's start offset (its low watermark), which retention moves with time and size
+        and compaction never moves. Counting from the first message delivered made the
+        public clock depend on the data: on a compacted topic whose head offsets belonged
+        to one person, the store with that person and the one without stood one position
+        apart for good, and released at different offsets."""
+        try:
+            low, _ = self.consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=self.settings.connect_timeout)
+        except KafkaException as error:
+            raise _unreachable(self.settings, error) from None
+        return int(low)
 
     def _shard_partitions(self, every: list[TopicPartition],
                           counts: dict[str, int]) -> list[TopicPartition]:

@@ -49,7 +49,14 @@ from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
-from renyiboost.stream.store import StoreIdentity, is_postgres_location, store_at
+from renyiboost.stream.store import (
+    KEY_SOURCE_META,
+    StoreIdentity,
+    is_postgres_location,
+    key_source_name,
+    pin_meta,
+    store_at,
+)
 
 log = logging.getLogger("renyiboost.train")
 
@@ -284,7 +291,7 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
              engine.release_version)
     try:
         if memory is not None:
-            return _train_from_memory(engine, memory, as_json)
+            return _train_from_memory(engine, memory, config.source, as_json)
         trainer = KafkaTrainer(engine, settings, config.events)
         _run_until_stopped(trainer, max_idle, as_json)
         engine.flush()  # the records read but not yet in a round: commit them with their offsets
@@ -402,11 +409,21 @@ def _memory_source(source: str, engine_cfg: EngineConfig) -> Any:
     return data
 
 
-def _train_from_memory(engine: StreamEngine, source: Any, as_json: bool) -> int:
-    """Train on the records of ``source`` the store has not committed yet (a second run
-    on the same store continues the stream; it once fed every record again)."""
+def _train_from_memory(engine: StreamEngine, source: Any, name: str, as_json: bool) -> int:
+    """Train on the records of ``source`` (the config's ``name``) the store has not
+    committed yet (a second run on the same store continues the stream; it once fed every
+    record again). The replay's keys are its row numbers, pinned as the store's key
+    source: a store Kafka fed took a forgotten ``--source`` as a replay into the production
+    ledgers (rows ``"0"``, ``"1"``, … charged to the people of those keys), and a Kafka
+    start on a replay's store is refused the same way."""
     from renyiboost.stream.sources import committed_records
 
+    rows = {"memory_rows": name}
+    pin_meta(engine.store, KEY_SOURCE_META, rows, lambda recorded: (
+        f"this store's keys came from {key_source_name(recorded)}, and {name} keys its "
+        f"records by {key_source_name(rows)}: they would be charged to the ledgers of other "
+        "records. Pass the store's own source (--source kafka://…), or replay into a new "
+        "store (--state … --new-state)"))
     done = committed_records(source, engine.offsets)
     for batch in source.batches(after=done):
         engine.add(batch.X, batch.y, batch.keys, batch.positions)

@@ -192,8 +192,9 @@ GRID_META = "grid"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_VERSION_AT = 18
 _SQLITE_HEADER_BYTES = 20
-#: The side value that pins where a Kafka trainer reads its keys (the message key, or a
-#: payload field) for the ledger's life; ``renyiboost reshard`` carries it to the new stores.
+#: The side value that pins where a store's keys come from for the ledger's life: a Kafka
+#: trainer's message key or payload field, or the row numbers of a ``memory:`` replay
+#: (:func:`key_source_name`); ``renyiboost reshard`` carries it to the new stores.
 KEY_SOURCE_META = "key_source"
 #: The side value that marks a shard store whose keys reached it by their hash (records
 #: handed to the sharded engine): a Kafka shard, which places a key by its partition,
@@ -1206,6 +1207,15 @@ def with_absent(stored: Any, absent: Any) -> Any:
         return stored
     filled = {key: with_absent(value, absent.get(key)) for key, value in stored.items()}
     return filled | {key: value for key, value in absent.items() if key not in filled}
+
+
+def key_source_name(source: dict[str, Any]) -> str:
+    """A pinned key source (:data:`KEY_SOURCE_META`) in words: ``[events] key_field`` as a
+    Kafka trainer pins it (``{"message_key": True}`` without one), or a replay's rows."""
+    if "memory_rows" in source:
+        return f"the row numbers of {source['memory_rows']}"
+    field = source.get("key_field")
+    return "the message key" if field is None else f"the payload field {field!r}"
 
 
 def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str]) -> None:

@@ -155,6 +155,38 @@ def test_a_model_topic_without_the_published_offset_is_read_from_its_start(
     assert "no longer holds offset 10000" in caplog.text
 
 
+def test_a_recreated_model_topic_gets_every_version_again(kafka_bootstrap, tmp_path, caplog):
+    """A model topic deleted while the trainer was down is created again at its start; it
+    then published only the versions after the store's record of its last release, and a
+    follower stalled for good at version 1 (its server answered 503). Every version is
+    published again now, and a new follower takes the whole model."""
+    from confluent_kafka.admin import AdminClient
+
+    from renyiboost.connectors.kafka import ModelFollower
+
+    topic = _topic()
+    _produce(kafka_bootstrap, topic, _events()[:300])
+    path = tmp_path / "s.db"
+    engine = _train(kafka_bootstrap, topic, SQLiteStore(path, create=True))
+    versions = engine.release_version
+    engine.close()
+    settings = _settings(kafka_bootstrap, topic)
+    assert [r.version for r in model_releases(settings)] == list(range(1, versions + 1))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # held until it answers
+    admin.delete_topics([settings.model_topic])[settings.model_topic].result(10)
+    deadline = time.monotonic() + 10
+    while model_releases(settings) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with caplog.at_level(logging.WARNING, "renyiboost.kafka"):
+        _train(kafka_bootstrap, topic, str(path)).close()
+    assert [r.version for r in model_releases(settings)] == list(range(1, versions + 1))
+    assert f"(version {versions}; it holds 0 to -1)" in caplog.text
+    follower = ModelFollower(kafka_bootstrap, settings.model_topic, settings.model_name)
+    follower.wait_for(versions)
+    assert follower.version == versions and not follower.stalled
+    follower.close()
+
+
 def test_the_model_topic_keeps_every_release_or_the_trainer_refuses_it(kafka_bootstrap,
                                                                        tmp_path):
     """Kafka deletes a topic's messages after 7 days by default, and a group's offsets 7

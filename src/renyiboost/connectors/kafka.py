@@ -632,6 +632,7 @@ class KafkaTrainer(_Loop):
                 "partitions; one store owns all of them")
 
     def _check_model_topic(self) -> None:
+        self._published = still_published(self.settings, self._published)
         check_model_topic(self.settings, self.engine.store.identity,
                           self.engine.release_version, self._published)
 
@@ -1021,6 +1022,34 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
             "--add-config ...), or name a new model topic.")
 
 
+def still_published(settings: KafkaSettings, published: dict[str, Any]) -> dict[str, Any]:
+    """``published`` (the store's record of its last release, :func:`published_to`) if the
+    model topic still holds that release's offset, else version 0, so that every version
+    is published again: a topic deleted and re-created (or emptied) got only the versions
+    after the record, and every follower stalled for good at the first missing one, with
+    no command to re-publish it. Re-publishing public releases costs no budget, and
+    followers skip the versions they hold."""
+    if "offset" not in published:
+        return published
+    consumer = Consumer(settings.client(**{
+        "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(settings.model_topic, int(published["partition"])),
+            timeout=settings.connect_timeout)
+    except KafkaException as error:
+        raise _unreachable(settings, error) from None
+    finally:
+        consumer.close()
+    if low <= int(published["offset"]) < high:
+        return published
+    log.warning("the model topic %r no longer holds offset %d of the last published release "
+                "(version %d; it holds %d to %d): it was re-created or emptied; publishing "
+                "every version again", settings.model_topic, published["offset"],
+                published["version"], low, high - 1)
+    return {"version": 0}
+
+
 def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
                       published: Mapping[str, Any]) -> None:
     """Refuse to train a model whose topic shows another ledger (see the module docstring):
@@ -1304,14 +1333,14 @@ class ShardedKafkaTrainer(_Loop):
         self.settings = settings
         self.stopping = False
         self.consumed = 0
-        self._published = published_to(engine.shards.one(0, "get_meta", "published"),
-                                       settings)
+        keep_model_topic_forever(settings)
+        self._published = still_published(
+            settings, published_to(engine.shards.one(0, "get_meta", "published"), settings))
 
         def check() -> None:
             check_model_topic(settings, engine.identity, engine.release_version,
                               self._published)
 
-        keep_model_topic_forever(settings)
         check()
         self.producer = model_publisher(settings, check)
         self._unrecorded = False
@@ -1560,7 +1589,8 @@ class ModelFollower:
         if self.stalled is None:
             self.stalled = (f"{gap} from the model topic {self.model_topic!r}, also after "
                             "re-reading it; the follower stays at its version until a release "
-                            "continues it (re-publish the missing versions)")
+                            "continues it (a trainer restarted on its store publishes every version again "
+                            "to a topic that lost its last release)")
             log.error("%s", self.stalled)
         return False
 

@@ -416,3 +416,21 @@ def test_any_batch_of_documents_parses_as_one_message_at_a_time(
     fmt = EventFormat(key_field="user" if payload_key else None, max_bytes=400)
     _check([v for _, v in events], [k for k, _ in events], task=task, strict=strict,
            event_format=fmt)
+
+
+@pytest.mark.parametrize("path", ["batch", "each"])
+def test_an_event_refused_for_its_label_or_key_spends_no_empty_record_warning(path) -> None:
+    """The one warning about a record learned without any feature value went to a dead
+    letter (``{"x": {}, "y": 99}``, refused for its label), and a record that was learned
+    empty later went unwarned. The label and the key are judged before the features; and
+    the columnar batch path, which never gave the warning, gives it as ``parse`` does."""
+    schema = PublicSchema(features={"age": (0.0, 100.0)}, labels=["neg", "pos"])
+    parser = EventParser(RecordValidator(schema, "classification"))
+    parse = parser.parse_batch if path == "batch" else parser.parse_each
+    refused = [json.dumps({"x": {}, "y": 99}).encode(), json.dumps({"x": {}, "y": "pos"}).encode()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        batch = parse(refused, [b"k1", None])  # a bad label; no key
+    assert [why.reason for _, why in batch.rejected] == ["label", "missing_key"]
+    with pytest.warns(SchemaMismatchWarning, match="a record learned has no value"):
+        assert parse([json.dumps({"x": {}, "y": "pos"}).encode()], [b"k3"]).index == [0]

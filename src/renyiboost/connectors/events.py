@@ -282,7 +282,7 @@ class EventParser:
 
     # ------------------------------------------------------------------ one message
     def parse(self, value: bytes | None, message_key: bytes | None = None) -> Parsed | Rejected:
-        """Validate one message: its size, JSON, shape, features, key and label, in order."""
+        """Validate one message: its size, JSON, shape, label, key and features, in order."""
         fmt = self.format
         if value is None:
             return Rejected("json", "empty message value")
@@ -316,10 +316,13 @@ class EventParser:
         for name in (fmt.features_field, fmt.label_field):
             if name not in event:
                 raise InvalidRecord("schema", f"field {name!r} is missing")
+        # the label and the key first: features() warns, once, about a record learned
+        # without a value, which an event refused for its label or key is not
+        label = self.validator.label(event[fmt.label_field])
+        key = self._key(event.get(fmt.key_field) if fmt.key_field else None, message_key)
         outside: list[int] = []
         row = self.validator.features(event[fmt.features_field], outside)
-        key = self._key(event.get(fmt.key_field) if fmt.key_field else None, message_key)
-        return Parsed(key, row, self.validator.label(event[fmt.label_field]), outside)
+        return Parsed(key, row, label, outside)
 
     def _key(self, payload_key: Any, message_key: bytes | None) -> str:
         """The event's identity (see the module docstring); raises ``InvalidRecord``."""
@@ -447,6 +450,8 @@ class EventParser:
 
         outside = np.zeros(n_features, dtype=np.int64)
         rows = self._encode(features, numbers, outside)
+        if len(rows) and np.isnan(rows).all(axis=1).any():  # as parse() warns for one
+            self.validator.note_empty("learned")
         result = ParsedBatch(index=index, keys=keys, rows=rows,  # type: ignore[arg-type]
                              labels=labels.tolist(), rejected=[])  # keys: no None left
         if len(index) < len(values):

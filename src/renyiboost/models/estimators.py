@@ -346,10 +346,10 @@ class _SGBDTEstimator:
         self._check_wrapper()
         engine, outside = self._engine, []
         with engine.validator.warnings_at_end():  # after the record's position is counted
-            try:
+            try:  # the label and the key first: features() warns, once, about a record
+                label = engine.validator.label(y)  # learned without a value, which a record
+                name = None if key is None else normalise_key(key)  # refused for them is not
                 row = engine.validator.features(x, outside)
-                label = engine.validator.label(y)
-                name = None if key is None else normalise_key(key)
             except InvalidRecord:
                 engine.empty_event()
                 raise

@@ -962,3 +962,22 @@ def test_a_client_line_repeated_many_times_a_second_is_logged_once_a_window(capl
     assert 1 <= len(refused) <= 3, refused  # one a second at most (about 30 without)
     assert any("more like it in the last 1 s" in line for line in refused[1:]), refused
     assert sum(r.getMessage() == "a line of our own" for r in caplog.records) >= 5
+
+
+def test_a_repeating_client_error_is_logged_once_until_the_cluster_answers(caplog) -> None:
+    """librdkafka reports an unreachable broker on every reconnect attempt: a broker down
+    for 3 s gave the trainer's log 59 "Kafka client:" lines before its one error line. A
+    repeat of the last text is not logged; another text is, and so is the same text again
+    once the cluster has answered."""
+    trainer = KafkaTrainer.__new__(KafkaTrainer)  # the callback's state alone, no broker
+    trainer._fatal, trainer._down_since, trainer._logged_client_error = None, None, None
+    refused = KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9/bootstrap: Connection refused")
+    with caplog.at_level(logging.WARNING, "renyiboost.kafka"):
+        for _ in range(50):
+            trainer._on_client_error(refused)
+        trainer._on_client_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers down"))
+        trainer._logged_client_error = None  # what an answer of the cluster does
+        trainer._on_client_error(refused)
+    lines = [r.getMessage() for r in caplog.records if "Kafka client" in r.getMessage()]
+    assert len(lines) == 3 and "1/1 brokers down" in lines[1]
+    assert trainer._down_since is not None

@@ -265,6 +265,11 @@ def test_changed_partitions_and_memory_stores_are_refused(kafka_bootstrap, tmp_p
     db.close()
     with pytest.raises(LedgerConflict, match="partitions of the event topics changed"):
         _train(kafka_bootstrap, topic, str(path))
+    other = _topic()  # another topic is named as such (it was "the partitions changed")
+    _produce(kafka_bootstrap, other, _events()[:10])
+    with pytest.raises(LedgerConflict, match=rf"trained on the topics \['{topic}'\], and "
+                                             rf"this start reads \['{other}'\]"):
+        _train(kafka_bootstrap, other, str(path))
     with pytest.raises(LedgerConflict, match="durable state store"):
         KafkaTrainer(_engine(None), _settings(kafka_bootstrap, topic))
 

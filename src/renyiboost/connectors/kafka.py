@@ -500,6 +500,9 @@ class KafkaTrainer(_Loop):
         self.stopping = False
         self._down_since: float | None = None
         self._fatal: KafkaError | None = None
+        #: The client's last error text logged, so that a repeat is not logged again (a
+        #: broker down for 3 s gave 59 lines) until the cluster answers again.
+        self._logged_client_error: str | None = None
         self.consumer = Consumer(settings.client(**{
             "group.id": settings.group_id,
             "enable.auto.commit": False,
@@ -546,6 +549,12 @@ class KafkaTrainer(_Loop):
         settings, engine = self.settings, self.engine
         counts = _partition_counts(self.consumer, settings)
         recorded = engine.store.get_meta("partitions")
+        if recorded is not None and set(recorded) != set(counts):
+            raise LedgerConflict(
+                f"this store trained on the topics {sorted(recorded)}, and this start reads "
+                f"{sorted(counts)}: its offsets and ledgers belong to those topics' events. "
+                "Pass the store's own topic (--source), or train another topic into a new "
+                "store (--state … --new-state)")
         if recorded is not None and recorded != counts:
             raise LedgerConflict(
                 f"the partitions of the event topics changed since this store first read them "
@@ -652,7 +661,7 @@ class KafkaTrainer(_Loop):
             self._process(messages)
         self.consumed += len(messages)
         if messages:
-            self._down_since = None
+            self._down_since = self._logged_client_error = None
         self.publish()
         if messages and self.engine.offsets:
             self._commit_informational()
@@ -895,7 +904,10 @@ class KafkaTrainer(_Loop):
             self._fatal = error
         elif error.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
             self._down_since = time.monotonic()
-        log.warning("Kafka client: %s", error)
+        text = error.str()
+        if text != self._logged_client_error:
+            self._logged_client_error = text
+            log.warning("Kafka client: %s (logged once while it repeats)", text)
 
     def _check_client(self) -> None:
         """Stop with an error on a fatal client error or a cluster down for too long."""
@@ -905,7 +917,7 @@ class KafkaTrainer(_Loop):
             return
         try:
             self.consumer.list_topics(timeout=min(5.0, self.settings.connect_timeout))
-            self._down_since = None
+            self._down_since = self._logged_client_error = None
         except KafkaException as error:
             if time.monotonic() - self._down_since > self.settings.connect_timeout:
                 raise _unreachable(self.settings, error) from None

@@ -158,6 +158,26 @@ def test_a_stream_warns_when_delta_is_not_far_below_one_over_its_size() -> None:
             _regressor(delta=1e-3, epsilon=None)
 
 
+def test_a_stream_that_outgrows_one_over_delta_says_so_once() -> None:
+    """δ is judged against the hint at construction; a stream of 300,000 keys past a hint
+    of 1,000 with δ = 1e-5 said nothing. Positions are public: passing 1/δ of them warns,
+    once, at the trigger that passes it (a private count of people could not be told)."""
+    model = _regressor(delta=1e-3, expected_records=200, seed=0)  # δ · 200 = 0.2: quiet
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, x in enumerate(rng.uniform(0, 1, 2_500).tolist()):
+            model.learn_one({"a": x}, x, key=i)
+    said = [str(w.message) for w in caught if issubclass(w.category, PrivacyLeakWarning)]
+    assert len(said) == 1 and "passed" in said[0] and "1/delta = 1,000" in said[0]
+    assert int(said[0].split("passed ")[1].split(" ")[0].replace(",", "")) >= 1_000
+    quiet = _regressor(delta=1e-6, expected_records=200, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        for i, x in enumerate(rng.uniform(0, 1, 2_500).tolist()):
+            quiet.learn_one({"a": x}, x, key=i)
+
+
 def test_a_batch_fit_warns_when_delta_is_not_far_below_one_over_its_rows() -> None:
     """Needs the one-line call of ``check_privacy_inputs`` in ``SGBDT.fit``. The warning
     does not print the private number of rows (logs keep it: it said "n = 2,000

@@ -843,3 +843,32 @@ def test_a_key_column_with_gaps_refuses_those_rows_and_says_what_to_do() -> None
         model.learn_many(pd.DataFrame({"a": [0.1, 0.2, 0.3]}), [0.1, 0.2, 0.3],
                          keys=["x", None, "y"])
     assert model.engine.positions == 3
+
+
+def test_values_a_data_source_gives_are_read_or_refused_with_the_way_out() -> None:
+    """A SQL ``NUMERIC`` column comes as ``Decimal`` (``numbers.Real`` leaves it out, so it
+    was refused); a bool in a numeric feature, a pandas Series as a record and a dict as a
+    batch learner's schema are refused saying what to pass instead (the last raised an
+    ``AttributeError`` on ``.labels``)."""
+    import decimal
+
+    from renyiboost.models.dpboost import DPBoost
+
+    model = SGBDTRegressor({"a": (0.0, 1.0), "f": (0, 1)}, target_bounds=(0.0, 1.0),
+                           epsilon=1.0, seed=0)
+    check = model.engine.validator
+    np.testing.assert_array_equal(check.features({"a": decimal.Decimal("0.25"), "f": 1}),
+                                  [0.25, 1.0])
+    rows, bad = check.columns({"a": np.array([decimal.Decimal("0.5"), decimal.Decimal(2)],
+                                             dtype=object), "f": np.array([0, 1])}, 2,
+                              count=True)
+    assert not bad and rows.tolist() == [[0.5, 0.0], [1.0, 1.0]]  # 2 is clipped, as a float
+    with pytest.raises(InvalidRecord, match=r"got bool True \(a bool is no number here: give "
+                                            r"0 or 1, or make the feature categorical"):
+        model.learn_one({"a": 0.5, "f": True}, 0.5, key="k")
+    with pytest.raises(InvalidRecord, match=r"got Series \(a pandas Series: x.to_dict\(\)\)"):
+        model.learn_one(pd.Series({"a": 0.5, "f": 1}), 0.5, key="k")
+    for learner in (SGBDT, DPBoost):
+        with pytest.raises(TypeError, match=r"schema must be a PublicSchema, e.g. "
+                                            r"PublicSchema\(features=\{\.\.\.\}"):
+            learner({"a": (0.0, 1.0)}, epsilon=1.0)

@@ -33,6 +33,7 @@ characters are refused with reason ``key``.
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import unicodedata
@@ -128,8 +129,10 @@ def bad_keys(keys: Sequence[Any]) -> list[tuple[int, InvalidRecord]]:
 
 
 def _is_real(value: Any) -> bool:
-    """A real number that is not a bool (numpy scalars included)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    """A real number that is not a bool (numpy scalars included), or a ``Decimal`` (what a
+    database driver gives for a SQL ``NUMERIC`` column; ``numbers.Real`` leaves it out)."""
+    return (isinstance(value, numbers.Real | decimal.Decimal)
+            and not isinstance(value, bool | np.bool_))
 
 
 def _as_float(value: Any) -> float:
@@ -236,8 +239,9 @@ class RecordValidator:
         values (the ``learn_one`` path); anything else goes through :meth:`_check_value`.
         """
         if type(x) is not dict and not isinstance(x, Mapping):
+            hint = " (a pandas Series: x.to_dict())" if hasattr(x, "to_dict") else ""
             raise InvalidRecord("schema", f"x must be a mapping from feature name to value, "
-                                          f"got {type(x).__name__}")
+                                          f"got {type(x).__name__}{hint}")
         row = [math.nan] * self.schema.n_features
         encoders = self._encoders
         for name, value in x.items():
@@ -506,8 +510,11 @@ class RecordValidator:
                                               f"{type(value).__name__} {value!r:.40}")
             return
         if not _is_real(value):
+            hint = (" (a bool is no number here: give 0 or 1, or make the feature categorical "
+                    "with the categories [False, True])" if isinstance(value, bool | np.bool_)
+                    else "")
             raise InvalidRecord("schema", f"feature {name!r} is numeric, got "
-                                          f"{type(value).__name__} {value!r:.40}")
+                                          f"{type(value).__name__} {value!r:.40}{hint}")
         if not math.isfinite(_as_float(value)):
             what = ("an integer beyond the float range" if isinstance(value, numbers.Integral)
                     else repr(value))

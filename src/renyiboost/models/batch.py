@@ -50,6 +50,10 @@ def task_of_schema(schema: PublicSchema, params: dict[str, Any]) -> dict[str, An
     bounds), target bounds a regressor's. A task that contradicts the schema is refused,
     since the other half of the schema would be ignored without a word; regression without
     target bounds is refused where the learner is built (:meth:`MarginModel._setup`)."""
+    if not isinstance(schema, PublicSchema):  # a dict of features failed on .labels
+        raise TypeError(f"schema must be a PublicSchema, e.g. PublicSchema(features={{...}}, "
+                        f"labels=[...]) or (..., target_bounds=(lo, hi)); got "
+                        f"{type(schema).__name__} {schema!r:.60}")
     task = params.get("task")
     if task is None:
         if schema.labels is not None:

@@ -12,6 +12,7 @@ from renyiboost.datasets import load
 from renyiboost.experiments import paper
 from renyiboost.experiments.metrics import error_rate, r2_score, roc_auc
 from renyiboost.experiments.peers import _decode_categories, make_peer
+from renyiboost.schema import PublicSchema
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,10 @@ def test_categories_reach_the_peers_as_their_public_names() -> None:
     decoded = _decode_categories(schema)(X)[:, column]
     domain = [str(c) for c in schema.features["sex"]]
     assert list(decoded) == [domain[0], domain[2], "?"]
+    # a real "?" category stays apart from the public "other" value (they were merged)
+    asked = PublicSchema(features={"q": ["?", "??", "y"]})
+    decoded = _decode_categories(asked)(np.array([[0.0], [1.0], [2.0], [3.0]]))[:, 0]
+    assert list(decoded) == ["?", "??", "y", "???"]
 
 
 def test_peers_take_the_other_category_and_a_public_binary_label_set() -> None:

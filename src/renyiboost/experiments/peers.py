@@ -128,21 +128,33 @@ def as_peer(model: Any, task: str) -> BatchPeer:
 
 
 def _categories(schema: PublicSchema) -> list[list[str] | None]:
-    return [[str(c) for c in spec] if isinstance(spec, list) else None
-            for spec in schema.features.values()]
+    """Each categorical feature's public values as strings, and last the schema's "other"
+    value: ``"?"``, or as many ``"?"`` as it takes to be none of them (a real ``"?"``
+    category was merged with "other"); ``None`` for a numeric feature."""
+    domains: list[list[str] | None] = []
+    for spec in schema.features.values():
+        if not isinstance(spec, list):
+            domains.append(None)
+            continue
+        values = [str(c) for c in spec]
+        other = "?"
+        while other in values:
+            other += "?"
+        domains.append([*values, other])
+    return domains
 
 
 def _decode_categories(schema: PublicSchema) -> Any:
     """Encoded array → object array whose categorical columns hold the category strings
-    (an index past the domain, the schema's 'unknown' code, becomes '?')."""
+    (an index past the domain, the schema's 'unknown' code, becomes its "other" value)."""
     domains = _categories(schema)
 
     def to_input(X: np.ndarray) -> np.ndarray:
         out = np.asarray(X, dtype=object).copy()
         for j, domain in enumerate(domains):
             if domain is not None:
-                lookup = np.array(domain + ["?"], dtype=object)
-                out[:, j] = lookup[np.minimum(X[:, j].astype(int), len(domain))]
+                lookup = np.array(domain, dtype=object)
+                out[:, j] = lookup[np.minimum(X[:, j].astype(int), len(domain) - 1)]
         return out
 
     return to_input
@@ -157,7 +169,7 @@ def _dpebm(schema: PublicSchema, task: str, epsilon: float, delta: float, seed: 
         feature_names=schema.names,
         # each domain with the schema's public "other" value, which a row may hold (without
         # it interpret refused such a training row: "values outside of the ordinal set")
-        feature_types=[[*d, "?"] if d is not None else "continuous" for d in domains],
+        feature_types=[d if d is not None else "continuous" for d in domains],
         privacy_bounds={name: (float(lo), float(hi)) for name, d, lo, hi in
                         zip(schema.names, domains, schema.lower, schema.upper, strict=True)
                         if d is None},

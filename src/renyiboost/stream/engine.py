@@ -724,6 +724,8 @@ def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: StreamEngine, *args: Any, **kwargs: Any) -> Any:
+        if self.validator.deferring:  # inside a block already (learn_one's): its end warns
+            return method(self, *args, **kwargs)
         with self.validator.warnings_at_end():
             return method(self, *args, **kwargs)
 

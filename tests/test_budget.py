@@ -298,6 +298,11 @@ def test_river_wrappers_that_decide_what_the_model_learns_warn() -> None:
     piped = preprocessing.StandardScaler() | alone  # the same model, wrapped afterwards
     said = caught(lambda: piped.learn_many(frame, labels))
     assert len(said) == 1 and "StandardScaler" in said[0]
+    rewrapped = regressor()  # one River method (Pipeline.learn_one) runs both pipelines
+    selected = compose.Select("a") | rewrapped
+    assert not caught(lambda: selected.learn_one({"a": 0.5}, 0.5))
+    scaled_after = preprocessing.MinMaxScaler() | rewrapped
+    assert "MinMaxScaler" in caught(lambda: scaled_after.learn_one({"a": 0.5}, 0.5))[0]
 
 
 def test_a_river_clone_of_a_drawn_estimator_draws_for_itself() -> None:

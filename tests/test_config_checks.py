@@ -176,6 +176,17 @@ def test_a_stream_that_outgrows_one_over_delta_says_so_once() -> None:
         warnings.simplefilter("error", PrivacyLeakWarning)
         for i, x in enumerate(rng.uniform(0, 1, 2_500).tolist()):
             quiet.learn_one({"a": x}, x, key=i)
+    from renyiboost.stream.sharded import ShardedEngine
+
+    sharded = ShardedEngine(EngineConfig.from_defaults(SCHEMA, "regression", 1.0, 1e-3, 200),
+                            [None, None], seed=0)
+    X = rng.uniform(0, 1, (2_500, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for start in range(0, 2_500, 500):
+            sharded.add(X[start:start + 500], list(X[start:start + 500, 0]),
+                        [str(i) for i in range(start, start + 500)])
+    assert sum("1/delta = 1,000" in str(w.message) for w in caught) == 1
 
 
 def test_a_batch_fit_warns_when_delta_is_not_far_below_one_over_its_rows() -> None:

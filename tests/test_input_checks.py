@@ -872,3 +872,32 @@ def test_values_a_data_source_gives_are_read_or_refused_with_the_way_out() -> No
         with pytest.raises(TypeError, match=r"schema must be a PublicSchema, e.g. "
                                             r"PublicSchema\(features=\{\.\.\.\}"):
             learner({"a": (0.0, 1.0)}, epsilon=1.0)
+    # a Decimal NaN, quiet or signaling (float() raises a ValueError for the latter, which
+    # escaped learn_one and lost its position), is missing as a feature and refused as a
+    # label, and every call counts its position
+    before = model.engine.positions
+    for nan in (decimal.Decimal("sNaN"), decimal.Decimal("NaN")):
+        assert math.isnan(check.features({"a": nan, "f": 1})[0])
+        with pytest.raises(InvalidRecord, match="labels must be finite numbers"):
+            model.learn_one({"a": 0.5, "f": 1}, nan, key="k")
+        model.learn_one({"a": nan, "f": 1}, 0.5, key="k")
+        with pytest.raises(InvalidRecord, match="1 of 2 rows"):
+            model.learn_many(pd.DataFrame({"a": [nan, decimal.Decimal("0.5")], "f": [0, 1]}),
+                             [nan, decimal.Decimal("0.5")], keys=["p", "q"])
+    assert model.engine.positions == before + 8
+
+
+def test_a_record_refused_for_its_label_spends_no_empty_record_warning() -> None:
+    """``learn_one``'s label and key are judged before its features: a record without any
+    feature value refused for its label (or key) once spent the one warning about records
+    learned without a value, and the empty records learned after it went unwarned."""
+    model = SGBDTRegressor({"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0), epsilon=1.0, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        with pytest.raises(InvalidRecord, match="outside the public target_bounds"):
+            model.learn_one({}, 7.0, key="k")
+        with pytest.raises(InvalidRecord, match="keys must be str"):
+            model.learn_one({}, 0.5, key=1.5)
+    with pytest.warns(SchemaMismatchWarning, match="a record learned has no value"):
+        model.learn_one({}, 0.5, key="k")
+    assert model.engine.positions == 3

@@ -152,35 +152,53 @@ def test_a_model_topic_without_the_published_offset_is_read_from_its_start(
             pytest.raises(LedgerConflict, match="from state store another-store"):
         _train(kafka_bootstrap, topic, str(path))
     assert time.monotonic() - started < settings.connect_timeout
-    assert "no longer holds offset 10000" in caplog.text
+    assert "no longer holds the last published release" in caplog.text
+    assert "at offset 10000 of partition 0" in caplog.text
 
 
 def test_a_recreated_model_topic_gets_every_version_again(kafka_bootstrap, tmp_path, caplog):
     """A model topic deleted while the trainer was down is created again at its start; it
     then published only the versions after the store's record of its last release, and a
     follower stalled for good at version 1 (its server answered 503). Every version is
-    published again now, and a new follower takes the whole model."""
+    published again now, and a new follower takes the whole model. The release is looked
+    for, not only its offset: here a second model shares the topic and, restarted first,
+    re-publishes its versions past this model's recorded offset."""
     from confluent_kafka.admin import AdminClient
 
     from renyiboost.connectors.kafka import ModelFollower
 
-    topic = _topic()
+    topic, other = _topic(), _topic()
     _produce(kafka_bootstrap, topic, _events()[:300])
+    _produce(kafka_bootstrap, other, _events()[:300])
     path = tmp_path / "s.db"
     engine = _train(kafka_bootstrap, topic, SQLiteStore(path, create=True))
     versions = engine.release_version
     engine.close()
     settings = _settings(kafka_bootstrap, topic)
+    sharing = KafkaSettings(bootstrap_servers=kafka_bootstrap, topics=[other],
+                            group_id=f"g-{other}", model_topic=settings.model_topic,
+                            model_name="b")
+
+    def train_sharing(store) -> None:
+        engine = _engine(store)
+        try:
+            KafkaTrainer(engine, sharing).run(max_idle=2.0)
+            engine.flush()
+        finally:
+            engine.close()
+
+    train_sharing(SQLiteStore(tmp_path / "b.db", create=True))
     assert [r.version for r in model_releases(settings)] == list(range(1, versions + 1))
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # held until it answers
     admin.delete_topics([settings.model_topic])[settings.model_topic].result(10)
     deadline = time.monotonic() + 10
     while model_releases(settings) and time.monotonic() < deadline:
         time.sleep(0.2)
+    train_sharing(str(tmp_path / "b.db"))  # first: its versions pass this model's offset
     with caplog.at_level(logging.WARNING, "renyiboost.kafka"):
         _train(kafka_bootstrap, topic, str(path)).close()
     assert [r.version for r in model_releases(settings)] == list(range(1, versions + 1))
-    assert f"(version {versions}; it holds 0 to -1)" in caplog.text
+    assert f"no longer holds the last published release (version {versions}" in caplog.text
     follower = ModelFollower(kafka_bootstrap, settings.model_topic, settings.model_name)
     follower.wait_for(versions)
     assert follower.version == versions and not follower.stalled

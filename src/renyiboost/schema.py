@@ -15,6 +15,7 @@ Encoding convention (one float matrix for every feature):
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 import numbers
@@ -82,9 +83,12 @@ def pandas_na() -> Any:
 
 def is_missing(value: Any) -> bool:
     """Whether ``value`` marks a missing value besides ``None`` (which callers test first,
-    on their fast paths): NaN of any float width, or pandas' ``NA``."""
+    on their fast paths): NaN of any float width, a ``Decimal`` NaN (quiet or signaling:
+    a SQL ``NUMERIC`` may hold one), or pandas' ``NA``."""
     if isinstance(value, float | np.floating):
         return bool(np.isnan(value))
+    if isinstance(value, decimal.Decimal):
+        return value.is_nan()
     return value is not None and value is pandas_na()
 
 

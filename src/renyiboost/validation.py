@@ -135,11 +135,14 @@ def _is_real(value: Any) -> bool:
 
 
 def _as_float(value: Any) -> float:
-    """A real number as a float; an integer too large for one is infinite."""
+    """A real number as a float; an integer too large for one is infinite, and a signaling
+    ``Decimal`` NaN (which ``float`` refuses with a ``ValueError``) is NaN."""
     try:
         return float(value)
     except OverflowError:
         return math.inf
+    except ValueError:
+        return math.nan
 
 
 def _float_categories(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -477,7 +480,7 @@ class RecordValidator:
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]
                 if categorical and type(value) is str:
                     continue  # the common case of an object column, without ABC checks
-                nan = isinstance(value, float) and math.isnan(value)
+                nan = is_missing(value)  # a float or Decimal NaN, pandas' NA
                 whole = (categorical and isinstance(value, float) and not nan
                          and value.is_integer())
                 if nan or whole or (missing_marker is not None and value is missing_marker):

@@ -266,6 +266,11 @@ class KafkaSettings(BaseModel):
                 **more}
 
 
+#: The part of librdkafka's error texts that changes between repeats of one error.
+_CLIENT_ERROR_TIMING = re.compile(r" \(after \d+ms in state \w+(?:, \d+ identical error\(s\) "
+                                  r"suppressed)?\)")
+
+
 def _unreachable(settings: KafkaSettings, error: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(
         f"no Kafka broker at {settings.bootstrap_servers} answered within "
@@ -500,9 +505,10 @@ class KafkaTrainer(_Loop):
         self.stopping = False
         self._down_since: float | None = None
         self._fatal: KafkaError | None = None
-        #: The client's last error text logged, so that a repeat is not logged again (a
-        #: broker down for 3 s gave 59 lines) until the cluster answers again.
-        self._logged_client_error: str | None = None
+        #: The client's error texts logged (without their varying "(after … in state …)"),
+        #: so that a repeat is not logged again until the cluster answers (a broker down
+        #: for 3 s gave 59 lines; librdkafka alternates a few texts).
+        self._logged_client_errors: set[str] = set()
         self.consumer = Consumer(settings.client(**{
             "group.id": settings.group_id,
             "enable.auto.commit": False,
@@ -641,7 +647,8 @@ class KafkaTrainer(_Loop):
                 "partitions; one store owns all of them")
 
     def _check_model_topic(self) -> None:
-        self._published = still_published(self.settings, self._published)
+        self._published = still_published(self.settings, self._published,
+                                          self.engine.store.identity)
         check_model_topic(self.settings, self.engine.store.identity,
                           self.engine.release_version, self._published)
 
@@ -661,7 +668,8 @@ class KafkaTrainer(_Loop):
             self._process(messages)
         self.consumed += len(messages)
         if messages:
-            self._down_since = self._logged_client_error = None
+            self._down_since = None
+            self._logged_client_errors.clear()
         self.publish()
         if messages and self.engine.offsets:
             self._commit_informational()
@@ -904,10 +912,10 @@ class KafkaTrainer(_Loop):
             self._fatal = error
         elif error.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
             self._down_since = time.monotonic()
-        text = error.str()
-        if text != self._logged_client_error:
-            self._logged_client_error = text
-            log.warning("Kafka client: %s (logged once while it repeats)", text)
+        text = _CLIENT_ERROR_TIMING.sub("", error.str())
+        if text not in self._logged_client_errors:
+            self._logged_client_errors.add(text)
+            log.warning("Kafka client: %s (logged once until the cluster answers)", text)
 
     def _check_client(self) -> None:
         """Stop with an error on a fatal client error or a cluster down for too long."""
@@ -917,7 +925,8 @@ class KafkaTrainer(_Loop):
             return
         try:
             self.consumer.list_topics(timeout=min(5.0, self.settings.connect_timeout))
-            self._down_since = self._logged_client_error = None
+            self._down_since = None
+            self._logged_client_errors.clear()
         except KafkaException as error:
             if time.monotonic() - self._down_since > self.settings.connect_timeout:
                 raise _unreachable(self.settings, error) from None
@@ -1034,32 +1043,50 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
             "--add-config ...), or name a new model topic.")
 
 
-def still_published(settings: KafkaSettings, published: dict[str, Any]) -> dict[str, Any]:
+def still_published(settings: KafkaSettings, published: dict[str, Any],
+                    identity: StoreIdentity) -> dict[str, Any]:
     """``published`` (the store's record of its last release, :func:`published_to`) if the
-    model topic still holds that release's offset, else version 0, so that every version
-    is published again: a topic deleted and re-created (or emptied) got only the versions
+    model topic still holds that release, else version 0, so that every version is
+    published again: a topic deleted and re-created (or emptied) got only the versions
     after the record, and every follower stalled for good at the first missing one, with
     no command to re-publish it. Re-publishing public releases costs no budget, and
-    followers skip the versions they hold."""
+    followers skip the versions they hold.
+
+    The release itself is looked for, not only its offset: on a topic several models
+    share, another model's re-publication after a re-creation moved the high watermark
+    past this model's recorded offset. The watermarks are read uncommitted (another
+    producer's open transaction holds the committed high watermark back), and a
+    partition the re-created topic lacks is a lost release, not an unreachable broker."""
     if "offset" not in published:
         return published
+    offset, partition = int(published["offset"]), int(published["partition"])
     consumer = Consumer(settings.client(**{
-        "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+        "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "isolation.level": "read_uncommitted"}))
     try:
         low, high = consumer.get_watermark_offsets(
-            TopicPartition(settings.model_topic, int(published["partition"])),
-            timeout=settings.connect_timeout)
+            TopicPartition(settings.model_topic, partition), timeout=settings.connect_timeout)
     except KafkaException as error:
-        raise _unreachable(settings, error) from None
+        if error.args[0].code() not in _NO_SUCH_PARTITION:
+            raise _unreachable(settings, error) from None
+        low = high = 0
     finally:
         consumer.close()
-    if low <= int(published["offset"]) < high:
-        return published
-    log.warning("the model topic %r no longer holds offset %d of the last published release "
-                "(version %d; it holds %d to %d): it was re-created or emptied; publishing "
-                "every version again", settings.model_topic, published["offset"],
-                published["version"], low, high - 1)
+    if low <= offset < high:
+        first = next(iter(model_releases(settings, {partition: offset})), None)
+        if (first is not None and first.version == published["version"]
+                and first.store_id == identity.store_id):
+            return published
+    log.warning("the model topic %r no longer holds the last published release (version %d "
+                "at offset %d of partition %d; the partition holds %d to %d): it was "
+                "re-created or emptied; publishing every version again", settings.model_topic,
+                published["version"], offset, partition, low, high - 1)
     return {"version": 0}
+
+
+#: The errors of a partition (or topic) the broker does not have.
+_NO_SUCH_PARTITION = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                                KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
 def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
@@ -1347,7 +1374,8 @@ class ShardedKafkaTrainer(_Loop):
         self.consumed = 0
         keep_model_topic_forever(settings)
         self._published = still_published(
-            settings, published_to(engine.shards.one(0, "get_meta", "published"), settings))
+            settings, published_to(engine.shards.one(0, "get_meta", "published"), settings),
+            engine.identity)
 
         def check() -> None:
             check_model_topic(settings, engine.identity, engine.release_version,

@@ -211,9 +211,9 @@ class _SGBDTEstimator:
                 **{name: value for name, value in given.items() if not isinstance(value, Policy)})
         self._engine = StreamEngine(config, store=store, seed=seed, strict=strict)
         self._drawn_from: PrivacyAccountant | None = None
-        #: The code that last called a learning method (its ``id``), whose wrappers were
-        #: judged then (:meth:`_check_wrapper`); ``None``: none yet.
-        self._checked_caller: int | None = None
+        #: The code that last called a learning method (its ``id``, and that of the River
+        #: wrapper running it), whose wrappers were judged then (:meth:`_check_wrapper`).
+        self._checked_caller: Any = None
 
     # ------------------------------------------------------------------ River plumbing
     @property
@@ -313,9 +313,14 @@ class _SGBDTEstimator:
             frame: FrameType | None = sys._getframe(2)
         except ValueError:  # called with no caller to look at (a thread's entry point)
             return
-        if frame is None or id(frame.f_code) == self._checked_caller:
+        if frame is None:
             return
-        self._checked_caller = id(frame.f_code)
+        caller: Any = id(frame.f_code)
+        if "river" in frame.f_code.co_filename:  # one River method serves many wrappers
+            caller = (caller, id(frame.f_locals.get("self")))  # (Pipeline.learn_one): each
+        if caller == self._checked_caller:
+            return
+        self._checked_caller = caller
         if self._engine.booster.calibration is None:
             return
         for _ in range(8):  # the wrapper calls learn_one from its own learn_one

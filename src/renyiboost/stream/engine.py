@@ -716,6 +716,27 @@ def refuse_seeding_production(where: str) -> NoReturn:
         "Open it without a seed, and test with a new store.")
 
 
+def note_one_over_delta(engine: Any, position: int) -> None:
+    """At a trigger of ``engine`` (single or sharded: its ``config`` and ``validator``),
+    warn once, at the call's end, when a private stream has passed 1/δ positions: δ was
+    judged against the hint or the prior at construction
+    (:func:`~renyiboost.models.defaults.check_privacy_inputs`), and a stream that outgrew
+    it may hold as many people, for whom δ · n ≥ 1 admits a release of some key's records
+    verbatim. Positions are public (the count of people is not), so a stream of few keys
+    with many records each may be warned needlessly."""
+    delta = engine.config.params.delta
+    if (not engine.config.params.private or position * delta < 1
+            or getattr(engine, "_passed_one_over_delta", False)):
+        return
+    engine._passed_one_over_delta = True
+    engine.validator.warn_at_end(
+        f"the stream has passed {position:,} positions, 1/delta = {1 / delta:,.0f}: if it "
+        f"holds about as many people, delta={delta:g} is not far below 1/n, and a release "
+        "that publishes some key's records verbatim is within the guarantee; δ should be "
+        "far below 1/n (a new model with a smaller delta, since this one's is fixed for its "
+        "life)", PrivacyLeakWarning)
+
+
 def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
     """A learning call of the engine as one block of its validator's
     :meth:`~renyiboost.validation.RecordValidator.warnings_at_end`: the data's warnings
@@ -821,7 +842,7 @@ class StreamEngine(OwesRounds):
         self._pid = os.getpid()  # a forked child may not learn (check_forked)
         self._closed = False
         self._warned_keyless = False
-        #: Whether the stream has passed 1/δ positions, and said so (:meth:`_count_positions`).
+        #: Whether the stream has passed 1/δ positions, and said so (note_one_over_delta).
         self._passed_one_over_delta = False
         self._arrivals = FeatureArrivals(self.schema.names)  # operator telemetry
         self._in_flight: _InFlight | None = None  # the commit not yet known to be durable
@@ -1168,27 +1189,8 @@ class StreamEngine(OwesRounds):
             position = self._positions
             self._next_trigger = self.schedule.next_after(position)
             if not self.coordinated:  # the public call warns at its end
-                self._note_one_over_delta(position)
+                note_one_over_delta(self, position)
                 self._train(trees_due(self.config, self.schedule, position))
-
-    def _note_one_over_delta(self, position: int) -> None:
-        """Warn once when the stream passes 1/δ positions: δ was judged against the hint or
-        the prior at construction (:func:`~renyiboost.models.defaults.check_privacy_inputs`),
-        and a stream that outgrew it may hold as many people, for whom δ · n ≥ 1 admits a
-        release of some key's records verbatim. Positions are public (the count of people
-        is not), so a stream of few keys with many records each may be warned needlessly;
-        checked at triggers only."""
-        delta, private = self.config.params.delta, self.config.params.private
-        if (not private or getattr(self, "_passed_one_over_delta", False)
-                or position * delta < 1):
-            return
-        self._passed_one_over_delta = True
-        self.validator.warn_at_end(
-            f"the stream has passed {position:,} positions, 1/delta = {1 / delta:,.0f}: if "
-            f"it holds about as many people, delta={delta:g} is not far below 1/n, and a "
-            "release that publishes some key's records verbatim is within the guarantee; "
-            "δ should be far below 1/n (a new model with a smaller delta, since this one's is "
-            "fixed for its life)", PrivacyLeakWarning)
 
     @_warnings_at_end
     def add_one(

@@ -93,6 +93,7 @@ from renyiboost.stream.engine import (
     leaf_depth_at,
     model_release,
     noise_stage_at,
+    note_one_over_delta,
     privacy_guarantee_of,
     recalibration_due,
     record_end,
@@ -917,6 +918,7 @@ class ShardedEngine(OwesRounds):
         while self._positions >= self._next_trigger:
             trigger = self._next_trigger
             self._next_trigger = self.schedule.next_after(trigger)
+            note_one_over_delta(self, trigger)
             self.train(trees_due(self.config, self.schedule, trigger))
 
     # ------------------------------------------------------------------ rounds

@@ -585,8 +585,8 @@ MUTATIONS = [
              "    if True:\n        return offset\n",
              # the trainer's start now finds a lost release first (still_published), so the
              # rule is caught on its own: it still guards a read racing retention
-             ["tests/test_kafka_ledger.py::test_the_start_check_reads_only_an_offset_the_"
-              "partition_holds"]),
+             [("tests/test_kafka_ledger.py::test_the_start_check_reads_only_an_offset_the_"
+               "partition_holds")]),
     Mutation("the start check sees only the newest version's store and epoch",
              "src/renyiboost/connectors/kafka.py",
              "    foreign = next((r for r in releases if r.store_id != identity.store_id), None)",

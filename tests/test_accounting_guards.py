@@ -139,19 +139,19 @@ def test_spent_budgets_never_fall_below_the_exact_sum_of_their_charges() -> None
     records × 60 rounds of random charges against a budget they run out of)."""
     from fractions import Fraction
 
-    from renyiboost.accounting.filter import admitted, charged, charged_many
+    from renyiboost.accounting.filter import charged, charged_many
 
     flt = _filter()
-    assert not admitted(0.75, 0.25 + 2.0**-54, 1.0)
+    assert not admitted_with(0.75, 0.25 + 2.0**-54, 1.0, 0.5)  # the round's own rule
     assert not flt.affords(np.array([0.75]), 0.25 + 2.0**-54)[0]
-    assert admitted(0.75, 0.25, 1.0) and flt.affords(np.array([0.75]), 0.25)[0]
+    assert admitted_with(0.75, 0.25, 1.0, 0.5) and flt.affords(np.array([0.75]), 0.25)[0]
     rng = np.random.default_rng(5)
     spent = rng.random(300) * 0.3
     exact = [Fraction(v) for v in spent]
     for _ in range(60):
         charges = rng.random(300) * 0.05 + rng.random(300) * 1e-17
         ok = flt.affords(spent, charges)
-        assert np.array_equal(ok, [admitted(a, b, 1.0) for a, b in zip(spent, charges)])
+        assert np.array_equal(ok, [admitted_with(a, b, 1.0, 0.5) for a, b in zip(spent, charges)])
         new = charged_many(spent, np.where(ok, charges, 0.0))
         assert np.array_equal(new[ok], [charged(a, b) for a, b in zip(spent[ok], charges[ok])])
         for i in np.flatnonzero(ok):

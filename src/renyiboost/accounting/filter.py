@@ -34,8 +34,8 @@ charge within B" is checked on that upper bound (37th session's review: a spent 
 charge 0.25 + 2⁻⁵⁴ were admitted against B = 1).
 
 The rules exist twice, side by side in this module: vectorised in numpy (the classes, the
-reference) and as compiled scalar functions (:func:`charge_code`, :func:`admitted`,
-:func:`admitted_with`, :func:`exhausted`) that the compiled training round
+reference) and as compiled scalar functions (:func:`charge_code`, :func:`charged_with`,
+:func:`within`, :func:`admitted_with`, :func:`exhausted`) that the compiled training round
 (:func:`renyiboost.models.kernels.round_pass`) calls record by record. Tests run both on the
 same pool and require the same codes and spent budgets.
 """
@@ -99,13 +99,6 @@ def charged_many(spent: np.ndarray, charge: np.ndarray | float) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def admitted(spent: float, charge: float, budget: float) -> bool:  # pragma: no cover
-    """Compiled twin of the filter's eligibility: the charge fits in what is left (on the
-    sum rounded up, :func:`charged`)."""
-    return within(charged(spent, charge), budget)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def within(total: float, budget: float) -> bool:  # pragma: no cover - compiled
     """The budget rule on a spent budget with its charge already added (:func:`charged`):
     the compiled round adds once and keeps the sum (NaN is never within)."""
@@ -113,10 +106,12 @@ def within(total: float, budget: float) -> bool:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def admitted_with(spent: float, charge: float, budget: float,
-                  sensitivity2: float) -> bool:  # pragma: no cover - compiled
-    """:func:`admitted` for a record of squared sensitivity ``sensitivity2``: never when s²
-    is NaN or infinite (the numpy path raises, :func:`check_sensitivity2`).
+def charged_with(spent: float, charge: float,
+                 sensitivity2: float) -> float:  # pragma: no cover - compiled
+    """:func:`charged` for a record of squared sensitivity ``sensitivity2``: NaN, never
+    :func:`within` a budget, when s² is NaN or infinite (the numpy path raises,
+    :func:`check_sensitivity2`). The compiled round keeps this sum as the record's spent
+    budget when it is within; :func:`admitted_with` is the same rule as a yes or no.
 
     A NaN s² comes from a NaN gradient or denominator, which would make the leaf sums NaN
     and so reveal that its record was sampled: no charge covers that, so the record is
@@ -124,7 +119,16 @@ def admitted_with(spent: float, charge: float, budget: float,
     otherwise, and NaN compares false, so the test costs no branch (a range test cost 1.5 %
     of a round at 10⁶ records). A finite s² above 1 cannot come out of clipped statistics
     (a, b ∈ [0, 1], r1 + r2 = 1); :func:`charge_code` charges it in full."""
-    return admitted(spent + 0.0 * sensitivity2, charge, budget)
+    return charged(spent + 0.0 * sensitivity2, charge)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def admitted_with(spent: float, charge: float, budget: float,
+                  sensitivity2: float) -> bool:  # pragma: no cover - compiled
+    """Compiled twin of the filter's eligibility for a record of squared sensitivity
+    ``sensitivity2``: the charge fits in what is left, on the sum rounded up
+    (:func:`charged_with`, then :func:`within`, as the round checks it)."""
+    return within(charged_with(spent, charge, sensitivity2), budget)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

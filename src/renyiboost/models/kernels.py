@@ -30,7 +30,7 @@ import numpy as np
 from renyiboost.accounting.filter import (
     NOT_ELIGIBLE,
     charge_code,
-    charged,
+    charged_with,
     exhausted,
     within,
 )
@@ -132,7 +132,7 @@ def round_pass(
             charge = grid_charges[index]
             # admitted_with on the sum added once: NaN (never within) for a NaN or
             # infinite s², which is charged nothing and in no sum (the numpy path raises)
-            after = charged(spent[i] + 0.0 * s2, charge)
+            after = charged_with(spent[i], charge, s2)
             eligible = within(after, budget)
             if eligible:
                 codes_out[i] = index

@@ -44,7 +44,7 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 
 from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning, outside_stacklevel
-from renyiboost.schema import PublicSchema, category_key, is_missing, pandas_na
+from renyiboost.schema import PublicSchema, category_key, is_missing
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -475,7 +475,6 @@ class RecordValidator:
                 copied = True
             else:
                 suspects = np.ones(n_rows, dtype=bool)  # strings, objects: row by row
-            missing_marker = pandas_na()
             for i in np.flatnonzero(suspects).tolist():
                 value = values[i].item() if isinstance(values[i], np.generic) else values[i]
                 if categorical and type(value) is str:
@@ -483,7 +482,7 @@ class RecordValidator:
                 nan = is_missing(value)  # a float or Decimal NaN, pandas' NA
                 whole = (categorical and isinstance(value, float) and not nan
                          and value.is_integer())
-                if nan or whole or (missing_marker is not None and value is missing_marker):
+                if nan or whole:
                     if not copied:  # never write into the caller's; a float column holds
                         copied = True  # integers and None as objects
                         values = (values.astype(object) if values.dtype.kind == "f"
@@ -504,11 +503,15 @@ class RecordValidator:
             n_rows=int(good.sum()))
         if count:
             self.note_outside(outside)
-        use = "learned" if count else "answered"
-        if (not self._warned_empty[use] and good.any()
-                and np.isnan(rows[good]).all(axis=1).any()):
-            self.note_empty(use)
+        self.note_empty_rows(rows[good], "learned" if count else "answered")
         return rows, bad
+
+    def note_empty_rows(self, rows: np.ndarray,
+                        use: Literal["learned", "answered"] = "learned") -> None:
+        """:meth:`note_empty` if one of the encoded ``rows`` holds no value (checked only
+        while that warning has not been given)."""
+        if not self._warned_empty[use] and len(rows) and np.isnan(rows).all(axis=1).any():
+            self.note_empty(use)
 
     @staticmethod
     def _named(columns: Mapping[Any, Any]) -> dict[str, Any]:

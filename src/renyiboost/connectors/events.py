@@ -450,8 +450,7 @@ class EventParser:
 
         outside = np.zeros(n_features, dtype=np.int64)
         rows = self._encode(features, numbers, outside)
-        if len(rows) and np.isnan(rows).all(axis=1).any():  # as parse() warns for one
-            self.validator.note_empty("learned")
+        self.validator.note_empty_rows(rows)  # as parse() warns for one
         result = ParsedBatch(index=index, keys=keys, rows=rows,  # type: ignore[arg-type]
                              labels=labels.tolist(), rejected=[])  # keys: no None left
         if len(index) < len(values):

@@ -571,8 +571,9 @@ MUTATIONS = [
              ["tests/test_kafka_ledger.py::test_a_replay_and_a_topic_never_feed_one_store"]),
     Mutation("a re-created model topic gets only the versions after the store's record",
              "src/renyiboost/connectors/kafka.py",
-             "    if low <= offset < high:\n        first = next(",
-             "    if True:\n        return published\n    if True:\n        first = next(",
+             "    if low <= offset < high:\n        releases = model_releases(",
+             "    if True:\n        return published, None\n    if True:\n"
+             "        releases = model_releases(",
              ["tests/test_kafka_ledger.py::test_a_recreated_model_topic_gets_every_version_again"]),
     Mutation("a re-created shard store joins its deployment", "src/renyiboost/stream/sharded.py",
              "        self._pin_members()\n", "        pass\n",

@@ -573,7 +573,10 @@ class KafkaTrainer(_Loop):
         self._check_group(owned)
         if self.shard is None:
             keep_model_topic_forever(self.settings)  # once: the fenced re-check reads releases
-            self._check_model_topic()
+            self._published, releases = still_published(self.settings, self._published,
+                                                        engine.store.identity)
+            check_model_topic(self.settings, engine.store.identity, engine.release_version,
+                              self._published, releases)
         if recorded is None:
             engine.store.set_meta("partitions", counts)
         offsets = engine.offsets
@@ -647,8 +650,6 @@ class KafkaTrainer(_Loop):
                 "partitions; one store owns all of them")
 
     def _check_model_topic(self) -> None:
-        self._published = still_published(self.settings, self._published,
-                                          self.engine.store.identity)
         check_model_topic(self.settings, self.engine.store.identity,
                           self.engine.release_version, self._published)
 
@@ -1044,10 +1045,11 @@ def keep_model_topic_forever(settings: KafkaSettings) -> None:
 
 
 def still_published(settings: KafkaSettings, published: dict[str, Any],
-                    identity: StoreIdentity) -> dict[str, Any]:
+                    identity: StoreIdentity) -> tuple[dict[str, Any], list[ModelRelease] | None]:
     """``published`` (the store's record of its last release, :func:`published_to`) if the
-    model topic still holds that release, else version 0, so that every version is
-    published again: a topic deleted and re-created (or emptied) got only the versions
+    model topic still holds that release, with the releases read from it on (for
+    :func:`check_model_topic`, which need not read them again); else version 0 and
+    ``None``, so that every version is published again: a topic deleted and re-created (or emptied) got only the versions
     after the record, and every follower stalled for good at the first missing one, with
     no command to re-publish it. Re-publishing public releases costs no budget, and
     followers skip the versions they hold.
@@ -1058,7 +1060,7 @@ def still_published(settings: KafkaSettings, published: dict[str, Any],
     producer's open transaction holds the committed high watermark back), and a
     partition the re-created topic lacks is a lost release, not an unreachable broker."""
     if "offset" not in published:
-        return published
+        return published, None
     offset, partition = int(published["offset"]), int(published["partition"])
     consumer = Consumer(settings.client(**{
         "group.id": f"renyiboost-check-{uuid.uuid4().hex}", "enable.auto.commit": False,
@@ -1073,15 +1075,15 @@ def still_published(settings: KafkaSettings, published: dict[str, Any],
     finally:
         consumer.close()
     if low <= offset < high:
-        first = next(iter(model_releases(settings, {partition: offset})), None)
-        if (first is not None and first.version == published["version"]
-                and first.store_id == identity.store_id):
-            return published
+        releases = model_releases(settings, {partition: offset})
+        if (releases and releases[0].version == published["version"]
+                and releases[0].store_id == identity.store_id):
+            return published, releases
     log.warning("the model topic %r no longer holds the last published release (version %d "
                 "at offset %d of partition %d; the partition holds %d to %d): it was "
                 "re-created or emptied; publishing every version again", settings.model_topic,
                 published["version"], offset, partition, low, high - 1)
-    return {"version": 0}
+    return {"version": 0}, None
 
 
 #: The errors of a partition (or topic) the broker does not have.
@@ -1090,11 +1092,14 @@ _NO_SUCH_PARTITION = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNO
 
 
 def check_model_topic(settings: KafkaSettings, identity: StoreIdentity, release_version: int,
-                      published: Mapping[str, Any]) -> None:
+                      published: Mapping[str, Any],
+                      releases: list[ModelRelease] | None = None) -> None:
     """Refuse to train a model whose topic shows another ledger (see the module docstring):
-    releases from another store, versions this store has not committed, or a later epoch."""
-    releases = model_releases(settings, {published["partition"]: published["offset"]}
-                              if "offset" in published else None)
+    releases from another store, versions this store has not committed, or a later epoch.
+    ``releases``: those since ``published`` when the caller has just read them."""
+    if releases is None:
+        releases = model_releases(settings, {published["partition"]: published["offset"]}
+                                  if "offset" in published else None)
     if not releases:
         return
     # any release of another store since this one's last, not only the newest version: a
@@ -1373,7 +1378,7 @@ class ShardedKafkaTrainer(_Loop):
         self.stopping = False
         self.consumed = 0
         keep_model_topic_forever(settings)
-        self._published = still_published(
+        self._published, releases = still_published(
             settings, published_to(engine.shards.one(0, "get_meta", "published"), settings),
             engine.identity)
 
@@ -1381,7 +1386,8 @@ class ShardedKafkaTrainer(_Loop):
             check_model_topic(settings, engine.identity, engine.release_version,
                               self._published)
 
-        check()
+        check_model_topic(settings, engine.identity, engine.release_version, self._published,
+                          releases)
         self.producer = model_publisher(settings, check)
         self._unrecorded = False
 
@@ -1629,8 +1635,8 @@ class ModelFollower:
         if self.stalled is None:
             self.stalled = (f"{gap} from the model topic {self.model_topic!r}, also after "
                             "re-reading it; the follower stays at its version until a release "
-                            "continues it (a trainer restarted on its store publishes every version again "
-                            "to a topic that lost its last release)")
+                            "continues it (a trainer restarted on its store publishes every "
+                            "version again to a topic that lost its last release)")
             log.error("%s", self.stalled)
         return False
 

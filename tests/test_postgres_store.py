@@ -188,6 +188,26 @@ def _set_fsync(url: str, value: str | None) -> None:
     pytest.fail("the server did not take the new fsync setting")
 
 
+def test_a_closed_store_has_released_its_lock_when_close_returns(postgres_server,
+                                                                 monkeypatch) -> None:
+    """Ending the session alone drops the lock only once the server's backend has exited,
+    after the client hung up: a store reopened at once was refused as held by its own
+    closed self (CI, once in 1,345 tests). ``close`` now unlocks first. The slow exit is
+    modelled by a hang-up that leaves the session alive: the store must still be free."""
+    schema = _schema()
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()
+    store = PostgresStore(postgres_server.url, schema=schema)
+    session = store._db
+    monkeypatch.setattr(session, "close", lambda: None)  # the backend has not exited yet
+    monkeypatch.setattr(type(session), "closed", property(lambda self: False))
+    try:
+        store.close()
+        PostgresStore(postgres_server.url, schema=schema).close()  # not "in use by" itself
+    finally:
+        monkeypatch.undo()
+        session.close()
+
+
 def test_a_server_without_fsync_is_refused(postgres_server) -> None:
     schema = _schema()
     _set_fsync(postgres_server.url, "off")

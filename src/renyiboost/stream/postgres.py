@@ -28,6 +28,7 @@ columns (never reused, like SQLite's ``AUTOINCREMENT``) number the events.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -151,6 +152,8 @@ class PostgresStore(SQLStateStore):
     """
 
     _schema = _SCHEMA
+    #: Whether this store's session holds the advisory lock (``close`` releases it).
+    _locked = False
 
     def __init__(self, url: str, *, schema: str | None = None, create: bool = False,
                  snapshot_ratio: float = SNAPSHOT_RATIO,
@@ -175,7 +178,7 @@ class PostgresStore(SQLStateStore):
                 raise StoreNotFound(f"no state store at {self.location}. {NEVER_IMPLICIT}")
             self._start(create, continues, meta)
         except BaseException:
-            self._db.close()  # drops the advisory lock with the session
+            self.close()
             raise
 
     def __repr__(self) -> str:
@@ -230,6 +233,7 @@ class PostgresStore(SQLStateStore):
         (taken,) = self._db.execute("SELECT pg_try_advisory_lock(%s, %s)",
                                     (_LOCK_CLASS, key)).fetchone()
         if taken:
+            self._locked = True
             return
         row = self._db.execute(
             "SELECT a.application_name, a.client_addr FROM pg_locks l "
@@ -330,5 +334,17 @@ class PostgresStore(SQLStateStore):
         self.close()
 
     def close(self) -> None:
-        if not self._db.closed:
-            self._db.close()  # ends the session: the advisory lock goes with it
+        """Release the lock, then end the session.
+
+        Ending the session alone would drop the lock too, but the server's backend exits
+        after the client has hung up, so a store reopened at once (a restart, a reshard)
+        could still find its own lock held and be refused (seen in CI). The explicit unlock
+        is answered before ``close`` returns; if it fails, the session's end drops it."""
+        if self._db.closed:
+            return
+        if self._locked:
+            self._locked = False
+            with contextlib.suppress(self._database_error):
+                self._db.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                 (_LOCK_CLASS, self._lock_key()))
+        self._db.close()

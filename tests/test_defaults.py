@@ -664,11 +664,16 @@ def test_batched_boosting_shares_gradients_and_divides_its_leaves() -> None:
 
 def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     """With expected_records = N the stream runs `rounds // 2` extra rounds at position N
-    (public), once, for one position at a time and chunked adds alike; without a hint there
-    is none."""
+    (public; a multiclass stream all `rounds`), once, for one position at a time and
+    chunked adds alike; without a hint there is none."""
     config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=600)
     assert (config.final_at, config.final_trees) == (600, config.params.rounds // 2)
     assert EngineConfig.from_defaults(SCHEMA, "regression", 1.0).final_trees == 0
+    for labels, share in (([0, 1], 0.5), (["a", "b", "c"], 1.0)):
+        classes = PublicSchema(features=SCHEMA.features, labels=labels)
+        hinted = EngineConfig.from_defaults(classes, "classification", 1.0,
+                                            expected_records=5_000)
+        assert hinted.final_trees == int(hinted.params.rounds * share) > 0
     rng = np.random.default_rng(5)
     rows, labels = rng.random((900, 2)), rng.random(900)
     one = StreamEngine(config, seed=1)

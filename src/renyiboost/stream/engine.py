@@ -309,7 +309,8 @@ class EngineConfig(BaseModel):
                                 | learner))
         warn_unread(learner, params.feature_selection)
         if expected_records is not None:  # a public hint: the burst at its end
-            triggers = final_burst(expected_records, params.rounds) | triggers
+            triggers = final_burst(expected_records, params.rounds,
+                                   public_schema.n_classes) | triggers
             if not own_schedule:  # and beyond it, an unhinted stream's rate of trees
                 triggers.setdefault("max_train_every_beyond_end", beyond_end_every(
                     triggers, default_params(task, epsilon, PRIOR_RECORDS,

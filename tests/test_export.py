@@ -250,6 +250,10 @@ def test_values_outside_the_bounds_are_clipped_in_the_graph() -> None:
     wide = X[2000:].copy()
     wide[:, 0] = wide[:, 0] * 3.0 - 1.0  # bounds (0, 1): a third below, a third above
     wide[:, 1] = wide[:, 1] * 2.0  # bounds (−5, 5)
-    wide[::7, 2] = 9.0  # a code outside the domain
+    wide[::7, 2] = 9.0  # not a code: Python refuses it, a graph cannot and answers "other"
     (out,) = _session(model.release()).run(None, {"X": wide})
-    np.testing.assert_allclose(out[:, 0], model.predict(wide), rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="not a code"):
+        model.predict(wide)
+    other = wide.copy()
+    other[::7, 2] = 3.0  # the code of "other"
+    np.testing.assert_allclose(out[:, 0], model.predict(other), rtol=1e-6, atol=1e-5)

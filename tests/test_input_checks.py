@@ -20,6 +20,7 @@ from renyiboost.exceptions import (
     SchemaMismatchWarning,
     TestingOnlyWarning,
 )
+from renyiboost.models.additive import DPAdditiveBoost
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.estimators import SGBDTClassifier, SGBDTRegressor
 from renyiboost.models.explain import initial_term
@@ -290,6 +291,103 @@ def test_a_batch_fit_refuses_infinite_features_and_keeps_nan_missing() -> None:
         model.predict(bad)
 
 
+@pytest.mark.parametrize("code", [-1.0, 1.5, 4.0, 20.0])
+def test_a_batch_model_refuses_what_is_not_a_category_code(code) -> None:
+    """A categorical column of a matrix holds codes (0 to k − 1, k for "other", NaN for
+    missing). A negative, fractional or too large number is none: at a fit it was warned
+    about as a value outside the domain, and at prediction it answered as "other" without a
+    word, so a frame of raw values (20 for the category 20) or pandas' −1 for a missing
+    category went unnoticed. Every entry point now refuses it, the peers' too."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "zip": [10, 20, 30]},
+                          target_bounds=(0.0, 3.0))
+    X, y = _rows()
+    X = np.column_stack([X[:, 0], np.arange(len(X)) % 3])
+    model = SGBDT(schema, expected_records=400, **SMALL).fit(X, y)
+    additive = DPAdditiveBoost(schema, task="regression", epsilon=1.0, seed=0).fit(X, y)
+    bad = X.copy()
+    bad[5, 1] = code
+    message = rf"X\[5, 1\] \(feature 'zip'\) is {code:g}, not a code.*0 to 2 for 10, 20, 30"
+    for answer in (model.predict, model.contributions, additive.predict):
+        with pytest.raises(ValueError, match=message):
+            answer(bad)
+    with pytest.raises(ValueError, match=message.replace("5", "0", 1)):
+        additive.explain_one(bad[5])
+    with pytest.raises(ValueError, match=message):
+        SGBDT(schema, expected_records=400, **SMALL).fit(bad, y)
+    frame = pd.DataFrame({"a": [0.5], "zip": [20]})  # a value, not its code
+    with pytest.raises(ValueError, match="encode values with encode_columns"):
+        model.predict(frame)
+    np.testing.assert_allclose(model.predict(pd.DataFrame({"a": [0.5], "zip": [np.nan]})),
+                               model.predict([[0.5, np.nan]]))
+
+
+def test_explain_one_matches_a_series_or_a_frame_by_name() -> None:
+    """explain_one read a Series or a one-row frame in its own order (the names were lost
+    before the check), so one in another order got the other features' terms; it now
+    matches them by name as predict does, refuses strings, and takes one row only."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "c": ["x", "y", "z"]},
+                          target_bounds=(0.0, 3.0))
+    X, y = _rows()
+    X = np.column_stack([X[:, 0], np.arange(len(X)) % 3])
+    model = DPAdditiveBoost(schema, task="regression", epsilon=1.0, seed=0).fit(X, y)
+    right = model.explain_one([0.2, 1.0])
+    assert right["a"] != right["c"]
+    assert model.explain_one(pd.Series({"c": 1.0, "a": 0.2})) == right
+    assert model.explain_one(pd.DataFrame({"c": [1.0], "a": [0.2]})) == right
+    with pytest.raises(ValueError, match="not in the schema"):
+        model.explain_one(pd.Series({"a": 0.2, "cc": 1.0}))
+    with pytest.raises(ValueError, match="matrix of numbers"):
+        model.explain_one(pd.Series({"a": "0.2", "c": 1.0}))
+    with pytest.raises(ValueError, match="explains one row, got 2"):
+        model.explain_one(X[:2])
+
+
+def test_a_frame_without_a_features_column_is_warned_about_at_prediction() -> None:
+    """A River row may lack a feature, but a frame without the column (a misspelt name)
+    answered every row as if the feature were missing, silently; learning warned."""
+    model = SGBDTRegressor({"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 3.0),
+                           epsilon=1.0)
+    X, y = _rows(200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.learn_many(pd.DataFrame(X, columns=["a", "b"]), pd.Series(y))
+    with pytest.warns(SchemaMismatchWarning, match=r"no column for features \['b'\]"):
+        model.predict_many(pd.DataFrame({"a": [0.5]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        model.predict_many(pd.DataFrame({"a": [0.5], "b": [np.nan]}))  # named: no warning
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_an_answered_category_of_another_type_is_warned_about_once(many) -> None:
+    """A client sending "20" for the category 20 (a form, a CSV) was answered as "other"
+    every time without a word, while learning such a value warned. An answered value of a
+    type none of the categories has now warns, once a feature; an unknown value of the
+    categories' own type is the domain's "other" and does not."""
+    model = SGBDTClassifier({"a": (0.0, 1.0), "zip": [10, 20, 30]}, epsilon=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(150):
+            model.learn_one({"a": i / 150, "zip": [10, 20, 30][i % 3]}, i % 2 == 0,
+                            key=str(i))
+
+    def answer(zip_code: object) -> None:
+        if many:
+            model.predict_proba_many(pd.DataFrame({"a": [0.5, 0.5], "zip": [10, zip_code]}))
+        else:
+            model.predict_proba_one({"a": 0.5, "zip": zip_code})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        answer(40)
+    with pytest.warns(SchemaMismatchWarning, match=r"'zip': a value answered, '20'.*of type int"):
+        answer("20")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaMismatchWarning)
+        answer("30")  # once a feature
+    assert not model.operator_telemetry().outside_domain  # answers are not counted
+
+
 def test_a_batch_fit_counts_and_warns_about_features_outside_their_bounds() -> None:
     """Values outside the public bounds are clipped, as a stream clips them, and counted
     per feature with one SchemaMismatchWarning per feature (the stream's rule)."""
@@ -299,7 +397,7 @@ def test_a_batch_fit_counts_and_warns_about_features_outside_their_bounds() -> N
     schema = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0), "c": ["x", "y"]},
                           target_bounds=(0.0, 3.0))
     X = np.column_stack([X, np.zeros(len(X))])
-    X[:4, 2] = 7.0  # not a code of the domain: "other"
+    X[:4, 2] = 2.0  # the code of a value outside the domain: "other"
     model = SGBDT(schema, expected_records=400, **SMALL)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

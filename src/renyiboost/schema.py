@@ -505,12 +505,33 @@ class PublicSchema(BaseModel):
         cat = self.is_categorical
         if cat.any():
             codes = X[:, cat]
-            bad = (codes < 0) | (codes > self.n_categories[cat]) | (codes != np.round(codes))
-            codes = np.where(bad & ~np.isnan(codes), self.n_categories[cat], codes)
+            self._check_codes(codes, np.flatnonzero(cat))
             X[:, cat] = codes
             if outside is not None:
                 outside[cat] += np.count_nonzero(codes == self.n_categories[cat], axis=0)
         return X
+
+    def _check_codes(self, codes: np.ndarray, columns: np.ndarray) -> None:
+        """Refuse what is not a code of a categorical column: a negative, fractional or too
+        large number. Such a value is no category at all, outside the domain or in it: it was
+        taken as "other" without a word at prediction (and with a warning about a value
+        outside the domain at a fit), so a frame of raw values (``20`` for the category
+        ``20``, whose code is ``1``) or pandas' ``-1`` for a missing category answered as
+        "other" silently."""
+        n_categories = self.n_categories[columns]
+        bad = ((codes < 0) | (codes > n_categories) | (codes != np.round(codes))) & ~np.isnan(
+            codes)
+        if not bad.any():
+            return
+        row, j = np.argwhere(bad)[0].tolist()
+        categories = list(self.features[self.names[columns[j]]])
+        shown = ", ".join(repr(c) for c in categories[:4]) + (", …" if len(categories) > 4 else "")
+        raise ValueError(
+            f"X[{row}, {columns[j]}] (feature {self.names[columns[j]]!r}) is {codes[row, j]:g}, "
+            f"not a code of its public domain ({np.count_nonzero(bad)} of X's values are "
+            f"not). A categorical column holds codes: 0 to {n_categories[j] - 1} for "
+            f"{shown}, {n_categories[j]} for a value outside them, NaN for a "
+            "missing one (pandas' -1 is not one); encode values with encode_columns")
 
     def decode_row(self, row: np.ndarray) -> dict[str, Any]:
         """Inverse of :meth:`encode_columns` for one row (clipped values stay clipped;

@@ -244,6 +244,9 @@ class RecordValidator:
         #: Whether a record without values was warned about, once for records learned and
         #: once for records answered (a prediction's must not spend a learned one's warning).
         self._warned_empty = {"learned": False, "answered": False}
+        #: Categorical columns whose answered value was of a type none of the categories has
+        #: (warned about once each; learned values are warned about by :meth:`note_outside`).
+        self._warned_answered_type: set[int] = set()
         #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back (texts, or
         #: callables asked for their text, or ``None``, when the blocks end), each with its
         #: category.
@@ -288,6 +291,8 @@ class RecordValidator:
                     code = hi  # the "other" branch
                     if outside is not None:
                         outside.append(j)
+                    elif j not in self._warned_answered_type:
+                        self.note_answered_type(j, [value])
                 row[j] = float(code)
                 continue
             number = value if kind is float else _as_float(value) if kind is int else None
@@ -420,6 +425,23 @@ class RecordValidator:
             self.warn_at_end(f"feature {name!r}: a value lies {where}; if that is frequent, "
                              f"check the public schema (counts: {self.counts_at})")
 
+    def note_answered_type(self, j: int, values: Iterable[Any]) -> None:
+        """Warn, once for categorical column ``j``, if one of ``values`` (answered values
+        that took the "other" branch) is of a type none of its categories has: a client
+        sending ``"20"`` for the category ``20`` (a form, a CSV) was answered as "other"
+        every time, without a word, while learning such values warned. A value of the
+        categories' type that is none of them is the domain's "other" and is not warned
+        about."""
+        categories = list(self.schema.features.values())[j]
+        kinds = {type(category_key(c)) for c in categories}
+        odd = next((v for v in values if type(category_key(v)) not in kinds), None)
+        if odd is None:
+            return
+        self._warned_answered_type.add(j)
+        self.warn_at_end(f"feature {self.schema.names[j]!r}: a value answered, {odd!r:.40}, "
+                         f"takes the 'other' branch ({_kinds(categories)}); check the types "
+                         "the client sends")
+
     def _unknown(self, name: Any) -> NoReturn:
         schema = self.schema
         known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8 else "")
@@ -503,6 +525,12 @@ class RecordValidator:
             n_rows=int(good.sum()))
         if count:
             self.note_outside(outside)
+        else:
+            names = self.schema.names
+            for j in set(np.flatnonzero(outside).tolist()) - self._warned_answered_type:
+                if isinstance(self.schema.features[names[j]], list):  # 100 of its "other"s
+                    other = good & (rows[:, j] == self.schema.n_categories[j])
+                    self.note_answered_type(j, arrays[names[j]][other][:100].tolist())
         self.note_empty_rows(rows[good], "learned" if count else "answered")
         return rows, bad
 

@@ -269,8 +269,18 @@ class MarginModel:
 
     def explain_one(self, x: np.ndarray) -> dict[str, Any]:
         """One encoded row's margin split exactly into ``intercept`` and a term a feature
-        (free post-processing of the release)."""
-        parts = self.contributions(np.asarray(x, dtype=float).reshape(1, -1))[0]
+        (free post-processing of the release).
+
+        ``x`` is checked as :meth:`predict` checks a row: a pandas Series or a one-row frame
+        is matched to the features by name (it was read in its own order, so a Series in
+        another order got the other features' terms), a string is refused."""
+        if hasattr(x, "to_frame") and not hasattr(x, "columns"):  # a Series: named values
+            x = x.to_frame().T
+        parts = self.contributions(x)
+        if len(parts) != 1:
+            raise ValueError(f"explain_one explains one row, got {len(parts)}; use "
+                             "contributions for many")
+        parts = parts[0]
         return {"intercept": self._intercept(),  # a list a class for a multiclass model
                 **{name: v.tolist() for name, v in zip(self.schema.names, parts, strict=True)}}
 

@@ -21,6 +21,7 @@ from renyiboost.exceptions import (
     BudgetExceeded,
     InvalidRecord,
     PrivacyLeakWarning,
+    SchemaMismatchWarning,
     outside_stacklevel,
     plain_argument_errors,
 )
@@ -245,8 +246,17 @@ class _SGBDTEstimator:
         return columns, n
 
     def _encode_many(self, X: Any) -> np.ndarray:
-        """Encoded rows for prediction (a column the schema lacks is an error here too)."""
+        """Encoded rows for prediction (a column the schema lacks is an error here too; a
+        feature without a column is warned about: a River row may lack a feature, but a
+        frame without its column, usually a misspelt name, made every row's value missing
+        without a word)."""
         columns, n = self._columns(X)
+        absent = [name for name in self._engine.schema.names if name not in columns]
+        if absent and n:
+            warnings.warn(f"X has no column for features {absent} of the public schema: every "
+                          "row is answered as if their values were missing; check that the "
+                          "column names match the schema's", SchemaMismatchWarning,
+                          stacklevel=outside_stacklevel())
         rows, bad = self._engine.validator.columns(columns, n)
         if bad:
             first = min(bad)

@@ -247,6 +247,7 @@ class RecordValidator:
         #: Categorical columns whose answered value was of a type none of the categories has
         #: (warned about once each; learned values are warned about by :meth:`note_outside`).
         self._warned_answered_type: set[int] = set()
+        self._category_kinds: dict[int, set[type]] = {}
         #: Open :meth:`warnings_at_end` blocks, and the warnings they hold back (texts, or
         #: callables asked for their text, or ``None``, when the blocks end), each with its
         #: category.
@@ -432,8 +433,10 @@ class RecordValidator:
         every time, without a word, while learning such values warned. A value of the
         categories' type that is none of them is the domain's "other" and is not warned
         about."""
-        categories = list(self.schema.features.values())[j]
-        kinds = {type(category_key(c)) for c in categories}
+        categories = self.schema.features[self.schema.names[j]]
+        kinds = self._category_kinds.get(j)
+        if kinds is None:  # asked again for each answered "other" until it warns
+            kinds = self._category_kinds[j] = {type(category_key(c)) for c in categories}
         odd = next((v for v in values if type(category_key(v)) not in kinds), None)
         if odd is None:
             return

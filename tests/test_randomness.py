@@ -103,7 +103,14 @@ def test_pickling_drops_the_key() -> None:
     assert pickle.loads(state)._encryptor is None
 
 
-def test_uniforms_bernoulli_and_normals_have_their_distributions() -> None:
+def test_uniforms_bernoulli_and_normals_have_their_distributions(monkeypatch) -> None:
+    """The draws of the production source (ChaCha20 keyed from ``os.urandom``) have their
+    distributions. The key is fixed here: with a fresh one the KS test alone failed 1 run
+    in 10,000 (p > 1e-4), and a suite run must not fail by chance; the cipher, the key
+    schedule and the conversions are the production ones."""
+    calls = iter(range(1_000_000))
+    monkeypatch.setattr(randomness.os, "urandom",
+                        lambda n: np.random.default_rng(next(calls)).bytes(n))
     source = SecureNoise()
     u = source.uniform(200_000)
     assert 0 < u.min() and u.max() < 1
@@ -112,6 +119,7 @@ def test_uniforms_bernoulli_and_normals_have_their_distributions() -> None:
     assert abs(hits - 0.1) < 5 * np.sqrt(0.1 * 0.9 / 200_000)
     z = source.normal(200_000, 2.0)
     assert abs(z.std() - 2.0) < 0.02 and abs(z.mean()) < 0.02
+    monkeypatch.undo()
     assert not np.array_equal(SecureNoise().words(4), SecureNoise().words(4))
 
 

@@ -200,6 +200,11 @@ MUTATIONS = [
              "        if False:\n",
              [("tests/test_postgres_store.py::test_a_closed_store_has_released_its_lock_when_"
                "close_returns")]),
+    Mutation("a restarted trainer is refused its dead predecessor's PostgreSQL lock",
+             "src/renyiboost/stream/postgres.py", "DEAD_HOLDER_WAIT = 30.0",
+             "DEAD_HOLDER_WAIT = 0.0",
+             [("tests/test_postgres_store.py::test_a_dead_holders_lock_is_waited_for_and_a_"
+               "live_ones_refused_at_once")]),
     Mutation("a batch prediction takes what is not a category code as 'other'",
              "src/renyiboost/schema.py", "        if not bad.any():\n            return\n",
              "        if True:\n            return\n",

@@ -208,6 +208,47 @@ def test_a_closed_store_has_released_its_lock_when_close_returns(postgres_server
         session.close()
 
 
+def test_a_dead_holders_lock_is_waited_for_and_a_live_ones_refused_at_once(
+        postgres_server) -> None:
+    """A trainer killed and restarted at once found its store still locked by its dead
+    predecessor, whose session the server had not yet ended (the kill -9 loop's race). A
+    holder that is a renyiboost process of this host that no longer exists is now waited
+    for (it is let go here after 1.5 s); a live holder is refused at once, as before."""
+    import threading
+    import time
+
+    from renyiboost.stream.postgres import _LOCK_CLASS, _holder_name
+
+    schema = _schema()
+    store = PostgresStore(postgres_server.url, schema=schema, create=True)
+    key = store._lock_key()
+    store.close()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid, waits in ((dead.pid, True), (alive.pid, False)):
+            holder = psycopg.connect(postgres_server.url, autocommit=True,
+                                     application_name=_holder_name(pid))
+            holder.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_CLASS, key))
+            release = threading.Timer(1.5, holder.close)
+            release.start()
+            started = time.monotonic()
+            try:
+                if waits:
+                    PostgresStore(postgres_server.url, schema=schema).close()
+                    assert time.monotonic() - started >= 1.0
+                else:
+                    with pytest.raises(StoreLocked, match=f"pid {pid} "):
+                        PostgresStore(postgres_server.url, schema=schema)
+                    assert time.monotonic() - started < 1.0
+            finally:
+                release.join()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 def test_a_server_without_fsync_is_refused(postgres_server) -> None:
     schema = _schema()
     _set_fsync(postgres_server.url, "off")

@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -68,6 +69,30 @@ _RECORDS_SCHEMA = (
     (f"CREATE TABLE IF NOT EXISTS {RECORDS}(schema_name TEXT PRIMARY KEY, "
     "store_id TEXT NOT NULL, epoch BIGINT NOT NULL, commits BIGINT NOT NULL)"),
 )
+
+#: Seconds a store's opening waits for a holder that is a dead process of this host.
+DEAD_HOLDER_WAIT = 30.0
+
+
+def _holder_name(pid: int) -> str:
+    """The ``application_name`` a store's session carries: who holds it, for the refusal."""
+    return f"renyiboost pid {pid} on {socket.gethostname()}"[:63]
+
+
+def _gone_from_this_host(application_name: str | None) -> bool:
+    """Whether a lock holder's session names a renyiboost process of this host that no
+    longer exists (its session outlives it until the server notices)."""
+    match = re.fullmatch(r"renyiboost pid (\d+) on .*", application_name or "")
+    if match is None or application_name != _holder_name(int(match[1])):
+        return False
+    try:
+        os.kill(int(match[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's): alive
+        return False
+    return False
+
 
 #: First half of the advisory lock's two-integer key: says the lock is a renyiboost store's.
 _LOCK_CLASS = 0x52425354  # "RBST"
@@ -163,7 +188,7 @@ class PostgresStore(SQLStateStore):
         self._database_error = psycopg.Error
         self.url, self.schema = split_url(url, schema)
         self.snapshot_ratio = snapshot_ratio
-        holder = f"renyiboost pid {os.getpid()} on {socket.gethostname()}"[:63]
+        holder = _holder_name(os.getpid())
         try:
             self._db = psycopg.connect(self.url, autocommit=True, application_name=holder)
         except psycopg.Error as error:
@@ -228,18 +253,29 @@ class PostgresStore(SQLStateStore):
         return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
 
     def _lock(self) -> None:
-        """One process at a time: a session advisory lock, dropped when the session ends."""
+        """One process at a time: a session advisory lock, dropped when the session ends.
+
+        A holder that is a renyiboost process of this host which no longer exists (killed:
+        its name carries its pid) is waited for, up to :data:`DEAD_HOLDER_WAIT` seconds:
+        the server ends a vanished client's session only after noticing the hang-up (and
+        after a commit's disk sync), so a trainer restarted at once by a supervisor was
+        refused its own store. A live holder, or one of another host, is refused at once."""
         key = self._lock_key()
-        (taken,) = self._db.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                                    (_LOCK_CLASS, key)).fetchone()
-        if taken:
-            self._locked = True
-            return
-        row = self._db.execute(
-            "SELECT a.application_name, a.client_addr FROM pg_locks l "
-            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-            "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 2",
-            (_LOCK_CLASS, key)).fetchone()
+        deadline = time.monotonic() + DEAD_HOLDER_WAIT
+        while True:
+            (taken,) = self._db.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                        (_LOCK_CLASS, key)).fetchone()
+            if taken:
+                self._locked = True
+                return
+            row = self._db.execute(
+                "SELECT a.application_name, a.client_addr FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 2",
+                (_LOCK_CLASS, key)).fetchone()
+            if not (row and _gone_from_this_host(row[0])) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         holder = (f"{row[0] or 'a client without a name'} (from {row[1] or 'a local socket'})"
                   if row else "another process")
         raise StoreLocked(

@@ -92,6 +92,12 @@ def is_missing(value: Any) -> bool:
     return value is not None and value is pandas_na()
 
 
+def categories_preview(categories: Sequence[Any], shown: int = 4) -> str:
+    """The first ``shown`` categories of a feature, for a message (``"'x', 'y', …"``)."""
+    return (", ".join(repr(c) for c in categories[:shown])
+            + (", …" if len(categories) > shown else ""))
+
+
 def category_key(value: Any) -> Any:
     """A category value as a category index holds it: a bool (Python's or numpy's) is
     tagged, so that ``True`` is not the category ``1`` nor ``1`` the category ``True``
@@ -524,8 +530,7 @@ class PublicSchema(BaseModel):
         if not bad.any():
             return
         row, j = np.argwhere(bad)[0].tolist()
-        categories = list(self.features[self.names[columns[j]]])
-        shown = ", ".join(repr(c) for c in categories[:4]) + (", …" if len(categories) > 4 else "")
+        shown = categories_preview(list(self.features[self.names[columns[j]]]))
         raise ValueError(
             f"X[{row}, {columns[j]}] (feature {self.names[columns[j]]!r}) is {codes[row, j]:g}, "
             f"not a code of its public domain ({np.count_nonzero(bad)} of X's values are "

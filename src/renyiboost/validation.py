@@ -44,7 +44,7 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 
 from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning, outside_stacklevel
-from renyiboost.schema import PublicSchema, category_key, is_missing
+from renyiboost.schema import PublicSchema, categories_preview, category_key, is_missing
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -166,8 +166,8 @@ def _kinds(categories: list[Any]) -> str:
     type never matches one (``1`` is not ``"1"``, ``True`` is not ``1``), which is the
     usual cause of a feature whose every value takes the "other" branch."""
     kinds = sorted({type(c).__name__ for c in categories})
-    shown = ", ".join(repr(c) for c in categories[:4]) + (", …" if len(categories) > 4 else "")
-    return (f"its categories are of type {' and '.join(kinds)}: {shown}; a value of another "
+    return (f"its categories are of type {' and '.join(kinds)}: "
+            f"{categories_preview(categories)}; a value of another "
             "type, such as 1 for '1', is none of them")
 
 

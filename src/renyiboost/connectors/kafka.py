@@ -1049,9 +1049,9 @@ def still_published(settings: KafkaSettings, published: dict[str, Any],
     """``published`` (the store's record of its last release, :func:`published_to`) if the
     model topic still holds that release, with the releases read from it on (for
     :func:`check_model_topic`, which need not read them again); else version 0 and
-    ``None``, so that every version is published again: a topic deleted and re-created (or emptied) got only the versions
-    after the record, and every follower stalled for good at the first missing one, with
-    no command to re-publish it. Re-publishing public releases costs no budget, and
+    ``None``, so that every version is published again: a topic deleted and re-created (or
+    emptied) got only the versions after the record, and every follower stalled for good at
+    the first missing one, with no command to re-publish it. Re-publishing public releases costs no budget, and
     followers skip the versions they hold.
 
     The release itself is looked for, not only its offset: on a topic several models

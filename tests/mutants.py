@@ -209,6 +209,11 @@ MUTATIONS = [
              "src/renyiboost/schema.py", "        if not bad.any():\n            return\n",
              "        if True:\n            return\n",
              ["tests/test_input_checks.py::test_a_batch_model_refuses_what_is_not_a_category_code"]),
+    Mutation("a bool in a categorical column is taken as a code",
+             "src/renyiboost/schema.py", "        if flagged:\n            name = self.names",
+             "        if False:\n            name = self.names",
+             [("tests/test_input_checks.py::test_pandas_missing_values_are_missing_and_bool_"
+               "codes_are_refused")]),
     Mutation("a PostgreSQL server without fsync is accepted", "src/renyiboost/stream/postgres.py",
              'if fsync != "on":', "if False:", POSTGRES),
     Mutation("no lock on the state file", "src/renyiboost/stream/store.py",

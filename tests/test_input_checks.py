@@ -321,6 +321,50 @@ def test_a_batch_model_refuses_what_is_not_a_category_code(code) -> None:
                                model.predict([[0.5, np.nan]]))
 
 
+def test_pandas_missing_values_are_missing_and_bool_codes_are_refused() -> None:
+    """pandas' NA (a nullable Int64 or Float64 column, an object one, a Series) raised a
+    bare TypeError from the number conversion; it is a missing value, answered as NaN is.
+    A bool in a categorical column is a category's value, not its code: ``True`` named the
+    category of code 1, here ``False``, without a word; it is refused. A numeric column
+    takes a bool as 0 or 1."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "flag": [True, False]},
+                          target_bounds=(0.0, 3.0))
+    X, y = _rows()
+    X = np.column_stack([X[:, 0], np.arange(len(X)) % 2])
+    model = SGBDT(schema, expected_records=400, **SMALL).fit(X, y)
+    additive = DPAdditiveBoost(schema, task="regression", epsilon=1.0, seed=0).fit(X, y)
+    expected = model.predict([[np.nan, 1.0], [0.3, np.nan]])
+    nullable = pd.DataFrame({"a": pd.array([None, 0.3], dtype="Float64"),
+                             "flag": pd.array([1, None], dtype="Int64")})
+    for rows in (nullable, nullable.astype(object), np.array([[pd.NA, 1], [0.3, pd.NA]],
+                                                             dtype=object)):
+        np.testing.assert_array_equal(model.predict(rows), expected)
+    np.testing.assert_array_equal(
+        additive.contributions(pd.Series({"flag": 1, "a": pd.NA}).to_frame().T),
+        additive.contributions([[np.nan, 1.0]]))
+    assert additive.explain_one(pd.Series({"flag": pd.NA, "a": 0.3})) == additive.explain_one(
+        [0.3, np.nan])
+    SGBDT(schema, expected_records=400, **SMALL).fit(
+        pd.DataFrame({"a": pd.array(np.where(np.arange(len(X)) % 5, X[:, 0], np.nan),
+                                    dtype="Float64"),
+                      "flag": pd.array(X[:, 1].astype(int), dtype="Int64")}), y)
+    message = r"column 1 \(feature 'flag'\) holds bools.*0 to 1 for True, False"
+    for rows in (pd.DataFrame({"a": [0.5, 0.1], "flag": [True, False]}),
+                 pd.DataFrame({"a": [0.5, 0.1], "flag": pd.array([True, None])}),
+                 pd.DataFrame({"a": [0.5, 0.1], "flag": [1.0, True]}, dtype=object),
+                 np.array([[0.5, True]], dtype=object), np.ones((2, 2), dtype=bool)):
+        for answer in (model.predict, additive.predict,
+                       SGBDT(schema, expected_records=400, **SMALL).fit):
+            with pytest.raises(ValueError, match=message):
+                answer(rows, *((y[:len(rows)],) if answer.__name__ == "fit" else ()))
+    with pytest.raises(ValueError, match=message):
+        additive.explain_one(pd.Series({"a": 0.5, "flag": True}))
+    numeric = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 3.0))
+    fitted = SGBDT(numeric, expected_records=400, **SMALL).fit(X, y)
+    np.testing.assert_array_equal(fitted.predict(np.array([[True, False]])),
+                                  fitted.predict([[1.0, 0.0]]))
+
+
 def test_explain_one_matches_a_series_or_a_frame_by_name() -> None:
     """explain_one read a Series or a one-row frame in its own order (the names were lost
     before the check), so one in another order got the other features' terms; it now

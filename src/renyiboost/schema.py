@@ -92,6 +92,34 @@ def is_missing(value: Any) -> bool:
     return value is not None and value is pandas_na()
 
 
+def _numbers_of_frame(X: Any) -> np.ndarray:
+    """``X`` as an array, with pandas' missing values (``NA`` in a nullable ``Int64`` or
+    ``Float64`` column or an object one, ``None``, ``NaT``) as NaN: ``np.asarray`` kept them
+    as objects that no number conversion takes. A frame or series of numbers becomes floats
+    at once; anything else is ``np.asarray``'s (strings stay, and the caller refuses them;
+    a frame's conversion to floats would have parsed them).
+    """
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is not None and hasattr(X, "to_numpy"):
+        kinds = [getattr(d, "kind", "O") for d in (dtypes if X.ndim == 2 else [dtypes])]
+        if all(kind in "biuf" for kind in kinds):  # not objects: pandas parses "0.2"
+            return np.asarray(X.to_numpy(dtype=float, na_value=np.nan))
+    raw = np.asarray(X)
+    pandas = sys.modules.get("pandas")  # only pandas makes its NA: no import without it
+    if raw.dtype.kind == "O" and pandas is not None:
+        missing = np.asarray(pandas.isna(raw), dtype=bool)
+        if missing.any():
+            raw = raw.copy()
+            raw[missing] = np.nan
+    return raw
+
+
+def _holds_bools(column: np.ndarray) -> bool:
+    """Whether a column's values are bools (its dtype's, or one of an object column's)."""
+    return column.dtype.kind == "b" or (column.dtype.kind == "O" and any(
+        isinstance(v, bool | np.bool_) for v in column))
+
+
 def categories_preview(categories: Sequence[Any], shown: int = 4) -> str:
     """The first ``shown`` categories of a feature, for a message (``"'x', 'y', …"``)."""
     return (", ".join(repr(c) for c in categories[:shown])
@@ -476,20 +504,23 @@ class PublicSchema(BaseModel):
                      one_row: bool = False) -> np.ndarray:
         """Validate and clip an already encoded float matrix (codes for categoricals).
 
-        Numeric columns are clipped to their bounds; categorical codes outside the domain
-        become the "other" code. NaN marks a missing value and is kept; ±inf is refused
-        (``ValueError``), as a record's features refuse it. ``outside`` (per column), if
+        Numeric columns are clipped to their bounds; a categorical column holds codes (a
+        negative, fractional or too large number, or a bool, is refused: ``ValueError``).
+        NaN marks a missing value and is kept (pandas' ``NA`` is one); ±inf is refused, as a
+        record's features refuse it. ``outside`` (per column), if
         given, is increased by the values outside the public bounds or domain (clipped, or
         "other"), as in :meth:`encode_columns`. A data frame's columns are matched to the
         features by name (:meth:`in_schema_order`); ``one_row``: a 1-D ``X`` is one row.
         """
-        raw = np.asarray(self.in_schema_order(X))
+        ordered = self.in_schema_order(X)
+        raw = _numbers_of_frame(ordered)
         if one_row:
             raw = np.atleast_2d(raw)
         if raw.dtype.kind in "USV" or (raw.dtype.kind == "O" and any(
                 isinstance(v, str | bytes) for v in raw.flat)):
             raise ValueError(f"X must be a matrix of numbers (a category as its code in the "
                              f"public domain, see encode_columns), got dtype {raw.dtype}")
+        self._refuse_bool_codes(ordered, raw)
         X = np.array(raw, dtype=float, copy=True)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
@@ -516,6 +547,29 @@ class PublicSchema(BaseModel):
             if outside is not None:
                 outside[cat] += np.count_nonzero(codes == self.n_categories[cat], axis=0)
         return X
+
+    def _refuse_bool_codes(self, ordered: Any, raw: np.ndarray) -> None:
+        """Refuse a bool in a categorical column: it is a category's value, not its code, and
+        as a number (``True`` is 1) it named whichever category has code 1 (``False`` for a
+        domain ``[True, False]``) without a word. A numeric column takes a bool as 0 or 1,
+        as scikit-learn does. ``ordered``: ``X`` as given (a frame's dtypes tell a bool
+        column before its values become numbers); ``raw``: its values as an array."""
+        cat = np.flatnonzero(self.is_categorical)
+        if cat.size == 0:
+            return
+        if getattr(ordered, "ndim", 0) == 2 and hasattr(ordered, "iloc"):
+            flagged = [j for j in cat if _holds_bools(np.asarray(ordered.iloc[:, j]))]
+        else:  # an array, or a one-row series (its values, before they became numbers)
+            values = np.atleast_2d(np.asarray(ordered) if hasattr(ordered, "iloc") else raw)
+            flagged = [j for j in cat if values.ndim == 2 and values.shape[1] > j
+                       and _holds_bools(values[:, j])]
+        if flagged:
+            name = self.names[flagged[0]]
+            raise ValueError(
+                f"X's column {flagged[0]} (feature {name!r}) holds bools, but a categorical "
+                f"column holds codes (0 to {self.n_categories[flagged[0]] - 1} for "
+                f"{categories_preview(list(self.features[name]))}): a bool is a category's "
+                "value; encode values with encode_columns")
 
     def _check_codes(self, codes: np.ndarray, columns: np.ndarray) -> None:
         """Refuse what is not a code of a categorical column: a negative, fractional or too

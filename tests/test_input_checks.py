@@ -84,6 +84,14 @@ def test_a_batch_learner_matches_a_frames_columns_to_the_features_by_name() -> N
             model.predict(wrong)
         with pytest.raises(ValueError, match=re.escape(named)):
             SGBDT(schema, task="regression", epsilon=None, rounds=2).fit(wrong, [1.0, 2.0])
+    numbered = PublicSchema(features={"0": (0, 1), "1": (0, 1)}, target_bounds=(0, 10))
+    by_number = SGBDT(numbered, task="regression", epsilon=None, rounds=30, depth=3,
+                      seed=0).fit(frame[["a", "b"]].to_numpy(), 10 * frame["a"])
+    in_order = pd.DataFrame(ordered.to_numpy())  # integer labels 0, 1: taken in order
+    np.testing.assert_array_equal(by_number.predict(in_order),
+                                  by_number.predict(ordered.to_numpy()))
+    with pytest.raises(ValueError, match=r"in another order, but are not strings"):
+        by_number.predict(in_order[[1, 0]])  # labels that read as the names, swapped
 
 
 def test_a_bool_is_not_an_integer_category_nor_the_reverse() -> None:

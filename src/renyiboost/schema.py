@@ -479,6 +479,8 @@ class PublicSchema(BaseModel):
         scikit-learn takes an array's). A frame with a column the schema does not name, or
         without one it names, is refused (``ValueError``): matched by position, swapped
         columns fed each feature the other's values, and misspelled ones passed unnoticed.
+        So is one whose labels are not strings but read as the features' names out of order
+        (``[1, 0]`` for features ``"0"``, ``"1"``), which position would swap.
 
         >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 10)})
         >>> import pandas as pd
@@ -486,7 +488,16 @@ class PublicSchema(BaseModel):
         ['a', 'b']
         """
         columns = getattr(X, "columns", None)
-        if columns is None or not all(isinstance(c, str) for c in columns):
+        if columns is None:
+            return X
+        if not all(isinstance(c, str) for c in columns):
+            as_text = [str(c) for c in columns]
+            if sorted(as_text) == sorted(self.names) and as_text != list(self.names):
+                raise ValueError(
+                    f"X's columns {list(columns)} are the schema's features "
+                    f"{list(self.names)} in another order, but are not strings, so they "
+                    "would be taken by position (each feature fed another's values): name "
+                    "the columns with strings to match them by name, or put them in order")
             return X
         given = list(columns)
         if given == list(self.names):

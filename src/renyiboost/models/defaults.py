@@ -579,7 +579,17 @@ def trees_per_trigger(records: float, batch_rounds: int, schedule: TriggerSchedu
 
 #: The share of a record's nominal rounds that a hinted stream's end burst runs
 #: (:func:`final_burst`), and a regression stream's :meth:`~renyiboost.stream.engine.
-#: StreamEngine.finish` too (:data:`FINISH_SHARE`).
+#: StreamEngine.finish` too (:data:`FINISH_SHARE`). Measured again in the fortieth session
+#: (development suite, ``learn_one`` with the hint against the batch fit, paired, seeds
+#: 300–311, not adopted): three quarters or all of the rounds for binary and regression
+#: streams (Friedman −0.027 / −0.004 and −0.043 / −0.015 at ε = 0.5 / 1, Abalone −0.021 with
+#: all at 0.5, ChickWeights +0.01 to +0.11: mixed); and a reserve for the burst (rounds
+#: before the hinted end admit a record only while it has spent at most 30 % or 50 % of B,
+#: the burst then runs 70 % or 50 % of the rounds; a hack outside the repository): Abalone
+#: +0.028 at ε = 4, Bananas +0.004 to +0.034 and California +0.003 to +0.009 with 30 %, but
+#: Friedman −0.025 at ε = 0.5, where this stream already trails its batch fit most; with
+#: 50 % the cells moved by −0.014 to +0.022 (ChickWeights' noisier ones aside), mean
+#: +0.004. Too little, and too mixed, for a second budget rule in the filter.
 HINT_BURST_SHARE = 0.5
 #: A multiclass hinted stream's end burst: all of a record's nominal rounds. Its early
 #: trees split on the public range (the private grid is bought at the end, before the

@@ -32,7 +32,12 @@ from renyiboost.models.booster import SGBDTParams
 from renyiboost.release import ModelRelease
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.ray_shards import RayShards
-from renyiboost.stream.sharded import ShardedEngine, create_shard_stores, shard_locations
+from renyiboost.stream.sharded import (
+    ShardedEngine,
+    ShardWorker,
+    create_shard_stores,
+    shard_locations,
+)
 from renyiboost.stream.sources import InMemorySource
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -88,6 +93,22 @@ def test_closing_right_after_a_shard_is_killed_waits_for_ray_to_restart_it(ray_c
     again = ShardedEngine(config, locations, seed=5)
     assert again.release_version == version > 0
     np.testing.assert_allclose(again.spent_rdp().sum(), spent, rtol=1e-12)
+    again.close()
+
+
+def test_a_failed_start_closes_the_shards_that_opened(ray_cluster, tmp_path):
+    """One shard's store is held elsewhere, so the group's start fails; the shards that did
+    open are closed before their actors are killed, so their stores open at once here (a
+    kill left their locks to the process's end, and a start right after the failure could
+    be refused its own stores)."""
+    config = _config("classification")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    holder = ShardWorker(config, locations[1], 1, 2, seed=6)  # shard 1's store is held
+    with pytest.raises(StoreLocked):
+        RayShards(config, locations, seed=5)
+    holder.close()
+    again = ShardedEngine(config, locations, seed=5)  # shard 0's lock is already gone
     again.close()
 
 

@@ -41,6 +41,8 @@ log = logging.getLogger("renyiboost.shards")
 
 #: Seconds a restarted shard waits for its dead predecessor's store lock to drop.
 LOCK_WAIT_ON_RESTART = 30.0
+#: Seconds a failed start waits for the shards that opened to close their stores.
+CLOSE_ON_FAILED_START = 30.0
 
 
 class _ShardActor:
@@ -131,17 +133,31 @@ class RayShards:
         self.actors = [actor.remote(config, None if location is None else str(location), k, self.n,
                                     None if seed is None else seed + 1 + k, source)
                        for k, location in enumerate(locations)]
+        started = [actor.pid.remote() for actor in self.actors]
+        ready: list[Any] = []
         try:
-            ready, _ = ray.wait([actor.pid.remote() for actor in self.actors],
-                                num_returns=self.n, timeout=start_timeout)
+            ready, _ = ray.wait(started, num_returns=self.n, timeout=start_timeout)
             if len(ready) < self.n:
                 raise ShardUnavailable(len(ready), (
                     f"only {len(ready)} of {self.n} shard actors started within "
                     f"{start_timeout:g} s; the cluster needs {num_cpus:g} free CPUs a shard"))
             self.all("state")  # an error opening any shard, here and as itself
         except BaseException:
+            self._close_opened([self.actors[started.index(ref)] for ref in ready])
             self._kill()
             raise
+
+    def _close_opened(self, actors: Sequence[Any]) -> None:
+        """After a failed start, close the shards that did open, waiting up to
+        :data:`CLOSE_ON_FAILED_START` s: killed with their stores open, their locks lived
+        until the store noticed (a PostgreSQL server, moments after the process died), so a
+        start right after the failure could be refused its own stores (``StoreLocked``). A
+        shard that did not open answers its error, which is ignored here (the caller raises
+        the first one). ``actors``: those that started (one not scheduled is not waited
+        for)."""
+        refs = [actor.call.remote("close") for actor in actors]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CLOSE_ON_FAILED_START)
 
     def _get(self, refs: list[Any], shards: Sequence[int]) -> list[Any]:
         try:

@@ -318,3 +318,18 @@ def test_a_river_clone_of_a_drawn_estimator_draws_for_itself() -> None:
         model.clone()
     assert len(budget.charges) == 2
     assert _phishing_candidates(1)[0].clone()._drawn_from is None  # undrawn: nothing charged
+
+
+def test_a_river_clone_of_a_model_that_learned_warns_of_a_second_ledger() -> None:
+    """Without a shared budget, the clone of a model that has learned is a new ledger: if
+    it learns the same records, each key spends its budget in both, and nothing said so.
+    It warns now; a clone of a model that learned nothing, or of a non-private one, does
+    not."""
+    model = _phishing_candidates(1)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        model.clone()  # learned nothing yet
+        model.learn_one({name: 0 for name in model.features}, True, key="k0")
+    with pytest.warns(PrivacyLeakWarning, match="learned 1 records: the clone keeps a ledger "
+                                                "of its own.*draw_from"):
+        model.clone()

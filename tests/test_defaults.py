@@ -689,6 +689,14 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
     many = StreamEngine(config, seed=1)
     many.add(rows, labels, [str(i) for i in range(900)])
     assert many.ensemble.n_trees == one.ensemble.n_trees
+    # A hint up to the warmup puts the warmup at the hint, whose trigger runs every nominal
+    # round: a burst there came after every key had spent its budget (noise alone).
+    for hint in (50, 100):
+        small = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=hint)
+        assert small.final_trees == 0 and small.warmup == hint
+        short = StreamEngine(small, seed=1)
+        short.add(rows[:hint], labels[:hint], [str(i) for i in range(hint)])
+        assert short.ensemble.n_trees == small.trees_per_trigger == small.params.rounds
 
 
 def test_a_stream_that_outgrows_a_small_hint_gets_an_unhinted_streams_rate_of_trees() -> None:

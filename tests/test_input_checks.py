@@ -5,6 +5,7 @@ Each test names the rule it pins; each failed before the rule was enforced every
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
@@ -90,7 +91,7 @@ def test_a_batch_learner_matches_a_frames_columns_to_the_features_by_name() -> N
     in_order = pd.DataFrame(ordered.to_numpy())  # integer labels 0, 1: taken in order
     np.testing.assert_array_equal(by_number.predict(in_order),
                                   by_number.predict(ordered.to_numpy()))
-    with pytest.raises(ValueError, match=r"in another order, but are not strings"):
+    with pytest.raises(ValueError, match=r"labels \[1, 0\] are not all strings"):
         by_number.predict(in_order[[1, 0]])  # labels that read as the names, swapped
 
 
@@ -371,6 +372,92 @@ def test_pandas_missing_values_are_missing_and_bool_codes_are_refused() -> None:
     fitted = SGBDT(numeric, expected_records=400, **SMALL).fit(X, y)
     np.testing.assert_array_equal(fitted.predict(np.array([[True, False]])),
                                   fitted.predict([[1.0, 0.0]]))
+
+
+def test_a_batch_model_reads_series_labels_lists_and_dates_as_they_are_meant() -> None:
+    """Review K's silent misreads and raw errors of the batch path: a Series given to
+    predict was read by position (a Series in another order answered with the features
+    swapped); labels that are not strings (a MultiIndex, mixed) were taken by position; a
+    bool in a list took its code; a date, a dict or a signaling Decimal NaN raised a bare
+    TypeError or decimal error; a y whose index is not X's paired rows with other rows'
+    labels."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "c": ["x", "y", "z"]},
+                          target_bounds=(0.0, 3.0))
+    X, y = _rows()
+    X = np.column_stack([X[:, 0], np.arange(len(X)) % 3])
+    model = SGBDT(schema, expected_records=400, **SMALL).fit(X, y)
+    additive = DPAdditiveBoost(schema, task="regression", epsilon=1.0, seed=0).fit(X, y)
+    for fitted in (model, additive):
+        np.testing.assert_array_equal(fitted.predict(pd.Series({"c": 1.0, "a": 0.2})),
+                                      fitted.predict([[0.2, 1.0]]))
+        with pytest.raises(ValueError, match=r"missing \['a', 'c'\]"):
+            fitted.predict(pd.Series({"zz": 1.0, "qq": 0.2}))
+    np.testing.assert_array_equal(additive.contributions(pd.Series({"c": 1.0, "a": 0.2})),
+                                  additive.contributions([[0.2, 1.0]]))
+    rows = pd.DataFrame([[1.0, 0.2]])
+    for labels in (pd.MultiIndex.from_tuples([("c", "v"), ("a", "v")]), ["c", 0]):
+        with pytest.raises(ValueError, match="are not all strings"):
+            model.predict(rows.set_axis(labels, axis=1))
+    with pytest.raises(ValueError, match=r"column 1 \(feature 'c'\) holds bools"):
+        model.predict([[0.5, True]])
+    for cell, shown in ((pd.Timestamp("2020-01-01"), "Timestamp"), ({"v": 1}, "dict"),
+                        (decimal.Decimal("sNaN"), None)):
+        cells = np.array([[0.5, 1.0], [cell, 2.0]], dtype=object)
+        if shown is None:  # a signaling NaN is a missing value
+            np.testing.assert_array_equal(model.predict(cells)[1], model.predict(
+                [[np.nan, 2.0]])[0])
+            continue
+        with pytest.raises(ValueError, match=rf"X\[1, 0\] \(feature 'a'\) is {shown}"):
+            model.predict(cells)
+    with pytest.raises(ValueError, match=r"X\[0, 0\] \(feature 'a'\) is Timestamp"):
+        model.predict(pd.DataFrame({"a": pd.to_datetime(["2020-01-01"]), "c": [1.0]}))
+    with pytest.raises(ValueError, match="got dtype timedelta64"):
+        model.predict(np.array([[1, 2]], dtype="timedelta64[s]"))
+    frame = pd.DataFrame(X, columns=["a", "c"], index=np.arange(len(X))[::-1])
+    for fit in (SGBDT(schema, expected_records=400, **SMALL).fit,):
+        with pytest.raises(ValueError, match="y's index is not X's"):
+            fit(frame, pd.Series(y))
+    SGBDT(schema, expected_records=400, **SMALL).fit(frame, pd.Series(y, index=frame.index))
+
+
+def test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na() -> None:
+    """A date column was read as nanoseconds and its NaT as the lower bound (0.454 for a
+    missing value answered 2.74); np.timedelta64 raised a bare TypeError from a record's
+    check, and the record lost its stream position; encode_columns raised pandas'
+    TypeError for NA in an object column, broadcast errors for a doubled name, and dropped
+    the rows of a frame without feature columns; learn_many paired labels by position
+    whatever y's index."""
+    schema = PublicSchema(features={"a": (0.0, 1.0), "c": ["x", "y", "z"]},
+                          target_bounds=(0.0, 3.0))
+    dates = pd.DataFrame({"a": pd.to_datetime([None, "2020-01-01"]), "c": ["x", "y"]})
+    with pytest.raises(ValueError, match="feature 'a' is numeric, got a column of datetime64"):
+        schema.encode_columns(dates)
+    np.testing.assert_array_equal(
+        schema.encode_columns(pd.DataFrame({"a": pd.Series([pd.NA, 0.5], dtype=object),
+                                            "c": ["x", None]})), [[np.nan, 0.0], [0.5, np.nan]])
+    with pytest.raises(ValueError, match="names a column twice"):
+        schema.encode_columns(pd.DataFrame([[0.1, 0.2]], columns=["a", "a"]))
+    assert schema.encode_columns(pd.DataFrame(index=range(3))).shape == (3, 2)
+    with pytest.raises(ValueError, match="feature 'a' is numeric, got str 'abc' in row 1"):
+        schema.encode_columns({"a": np.array([0.5, "abc"], dtype=object)})
+    _, bad = RecordValidator(schema, "regression").columns(dict(dates), 2)
+    assert sorted(bad) == [0, 1] and "got a column of datetime64" in bad[0].detail
+    model = SGBDTRegressor(dict(schema.features), target_bounds=(0.0, 3.0), epsilon=1.0,
+                           seed=0)
+    with pytest.raises(InvalidRecord, match="feature 'a' is numeric, got timedelta64"):
+        model.learn_one({"a": np.timedelta64(1, "s"), "c": "y"}, 1.0)
+    with pytest.raises(InvalidRecord, match="feature 'c' is categorical.*datetime64"):
+        model.learn_one({"a": 0.5, "c": np.datetime64("2020-01-01")}, 1.0)
+    with pytest.raises(InvalidRecord, match="label"):
+        model.learn_one({"a": 0.5, "c": "y"}, np.timedelta64(1, "s"))
+    assert model.engine.positions == 3  # refused records still count
+    with pytest.raises(InvalidRecord, match="got a column of datetime64"):
+        model.learn_many(dates, pd.Series([1.0, 2.0]))
+    frame = pd.DataFrame({"a": [0.1, 0.9], "c": ["x", "x"]}, index=[10, 20])
+    with pytest.raises(ValueError, match="y's index is not X's"):
+        model.learn_many(frame, pd.Series({20: 3.0, 10: 0.0}))
+    model.learn_many(frame, pd.Series({10: 0.0, 20: 3.0}))
+    assert model.engine.positions == 7
 
 
 def test_explain_one_matches_a_series_or_a_frame_by_name() -> None:
@@ -654,8 +741,14 @@ def test_finish_before_the_warmup_says_there_is_no_model(sharded) -> None:
 
     early = engine(None)
     early.add(X, list(10 * X[:, 0]), keys)
-    with pytest.warns(UserWarning, match="before the warmup of 100 positions ends"):
+    with pytest.warns(UserWarning, match="before the warmup of 100 positions ends.*give "
+                                         "expected_records"):
         assert early.finish() == 0
+    too_large = engine(500)  # a hint larger than the stream: the advice names it
+    too_large.add(X, list(10 * X[:, 0]), keys)
+    with pytest.warns(UserWarning, match=r"own size as expected_records \(the hint, 500, is "
+                                         r"larger; a hint up to 100"):
+        assert too_large.finish() == 0
     hinted = engine(60)
     hinted.add(X, list(10 * X[:, 0]), keys)
     with warnings.catch_warnings():

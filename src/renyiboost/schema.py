@@ -93,25 +93,50 @@ def is_missing(value: Any) -> bool:
 
 
 def _numbers_of_frame(X: Any) -> np.ndarray:
-    """``X`` as an array, with pandas' missing values (``NA`` in a nullable ``Int64`` or
-    ``Float64`` column or an object one, ``None``, ``NaT``) as NaN: ``np.asarray`` kept them
-    as objects that no number conversion takes. A frame or series of numbers becomes floats
-    at once; anything else is ``np.asarray``'s (strings stay, and the caller refuses them;
-    a frame's conversion to floats would have parsed them).
-    """
+    """``X`` as an array: a frame or series of numbers as floats at once, pandas' ``NA`` of
+    a nullable ``Int64``, ``Float64`` or ``boolean`` column as NaN; a list as objects, so
+    that a bool in it is still one (as floats, ``True`` was 1.0); anything else as
+    ``np.asarray`` gives it (objects are converted by :func:`as_floats`; strings and dates
+    stay, and the caller refuses them: a frame's conversion to floats would have parsed
+    ``"0.2"``)."""
     dtypes = getattr(X, "dtypes", None)
     if dtypes is not None and hasattr(X, "to_numpy"):
         kinds = [getattr(d, "kind", "O") for d in (dtypes if X.ndim == 2 else [dtypes])]
-        if all(kind in "biuf" for kind in kinds):  # not objects: pandas parses "0.2"
+        if all(kind in "biuf" for kind in kinds):
             return np.asarray(X.to_numpy(dtype=float, na_value=np.nan))
-    raw = np.asarray(X)
-    pandas = sys.modules.get("pandas")  # only pandas makes its NA: no import without it
-    if raw.dtype.kind == "O" and pandas is not None:
-        missing = np.asarray(pandas.isna(raw), dtype=bool)
-        if missing.any():
-            raw = raw.copy()
-            raw[missing] = np.nan
-    return raw
+    return np.asarray(X, dtype=object) if isinstance(X, list | tuple) else np.asarray(X)
+
+
+def as_floats(values: np.ndarray) -> np.ndarray:
+    """``values`` as a new float array, missing values (``None``, NaN, a ``Decimal`` NaN,
+    pandas' ``NA``: :func:`is_missing`) as NaN. numpy converts ``None`` itself; an object
+    array that it refuses is judged element by element only then (pandas' ``NA``), so a
+    column of numbers and ``None`` costs no Python step per value. Raises ``TypeError`` or
+    ``ValueError`` for a value that is no number (callers name it: :func:`not_a_number`)."""
+    try:
+        return np.array(values, dtype=float)
+    except (TypeError, ValueError):
+        if values.dtype.kind != "O":
+            raise
+    missing = np.fromiter((v is None or is_missing(v) for v in values.flat), bool,
+                          values.size).reshape(values.shape)
+    values = values.copy()
+    values[missing] = np.nan
+    return np.array(values, dtype=float)
+
+
+def not_a_number(values: np.ndarray) -> tuple[tuple[int, ...], Any]:
+    """The index and value of the first element of ``values`` that is neither missing nor
+    taken by ``float`` (a message's example, after :func:`as_floats` failed)."""
+    for index in np.ndindex(values.shape):
+        value = values[index]
+        if value is None or is_missing(value):
+            continue
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return index, values[index]
+    return (0,) * values.ndim, values.flat[0]
 
 
 def _holds_bools(column: np.ndarray) -> bool:
@@ -436,7 +461,13 @@ class PublicSchema(BaseModel):
         when ``columns`` may be empty (rows with no feature at all: every value missing).
         """
         if not isinstance(columns, Mapping) and hasattr(columns, "columns"):
-            columns = {str(name): columns[name] for name in columns.columns}
+            frame = columns
+            names = [str(name) for name in frame.columns]
+            if len(set(names)) != len(names):
+                raise ValueError(f"the frame names a column twice ({names!r:.120}): each "
+                                 "feature is one column")
+            columns = {name: frame.iloc[:, i] for i, name in enumerate(names)}
+            n_rows = len(frame) if n_rows is None else n_rows
             unknown = [name for name in columns if name not in self.features]
             if unknown:
                 raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
@@ -465,7 +496,7 @@ class PublicSchema(BaseModel):
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
-                raw = np.asarray(col, dtype=float)
+                raw = self._numeric_column(name, col)
                 lo, hi = float(spec[0]), float(spec[1])
                 below, above = raw < lo, raw > hi  # NaN (missing): neither
                 out[:, j] = np.where(below, lo, np.where(above, hi, raw))
@@ -473,14 +504,36 @@ class PublicSchema(BaseModel):
                     outside[j] += np.count_nonzero(below | above)
         return out
 
+    @staticmethod
+    def _numeric_column(name: str, column: Any) -> np.ndarray:
+        """A numeric feature's column as floats, its missing values (pandas' ``NA`` in an
+        object or nullable column too) NaN; a column of dates or durations, or a value no
+        number conversion takes, is refused (``ValueError`` naming the feature): a date
+        column was read as nanoseconds, and its ``NaT`` as the lower bound."""
+        values = (np.asarray(column.to_numpy(dtype=float, na_value=np.nan))
+                  if getattr(getattr(column, "dtype", None), "kind", "O") in "biuf"
+                  and hasattr(column, "to_numpy") else np.asarray(column))
+        if values.dtype.kind in "mMc":
+            raise ValueError(f"feature {name!r} is numeric, got a column of {values.dtype}: "
+                             "give dates and durations as numbers (e.g. days)")
+        try:
+            return as_floats(values)
+        except (TypeError, ValueError):
+            (row,), value = not_a_number(values)
+            raise ValueError(f"feature {name!r} is numeric, got {type(value).__name__} "
+                             f"{value!r:.40} in row {row}; check the rows with "
+                             "RecordValidator(...).columns first") from None
+
     def in_schema_order(self, X: Any) -> Any:
         """A data frame whose column names are all strings, its columns put in the schema's
         order by name; anything else as it is (its columns are taken in order, as
         scikit-learn takes an array's). A frame with a column the schema does not name, or
         without one it names, is refused (``ValueError``): matched by position, swapped
         columns fed each feature the other's values, and misspelled ones passed unnoticed.
-        So is one whose labels are not strings but read as the features' names out of order
-        (``[1, 0]`` for features ``"0"``, ``"1"``), which position would swap.
+        Labels that are not all strings are taken by position only when they are 0, 1, …
+        (an unnamed frame's) or read as the features' names in order; others are refused
+        (``[1, 0]`` for features ``"0"``, ``"1"``, a MultiIndex, mixed labels), which
+        position could swap.
 
         >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 10)})
         >>> import pandas as pd
@@ -491,14 +544,16 @@ class PublicSchema(BaseModel):
         if columns is None:
             return X
         if not all(isinstance(c, str) for c in columns):
-            as_text = [str(c) for c in columns]
-            if sorted(as_text) == sorted(self.names) and as_text != list(self.names):
-                raise ValueError(
-                    f"X's columns {list(columns)} are the schema's features "
-                    f"{list(self.names)} in another order, but are not strings, so they "
-                    "would be taken by position (each feature fed another's values): name "
-                    "the columns with strings to match them by name, or put them in order")
-            return X
+            labels = list(columns)
+            if labels == list(range(len(labels))) or [str(c) for c in labels] == list(
+                    self.names):
+                return X  # unnamed (0, 1, …), or the names in order: taken by position
+            raise ValueError(
+                f"X's column labels {labels!r:.120} are not all strings, so they cannot be "
+                f"matched to the features {list(self.names)!r:.120} by name, and taken by "
+                "position they could feed a feature another's values: name the columns "
+                "with the features' names, or pass an array (columns in the schema's "
+                "order)")
         given = list(columns)
         if given == list(self.names):
             return X
@@ -523,16 +578,30 @@ class PublicSchema(BaseModel):
         "other"), as in :meth:`encode_columns`. A data frame's columns are matched to the
         features by name (:meth:`in_schema_order`); ``one_row``: a 1-D ``X`` is one row.
         """
+        if one_row and hasattr(X, "to_frame") and not hasattr(X, "columns"):
+            X = X.to_frame().T  # a Series: its values named, one row (read by position, a
+            # Series in another order answered with the features swapped)
         ordered = self.in_schema_order(X)
         raw = _numbers_of_frame(ordered)
         if one_row:
             raw = np.atleast_2d(raw)
-        if raw.dtype.kind in "USV" or (raw.dtype.kind == "O" and any(
+        if raw.dtype.kind in "USVcmM" or (raw.dtype.kind == "O" and any(
                 isinstance(v, str | bytes) for v in raw.flat)):
-            raise ValueError(f"X must be a matrix of numbers (a category as its code in the "
-                             f"public domain, see encode_columns), got dtype {raw.dtype}")
+            raise ValueError(f"X must be a matrix of numbers (a category as its code in "
+                             f"the public domain, see encode_columns), got dtype {raw.dtype}")
         self._refuse_bool_codes(ordered, raw)
-        X = np.array(raw, dtype=float, copy=True)
+        try:
+            X = as_floats(raw)
+        except (TypeError, ValueError):
+            if raw.ndim != 2:
+                raise ValueError(f"X must be a matrix of numbers, got {raw.ndim} dimensions "
+                                 "(rows of different lengths?)") from None
+            (row, col), value = not_a_number(raw)
+            raise ValueError(
+                f"X[{row}, {col}] (feature {self.names[col] if col < self.n_features else '?'!r}"
+                f") is {type(value).__name__} {value!r:.40}: X must be a matrix of "
+                "numbers (NaN for a missing value; dates and durations as numbers, e.g. "
+                "days)") from None
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
                 f"X must have shape (n, {self.n_features}) for features {self.names}, "

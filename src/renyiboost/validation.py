@@ -127,11 +127,30 @@ def bad_keys(keys: Sequence[Any]) -> list[tuple[int, InvalidRecord]]:
     return out
 
 
+def require_aligned(X: Any, y: Any) -> None:
+    """Refuse a pandas ``y`` whose index is not ``X``'s (``ValueError``): rows and labels
+    are paired by position, so a ``y`` shuffled, sorted or reindexed apart from ``X`` gave
+    rows other rows' labels without a word. Anything without an index passes."""
+    x_index, y_index = getattr(X, "index", None), getattr(y, "index", None)
+    if not (hasattr(x_index, "equals") and hasattr(y_index, "equals")):
+        return  # not pandas (a list's .index is a method)
+    if not x_index.equals(y_index):
+        raise ValueError(
+            "y's index is not X's: rows and labels are paired by position, so they must "
+            "be in the same order; align them (y.loc[X.index], or reset_index(drop=True) "
+            "on both)")
+
+
+#: numpy's dates and durations: ``np.timedelta64`` counts as a ``numbers.Integral`` and
+#: ``float()`` of one raised a bare ``TypeError`` from inside a record's check.
+_DATES = np.timedelta64 | np.datetime64
+
+
 def _is_real(value: Any) -> bool:
     """A real number that is not a bool (numpy scalars included), or a ``Decimal`` (what a
     database driver gives for a SQL ``NUMERIC`` column; ``numbers.Real`` leaves it out)."""
     return (isinstance(value, numbers.Real | decimal.Decimal)
-            and not isinstance(value, bool | np.bool_))
+            and not isinstance(value, bool | np.bool_ | _DATES))
 
 
 def _as_float(value: Any) -> float:
@@ -492,6 +511,13 @@ class RecordValidator:
                 raise ValueError(f"column {name!r} has shape {values.shape}, expected ({n_rows},)")
             categorical = isinstance(self.schema.features[name], list)
             copied = False
+            if values.dtype.kind in "mM":  # dates or durations, NaT too: no feature value
+                why = InvalidRecord("schema", f"feature {name!r} got a column of "
+                                    f"{values.dtype}: give dates and durations as numbers "
+                                    "(e.g. days) or categories")
+                bad.update((i, why) for i in range(n_rows) if i not in bad and i not in skip)
+                arrays[name] = np.full(n_rows, None, dtype=object)
+                continue
             if values.dtype.kind in ("iub" if categorical else "iuf"):
                 suspects = (np.zeros(n_rows, bool) if categorical  # NaN: missing, ±inf:
                             else np.isinf(values.astype(float)))  # refused, row by row
@@ -560,7 +586,8 @@ class RecordValidator:
 
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):
-            if not isinstance(value, str | numbers.Integral | np.bool_):
+            if not isinstance(value, str | numbers.Integral | np.bool_) or isinstance(
+                    value, _DATES):
                 raise InvalidRecord("schema", f"feature {name!r} is categorical: expected a "
                                               f"string, integer or bool, got "
                                               f"{type(value).__name__} {value!r:.40}")

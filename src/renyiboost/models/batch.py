@@ -32,7 +32,7 @@ from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
 from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
 from renyiboost.schema import PublicSchema
-from renyiboost.validation import RecordValidator
+from renyiboost.validation import RecordValidator, require_aligned
 
 
 def require_target_bounds(model: Any, task: str, schema: PublicSchema) -> None:
@@ -189,6 +189,7 @@ class MarginModel:
                 "0/1 labels, and its noise is scaled for those. Use SGBDT (multiclass) or two "
                 "classes")
         outside = np.zeros(self.schema.n_features, dtype=np.int64)
+        require_aligned(X, y)
         X = self.schema.clip_encoded(X, outside)
         y = self._validate_target(y)
         if X.shape[0] != y.shape[0]:
@@ -274,8 +275,6 @@ class MarginModel:
         ``x`` is checked as :meth:`predict` checks a row: a pandas Series or a one-row frame
         is matched to the features by name (it was read in its own order, so a Series in
         another order got the other features' terms), a string is refused."""
-        if hasattr(x, "to_frame") and not hasattr(x, "columns"):  # a Series: named values
-            x = x.to_frame().T
         parts = self.contributions(x)
         if len(parts) != 1:
             raise ValueError(f"explain_one explains one row, got {len(parts)}; use "

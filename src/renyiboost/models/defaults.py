@@ -531,8 +531,8 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
 
     A stream expected to end before :data:`STREAM_WARMUP` positions (a hint below 100)
     has its warmup at its expected end instead, so that its end releases the initial score
-    and the hint's burst (:func:`final_burst`) rather than nothing at all; the hint is
-    public, so the schedule stays a function of public inputs. Hints of 100 or more, and
+    and all the nominal rounds (no burst: :func:`final_burst`) rather than nothing at all;
+    the hint is public, so the schedule stays a function of public inputs. Hints of 100 or more, and
     the prior, keep the schedule above.
 
     >>> stream_schedule(10_000, 200)
@@ -621,18 +621,24 @@ def final_burst(records: int, rounds: int, n_classes: int = 2) -> dict[str, int]
     better with half at every ε, California and breast cancer within 0.015 worse). Without a
     hint (the prior is a guess) there is none.
 
-    A hint below :data:`STREAM_WARMUP` puts the warmup at the hint too
-    (:func:`stream_schedule`), so the burst runs at the hinted end, right after the initial
-    score.
+    A hint up to :data:`STREAM_WARMUP` puts the warmup at the hint too
+    (:func:`stream_schedule`): every record has arrived before the first trigger, which
+    runs all the nominal rounds (``trees_per_trigger``), so there is no burst. One ran
+    there before, after every key had spent its budget: its trees admitted nobody and
+    were noise alone (a 50-record binary stream: 20 trees from the records, 10 from
+    nobody, with leaves larger than the records' trees'; hold-out log-loss 0.82 without
+    them, 0.91 with them over 20 seeds).
 
     >>> final_burst(5_000, 120)
     {'final_at': 5000, 'final_trees': 60}
     >>> final_burst(60, 40)
-    {'final_at': 60, 'final_trees': 20}
+    {'final_at': 60, 'final_trees': 0}
     >>> final_burst(5_000, 120, n_classes=7)
     {'final_at': 5000, 'final_trees': 120}
     """
     share = MULTICLASS_BURST_SHARE if n_classes > 2 else HINT_BURST_SHARE
+    if int(records) <= STREAM_WARMUP:
+        share = 0.0
     return {"final_at": max(int(records), 1), "final_trees": int(int(rounds) * share)}
 
 

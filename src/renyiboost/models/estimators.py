@@ -32,7 +32,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
 from renyiboost.stream.store import StateStore
-from renyiboost.validation import normalise_key, rows_not_learned
+from renyiboost.validation import normalise_key, require_aligned, rows_not_learned
 
 #: The keywords whose default is the policy's value (:data:`POLICY`); ``None`` keeps its own
 #: meaning for those that have one (``hess_clip=None``: count leaves, ``leaf_clip=None``: no
@@ -302,10 +302,21 @@ class _SGBDTEstimator:
         estimator that drew from a shared budget is a second model on the same records: it
         draws for itself, from the same accountant, or is refused (``BudgetExceeded``), as
         a copy is. River's clone goes through ``__init__``, so it learned on an uncharged
-        budget."""
+        budget. Without a shared budget, the clone of an estimator that has learned warns
+        (``PrivacyLeakWarning``): it is a new ledger, and if it learns the same records
+        the two models together spend the sum of their ε, which neither guarantee says (a
+        batch model's second fit warns alike)."""
         new = super().clone(new_params, include_attributes)  # type: ignore[misc]
         if self._drawn_from is not None and new._engine.may_learn:
             new._charge(self._drawn_from, None)
+        elif self._engine.positions and new._engine.may_learn and self.epsilon is not None:
+            warnings.warn(
+                f"clone() of a {type(self).__name__} that has learned "
+                f"{self._engine.positions} records: the clone keeps a ledger of its own, so "
+                "if it learns the same records, the two models together spend the sum of "
+                "their ε and δ. Draw both from one budget (model.draw_from(PrivacyAccountant"
+                "(...))) to have them counted and capped.", PrivacyLeakWarning,
+                stacklevel=outside_stacklevel())
         return new
 
     def _check_wrapper(self) -> None:
@@ -381,6 +392,7 @@ class _SGBDTEstimator:
         """
         self._check_wrapper()
         engine = self._engine
+        require_aligned(X, y)
         columns, n = self._columns(X)
         targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
         if targets.shape != (n,):

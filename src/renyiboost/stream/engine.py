@@ -671,15 +671,20 @@ def claim_single_place(store: StateStore) -> None:
         "into one store needs `renyiboost reshard --to 1`."))
 
 
-def warn_finished_early(positions: int, warmup: int) -> None:
+def warn_finished_early(positions: int, config: EngineConfig) -> None:
     """Warn that ``finish()`` came before the warmup's end: the public schedule releases
     nothing there, so the stream ends with no model (it answers with the public prior: the
-    bounds' midpoint, uniform classes). A short stream ends silently otherwise."""
-    warnings.warn(f"finish() at stream position {positions}, before the warmup of {warmup} "
-                  "positions ends: the public schedule releases nothing before it, so there "
-                  "is no model yet and answers are the public prior. Learn more records, or "
-                  "give expected_records (a short stream's warmup is shorter)",
-                  UserWarning, stacklevel=outside_stacklevel())
+    bounds' midpoint, uniform classes). A short stream ends silently otherwise. The advice
+    differs for a hinted stream (its hint was larger than the stream)."""
+    advice = ("give expected_records (a short stream's warmup is shorter)"
+              if config.final_at is None else
+              f"give the stream's own size as expected_records (the hint, {config.final_at}, "
+              f"is larger; a hint up to {config.warmup} puts the warmup at the hint)")
+    warnings.warn(f"finish() at stream position {positions}, before the warmup of "
+                  f"{config.warmup} positions ends: the public schedule releases nothing "
+                  "before it, so there is no model yet and answers are the public prior. "
+                  f"Learn more records, or {advice}", UserWarning,
+                  stacklevel=outside_stacklevel())
 
 
 class OwesRounds:
@@ -1463,7 +1468,7 @@ class StreamEngine(OwesRounds):
         if self._initialized:
             owed += self._burst(split_grid)
         if not self._initialized:  # before the warmup nothing can be released yet
-            warn_finished_early(self._positions, self.config.warmup)
+            warn_finished_early(self._positions, self.config)
         return owed
 
     def _burst(self, split_grid: bool | None) -> int:

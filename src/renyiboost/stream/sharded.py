@@ -962,7 +962,7 @@ class ShardedEngine(OwesRounds):
         owed = self.catch_up()  # a burst a crash cut short is resumed here
         self.train(0)  # the initial score if it is due
         if not self._initialized:
-            warn_finished_early(self.positions, self.config.warmup)
+            warn_finished_early(self.positions, self.config)
             return owed
         try:
             burst, new_end = finish_burst(self.config, self._positions,

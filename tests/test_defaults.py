@@ -697,6 +697,9 @@ def test_a_size_hint_adds_a_burst_at_the_expected_end() -> None:
         short = StreamEngine(small, seed=1)
         short.add(rows[:hint], labels[:hint], [str(i) for i in range(hint)])
         assert short.ensemble.n_trees == small.trees_per_trigger == small.params.rounds
+    own = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, expected_records=60,
+                                     warmup=20, train_every=10)  # triggers before the end
+    assert own.final_trees == own.params.rounds // 2 > 0
 
 
 def test_a_stream_that_outgrows_a_small_hint_gets_an_unhinted_streams_rate_of_trees() -> None:

@@ -94,8 +94,9 @@ def is_missing(value: Any) -> bool:
 
 def _numbers_of_frame(X: Any) -> np.ndarray:
     """``X`` as an array: a frame or series of numbers as floats at once, pandas' ``NA`` of
-    a nullable ``Int64``, ``Float64`` or ``boolean`` column as NaN; a list as objects, so
-    that a bool in it is still one (as floats, ``True`` was 1.0); anything else as
+    a nullable ``Int64``, ``Float64`` or ``boolean`` column as NaN; a list as numbers when
+    numpy makes numbers of it (its bools are looked for in the list itself:
+    :meth:`PublicSchema._refuse_bool_codes`), else as objects; anything else as
     ``np.asarray`` gives it (objects are converted by :func:`as_floats`; strings and dates
     stay, and the caller refuses them: a frame's conversion to floats would have parsed
     ``"0.2"``)."""
@@ -104,7 +105,19 @@ def _numbers_of_frame(X: Any) -> np.ndarray:
         kinds = [getattr(d, "kind", "O") for d in (dtypes if X.ndim == 2 else [dtypes])]
         if all(kind in "biuf" for kind in kinds):
             return np.asarray(X.to_numpy(dtype=float, na_value=np.nan))
-    return np.asarray(X, dtype=object) if isinstance(X, list | tuple) else np.asarray(X)
+    if isinstance(X, list | tuple):
+        try:
+            raw = np.asarray(X)
+        except ValueError:  # rows of different lengths: objects, refused by the caller
+            return np.asarray(X, dtype=object)
+        return raw if raw.dtype.kind in "biufUSV" else np.asarray(X, dtype=object)
+    return np.asarray(X)
+
+
+#: numpy's dates and durations: ``float()`` takes a ``np.timedelta64`` (its count of its
+#: unit) and ``np.timedelta64`` counts as a ``numbers.Integral``, so they are refused by
+#: type wherever a number is read.
+DATE_SCALARS = np.timedelta64 | np.datetime64
 
 
 def as_floats(values: np.ndarray) -> np.ndarray:
@@ -113,6 +126,8 @@ def as_floats(values: np.ndarray) -> np.ndarray:
     array that it refuses is judged element by element only then (pandas' ``NA``), so a
     column of numbers and ``None`` costs no Python step per value. Raises ``TypeError`` or
     ``ValueError`` for a value that is no number (callers name it: :func:`not_a_number`)."""
+    if values.dtype.kind == "O" and any(isinstance(v, DATE_SCALARS) for v in values.flat):
+        raise TypeError("a date or duration is no number")  # float() would take it
     try:
         return np.array(values, dtype=float)
     except (TypeError, ValueError):
@@ -130,6 +145,8 @@ def not_a_number(values: np.ndarray) -> tuple[tuple[int, ...], Any]:
     taken by ``float`` (a message's example, after :func:`as_floats` failed)."""
     for index in np.ndindex(values.shape):
         value = values[index]
+        if isinstance(value, DATE_SCALARS):
+            return index, value
         if value is None or is_missing(value):
             continue
         try:
@@ -486,6 +503,9 @@ class PublicSchema(BaseModel):
             spec = self.features[name]
             col = columns[name]
             if isinstance(spec, list):
+                if getattr(getattr(col, "dtype", None), "kind", "O") in "mM":
+                    raise ValueError(f"feature {name!r} is categorical, got a column of "
+                                     f"{col.dtype}: give dates as categories (strings)")
                 index = self._category_index[name]
                 out[:, j] = [math.nan if v is None else index.get(category_key(v), len(spec))
                              for v in col]
@@ -516,6 +536,9 @@ class PublicSchema(BaseModel):
         if values.dtype.kind in "mMc":
             raise ValueError(f"feature {name!r} is numeric, got a column of {values.dtype}: "
                              "give dates and durations as numbers (e.g. days)")
+        if values.ndim != 1:
+            raise ValueError(f"feature {name!r}: a column holds one value a row, got shape "
+                             f"{values.shape}")
         try:
             return as_floats(values)
         except (TypeError, ValueError):
@@ -597,6 +620,10 @@ class PublicSchema(BaseModel):
                 raise ValueError(f"X must be a matrix of numbers, got {raw.ndim} dimensions "
                                  "(rows of different lengths?)") from None
             (row, col), value = not_a_number(raw)
+            if isinstance(value, list | tuple | np.ndarray):
+                raise ValueError(  # noqa: TRY004 - a shape error, as numpy's
+                    "X must be a matrix of numbers: its rows have different lengths, or "
+                    "a cell holds a sequence") from None
             raise ValueError(
                 f"X[{row}, {col}] (feature {self.names[col] if col < self.n_features else '?'!r}"
                 f") is {type(value).__name__} {value!r:.40}: X must be a matrix of "
@@ -639,6 +666,11 @@ class PublicSchema(BaseModel):
             return
         if getattr(ordered, "ndim", 0) == 2 and hasattr(ordered, "iloc"):
             flagged = [j for j in cat if _holds_bools(np.asarray(ordered.iloc[:, j]))]
+        elif isinstance(ordered, list | tuple) and raw.dtype.kind in "iuf" and raw.ndim == 2:
+            # numpy made 1.0 of True: look in the list, at the categorical columns only
+            rows = [ordered] if raw.shape[0] == 1 and np.ndim(ordered) == 1 else ordered
+            flagged = [j for j in cat if j < raw.shape[1] and any(
+                isinstance(row[j], bool | np.bool_) for row in rows)]
         else:  # an array, or a one-row series (its values, before they became numbers)
             values = np.atleast_2d(np.asarray(ordered) if hasattr(ordered, "iloc") else raw)
             flagged = [j for j in cat if values.ndim == 2 and values.shape[1] > j

@@ -44,7 +44,13 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 
 from renyiboost.exceptions import InvalidRecord, SchemaMismatchWarning, outside_stacklevel
-from renyiboost.schema import PublicSchema, categories_preview, category_key, is_missing
+from renyiboost.schema import (
+    DATE_SCALARS,
+    PublicSchema,
+    categories_preview,
+    category_key,
+    is_missing,
+)
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
@@ -127,6 +133,13 @@ def bad_keys(keys: Sequence[Any]) -> list[tuple[int, InvalidRecord]]:
     return out
 
 
+def _date_labels(dtype: Any) -> InvalidRecord:
+    """Why labels of a date or duration dtype are refused (their numbers are nanoseconds,
+    or whatever unit the dtype has: never a label's)."""
+    return InvalidRecord("label", f"labels of dtype {dtype} are dates or durations: give "
+                                  "numbers (e.g. days) or a public label set's members")
+
+
 def require_aligned(X: Any, y: Any) -> None:
     """Refuse a pandas ``y`` whose index is not ``X``'s (``ValueError``): rows and labels
     are paired by position, so a ``y`` shuffled, sorted or reindexed apart from ``X`` gave
@@ -141,16 +154,13 @@ def require_aligned(X: Any, y: Any) -> None:
             "on both)")
 
 
-#: numpy's dates and durations: ``np.timedelta64`` counts as a ``numbers.Integral`` and
-#: ``float()`` of one raised a bare ``TypeError`` from inside a record's check.
-_DATES = np.timedelta64 | np.datetime64
 
 
 def _is_real(value: Any) -> bool:
     """A real number that is not a bool (numpy scalars included), or a ``Decimal`` (what a
     database driver gives for a SQL ``NUMERIC`` column; ``numbers.Real`` leaves it out)."""
     return (isinstance(value, numbers.Real | decimal.Decimal)
-            and not isinstance(value, bool | np.bool_ | _DATES))
+            and not isinstance(value, bool | np.bool_ | DATE_SCALARS))
 
 
 def _as_float(value: Any) -> float:
@@ -587,7 +597,7 @@ class RecordValidator:
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):
             if not isinstance(value, str | numbers.Integral | np.bool_) or isinstance(
-                    value, _DATES):
+                    value, DATE_SCALARS):
                 raise InvalidRecord("schema", f"feature {name!r} is categorical: expected a "
                                               f"string, integer or bool, got "
                                               f"{type(value).__name__} {value!r:.40}")
@@ -678,6 +688,8 @@ class RecordValidator:
         """:meth:`label` for a whole array at once; the first bad label is reported by
         :meth:`label` itself, so the reasons are the same."""
         raw = np.asarray(y)
+        if raw.dtype.kind in "mM" and raw.size:  # none left of a refused batch: nothing
+            raise _date_labels(raw.dtype)
         if self._label_codes is not None:
             values, ok = self.label_column(raw.reshape(-1))
             if not ok.all():
@@ -707,6 +719,8 @@ class RecordValidator:
     def bad_labels(self, y: Any) -> list[tuple[int, InvalidRecord]]:
         """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""
         raw = np.asarray(y)
+        if raw.dtype.kind in "mM":
+            return [(i, _date_labels(raw.dtype)) for i in range(raw.size)]
         if self._label_codes is not None:
             suspects = np.flatnonzero(~self.label_column(raw.reshape(-1))[1]).tolist()
         elif raw.dtype.kind in self._numeric_kinds:
@@ -718,7 +732,9 @@ class RecordValidator:
         flat = raw.reshape(-1)
         for i in suspects:
             try:
-                self.label(flat[i].item() if hasattr(flat[i], "item") else flat[i])
+                value = flat[i]  # a numpy scalar as Python's, but a duration as itself
+                self.label(value.item() if isinstance(value, np.generic)
+                           and not isinstance(value, DATE_SCALARS) else value)
             except InvalidRecord as why:
                 out.append((int(i), why))
         return out

@@ -608,7 +608,8 @@ HINT_BURST_SHARE = 0.5
 MULTICLASS_BURST_SHARE = 1.0
 
 
-def final_burst(records: int, rounds: int, n_classes: int = 2) -> dict[str, int]:
+def final_burst(records: int, rounds: int, n_classes: int = 2,
+                all_at_end: bool | None = None) -> dict[str, int]:
     """With a public size hint, the stream's extra trigger at its expected end: half a
     record's nominal rounds (``rounds // 2``; a multiclass stream's all of them,
     :data:`MULTICLASS_BURST_SHARE`). Records that arrived early are spent by then
@@ -623,7 +624,9 @@ def final_burst(records: int, rounds: int, n_classes: int = 2) -> dict[str, int]
 
     A hint up to :data:`STREAM_WARMUP` puts the warmup at the hint too
     (:func:`stream_schedule`): every record has arrived before the first trigger, which
-    runs all the nominal rounds (``trees_per_trigger``), so there is no burst. One ran
+    runs all the nominal rounds (``trees_per_trigger``), so there is no burst
+    (``all_at_end``: whether the schedule does so; by default, whether the hint is that
+    small, as the policy's schedule makes it; a schedule of one's own says). One ran
     there before, after every key had spent its budget: its trees admitted nobody and
     were noise alone (a 50-record binary stream: 20 trees from the records, 10 from
     nobody, with leaves larger than the records' trees'; hold-out log-loss 0.82 without
@@ -637,7 +640,7 @@ def final_burst(records: int, rounds: int, n_classes: int = 2) -> dict[str, int]
     {'final_at': 5000, 'final_trees': 120}
     """
     share = MULTICLASS_BURST_SHARE if n_classes > 2 else HINT_BURST_SHARE
-    if int(records) <= STREAM_WARMUP:
+    if int(records) <= STREAM_WARMUP if all_at_end is None else all_at_end:
         share = 0.0
     return {"final_at": max(int(records), 1), "final_trees": int(int(rounds) * share)}
 

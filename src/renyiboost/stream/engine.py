@@ -309,8 +309,10 @@ class EngineConfig(BaseModel):
                                 | learner))
         warn_unread(learner, params.feature_selection)
         if expected_records is not None:  # a public hint: the burst at its end
-            triggers = final_burst(expected_records, params.rounds,
-                                   public_schema.n_classes) | triggers
+            triggers = final_burst(expected_records, params.rounds, public_schema.n_classes,
+                                   all_at_end=triggers["warmup"] >= expected_records
+                                   and triggers["trees_per_trigger"] >= params.rounds
+                                   ) | triggers
             if not own_schedule:  # and beyond it, an unhinted stream's rate of trees
                 triggers.setdefault("max_train_every_beyond_end", beyond_end_every(
                     triggers, default_params(task, epsilon, PRIOR_RECORDS,
@@ -402,8 +404,9 @@ def finish_burst(config: EngineConfig, positions: int, rounds_done: int,
     the same position committed before a restart (``recorded``, the store's
     :data:`FINISH_META`), and whether it is a new end
     (which :func:`record_end` records)."""
-    if config.final_trees > 0 and config.final_at == positions:
-        return 0, False  # the hinted stream's own burst ran here
+    if config.final_at == positions and (config.final_trees > 0
+                                         or config.warmup >= config.final_at):
+        return 0, False  # the hinted stream's own burst, or all its rounds, ran here
     trees = finish_trees(config.params.task, config.params.rounds)
     if recorded is not None and recorded["at"] == positions:
         return max(0, trees - (rounds_done - int(recorded["first_round"]))), False

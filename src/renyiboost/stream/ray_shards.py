@@ -143,8 +143,10 @@ class RayShards:
                     f"{start_timeout:g} s; the cluster needs {num_cpus:g} free CPUs a shard"))
             self.all("state")  # an error opening any shard, here and as itself
         except BaseException:
-            self._close_opened([self.actors[started.index(ref)] for ref in ready])
-            self._kill()
+            try:
+                self._close_opened([self.actors[started.index(ref)] for ref in ready])
+            finally:  # an interrupt while closing still ends the actors
+                self._kill()
             raise
 
     def _close_opened(self, actors: Sequence[Any]) -> None:

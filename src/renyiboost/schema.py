@@ -668,7 +668,8 @@ class PublicSchema(BaseModel):
             flagged = [j for j in cat if _holds_bools(np.asarray(ordered.iloc[:, j]))]
         elif isinstance(ordered, list | tuple) and raw.dtype.kind in "iuf" and raw.ndim == 2:
             # numpy made 1.0 of True: look in the list, at the categorical columns only
-            rows = [ordered] if raw.shape[0] == 1 and np.ndim(ordered) == 1 else ordered
+            flat = len(ordered) > 0 and not isinstance(ordered[0], list | tuple | np.ndarray)
+            rows = [ordered] if flat else ordered  # one row, as a flat list
             flagged = [j for j in cat if j < raw.shape[1] and any(
                 isinstance(row[j], bool | np.bool_) for row in rows)]
         else:  # an array, or a one-row series (its values, before they became numbers)

@@ -532,8 +532,8 @@ def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
     A stream expected to end before :data:`STREAM_WARMUP` positions (a hint below 100)
     has its warmup at its expected end instead, so that its end releases the initial score
     and all the nominal rounds (no burst: :func:`final_burst`) rather than nothing at all;
-    the hint is public, so the schedule stays a function of public inputs. Hints of 100 or more, and
-    the prior, keep the schedule above.
+    the hint is public, so the schedule stays a function of public inputs. Hints of 100 or
+    more, and the prior, keep the schedule above.
 
     >>> stream_schedule(10_000, 200)
     {'warmup': 100, 'train_every': 10, 'trigger_growth': 0.05, 'max_train_every': 49}

@@ -154,8 +154,6 @@ def require_aligned(X: Any, y: Any) -> None:
             "on both)")
 
 
-
-
 def _is_real(value: Any) -> bool:
     """A real number that is not a bool (numpy scalars included), or a ``Decimal`` (what a
     database driver gives for a SQL ``NUMERIC`` column; ``numbers.Real`` leaves it out)."""

@@ -468,8 +468,11 @@ def test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na() -> None
     frame = pd.DataFrame({"a": [0.1, 0.9], "c": ["x", "x"]}, index=[10, 20])
     with pytest.raises(ValueError, match="y's index is not X's"):
         model.learn_many(frame, pd.Series({20: 3.0, 10: 0.0}))
+    with pytest.raises(ValueError, match="y's index is not X's"):  # a mapping's columns
+        model.learn_many(dict(frame), pd.Series({20: 3.0, 10: 0.0}))
     model.learn_many(frame, pd.Series({10: 0.0, 20: 3.0}))
-    assert model.engine.positions == 10
+    model.learn_many(dict(frame), pd.Series({10: 0.0, 20: 3.0}))
+    assert model.engine.positions == 12
 
 
 def test_explain_one_matches_a_series_or_a_frame_by_name() -> None:

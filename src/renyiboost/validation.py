@@ -143,15 +143,17 @@ def _date_labels(dtype: Any) -> InvalidRecord:
 def require_aligned(X: Any, y: Any) -> None:
     """Refuse a pandas ``y`` whose index is not ``X``'s (``ValueError``): rows and labels
     are paired by position, so a ``y`` shuffled, sorted or reindexed apart from ``X`` gave
-    rows other rows' labels without a word. Anything without an index passes."""
-    x_index, y_index = getattr(X, "index", None), getattr(y, "index", None)
-    if not (hasattr(x_index, "equals") and hasattr(y_index, "equals")):
-        return  # not pandas (a list's .index is a method)
-    if not x_index.equals(y_index):
+    rows other rows' labels without a word. ``X`` a mapping of columns: each column that is
+    a Series holds the rows in its index's order, so they and ``y`` must share one index.
+    Anything without an index passes (a list's ``.index`` is a method)."""
+    parts = list(X.values()) if isinstance(X, Mapping) else [X]
+    indexes = [index for part in [*parts, y]
+               if hasattr(index := getattr(part, "index", None), "equals")]
+    if any(not index.equals(indexes[0]) for index in indexes[1:]):
         raise ValueError(
-            "y's index is not X's: rows and labels are paired by position, so they must "
-            "be in the same order; align them (y.loc[X.index], or reset_index(drop=True) "
-            "on both)")
+            "y's index is not X's (or X's columns have different ones): rows and labels "
+            "are paired by position, so they must be in the same order; align them "
+            "(y.loc[X.index], or reset_index(drop=True) on both)")
 
 
 def _is_real(value: Any) -> bool:

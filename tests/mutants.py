@@ -823,6 +823,12 @@ MUTATIONS = [
              "    return 0",
              [("tests/test_predict_kernels.py::test_extend_grows_by_doubling_and_keeps_earlier"
                "_views")]),
+    Mutation("an end burst larger than the tree cap charges keys for trees it drops",
+             "src/renyiboost/stream/engine.py",
+             "    return trees if config.max_trees is None else min(trees, config.max_trees)",
+             "    return trees",
+             [("tests/test_stream.py::test_a_tree_cap_bounds_the_end_burst_and_warns_of_"
+               "triggers_larger_than_it")]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

@@ -509,6 +509,36 @@ def test_a_restart_resumes_an_interrupted_finish_and_never_runs_a_finished_one_a
     assert finished.finish() == burst  # a later end is a new burst
 
 
+def test_a_tree_cap_bounds_the_end_burst_and_warns_of_triggers_larger_than_it() -> None:
+    """Under ``max_trees`` a ``finish()`` burst larger than the cap charged every key in
+    its first trees and then dropped them as its last ones came (review M: a burst of 25
+    rounds kept 5). The burst now runs at most ``max_trees`` rounds, so each key is charged
+    for kept trees only; the policy's own trigger and hinted burst fit under the cap too,
+    and an explicit one larger than it is warned about."""
+    capped, uncapped = _regressor(rounds=40, max_trees=4), _regressor(rounds=40)
+    data = _stream(100)
+    for model in (capped, uncapped):
+        _fill(model, data, list(range(100)))
+    before = capped.engine.booster.rounds_done
+    assert before == uncapped.engine.booster.rounds_done
+    spent = capped.engine.active_pool().spent.copy()
+    assert finish_trees("regression", 40) == 20
+    assert uncapped.finish(split_grid=False) == 20
+    assert capped.finish(split_grid=False) == 4
+    assert capped.engine.booster.rounds_done == before + 4
+    assert capped.engine.booster.ensemble.n_trees == 4
+    charge = capped.engine.booster.calibration.round_charge  # a full-gradient round's
+    grown = capped.engine.active_pool().spent - spent
+    assert 0 < grown.max() <= 4 * charge * (1 + 1e-9)
+    schema = PublicSchema.model_validate({"features": FEATURES, "target_bounds": (0.0, 3.0)})
+    hinted = EngineConfig.from_defaults(schema, "regression", 1.0,
+                                        expected_records=5_000, max_trees=3)
+    assert hinted.final_trees == 3 and hinted.trees_per_trigger <= 3
+    with pytest.warns(UserWarning, match="max_trees=3 keeps fewer trees than one trigger"):
+        EngineConfig.from_defaults(schema, "regression", 1.0, expected_records=5_000,
+                                   max_trees=3, final_trees=6)
+
+
 def test_an_install_that_fails_after_its_commit_stops_the_engine() -> None:
     """A round committed and then not installed (a depth-0 ensemble once failed to take its
     second tree) left the engine with the pool before the round: the next trigger released

@@ -261,6 +261,15 @@ class EngineConfig(BaseModel):
                              "no round runs there, so the burst never ran, and a restart then "
                              "owed it (rounds no uninterrupted run grows). Put final_at at or "
                              "after the warmup, or leave final_trees at 0")
+        largest = max(self.trees_per_trigger, self.final_trees)
+        if self.max_trees is not None and largest > self.max_trees:
+            warnings.warn(
+                f"max_trees={self.max_trees} keeps fewer trees than one trigger releases "
+                f"({largest}: trees_per_trigger={self.trees_per_trigger}, final_trees="
+                f"{self.final_trees}): its first trees are dropped as its last ones come, "
+                "after their rounds have charged every record in them. Give at most "
+                "max_trees, or a larger max_trees", UserWarning,
+                stacklevel=outside_stacklevel())
         if self.final_trees > self.params.rounds:
             warnings.warn(
                 f"final_trees={self.final_trees} is more than the {self.params.rounds} "
@@ -304,6 +313,9 @@ class EngineConfig(BaseModel):
         # the policy's trees a trigger fit the policy's schedule; with your own, one
         triggers.setdefault("trees_per_trigger", 1 if own_schedule
                             else trees_per_trigger(records, policy["rounds"], schedule))
+        kept = triggers.get("max_trees")  # the policy grows no tree its tree cap drops at once
+        if kept is not None and "trees_per_trigger" not in overrides:
+            triggers["trees_per_trigger"] = min(triggers["trees_per_trigger"], kept)
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
@@ -313,6 +325,8 @@ class EngineConfig(BaseModel):
                                    all_at_end=triggers["warmup"] >= expected_records
                                    and triggers["trees_per_trigger"] >= params.rounds
                                    ) | triggers
+            if kept is not None and "final_trees" not in overrides:
+                triggers["final_trees"] = min(triggers["final_trees"], kept)
             if not own_schedule:  # and beyond it, an unhinted stream's rate of trees
                 triggers.setdefault("max_train_every_beyond_end", beyond_end_every(
                     triggers, default_params(task, epsilon, PRIOR_RECORDS,
@@ -397,17 +411,26 @@ def leaf_depth_at(config: EngineConfig, booster: SGBDTBooster, positions: int,
 FINISH_META = "finish"
 
 
+def end_burst_trees(config: EngineConfig) -> int:
+    """The rounds of a :meth:`StreamEngine.finish` burst: :func:`~renyiboost.models.
+    defaults.finish_trees`, at most ``max_trees``. A model that keeps only its newest
+    ``max_trees`` trees would drop the burst's first trees as its last ones came, after
+    their rounds had charged every key in them (review M; a regression stream of 40
+    rounds under ``max_trees=4``: a burst of 20 rounds, 4 trees kept)."""
+    trees = finish_trees(config.params.task, config.params.rounds)
+    return trees if config.max_trees is None else min(trees, config.max_trees)
+
+
 def finish_burst(config: EngineConfig, positions: int, rounds_done: int,
                  recorded: Mapping[str, Any] | None) -> tuple[int, bool]:
-    """The rounds an end burst at ``positions`` runs (:func:`~renyiboost.models.defaults.
-    finish_trees`; none where a hinted stream's own burst ran), less those that a burst at
-    the same position committed before a restart (``recorded``, the store's
-    :data:`FINISH_META`), and whether it is a new end
-    (which :func:`record_end` records)."""
+    """The rounds an end burst at ``positions`` runs (:func:`end_burst_trees`; none where a
+    hinted stream's own burst ran), less those that a burst at the same position committed
+    before a restart (``recorded``, the store's :data:`FINISH_META`), and whether it is a
+    new end (which :func:`record_end` records)."""
     if config.final_at == positions and (config.final_trees > 0
                                          or config.warmup >= config.final_at):
         return 0, False  # the hinted stream's own burst, or all its rounds, ran here
-    trees = finish_trees(config.params.task, config.params.rounds)
+    trees = end_burst_trees(config)
     if recorded is not None and recorded["at"] == positions:
         return max(0, trees - (rounds_done - int(recorded["first_round"]))), False
     return trees, True
@@ -461,7 +484,7 @@ def rounds_owed(config: EngineConfig, schedule: TriggerSchedule, positions: int,
     if finish is not None and "unscheduled" in finish:
         due += int(finish["unscheduled"])
         if positions >= int(finish["at"]):
-            due += finish_trees(config.params.task, config.params.rounds)
+            due += end_burst_trees(config)
         due = _capped(config, due)
     return max(0, due - rounds_done)
 
@@ -1434,7 +1457,8 @@ class StreamEngine(OwesRounds):
         """The stream ends here: release a split grid if none was (see below), run an end
         burst of a share of the nominal rounds (a half for regression, as a size hint's
         burst; a quarter for classification: :func:`~renyiboost.models.defaults.
-        finish_trees`), and return the trees added.
+        finish_trees`; at most ``max_trees``: :func:`end_burst_trees`), and return the
+        rounds run (each a tree; under ``max_trees`` older trees leave as they come).
 
         A stream calibrated for more records than it brought (no hint: the 10,000 of
         :data:`~renyiboost.models.defaults.PRIOR_RECORDS`) leaves its late records' budget

@@ -955,7 +955,7 @@ class ShardedEngine(OwesRounds):
         :meth:`StreamEngine.finish <renyiboost.stream.engine.StreamEngine.finish>` over all
         shards, the burst recorded in every shard's store before its first round, so that a
         restarted deployment resumes it (or runs none after a finished one) instead of
-        starting a second. Returns the trees added."""
+        starting a second. Returns the rounds run."""
         check_call(split_grid=split_grid)
         self._usable()
         self._refresh_if_stale()

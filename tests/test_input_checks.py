@@ -465,6 +465,15 @@ def test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na() -> None
         model.learn_many(dates.assign(a=[0.1, 0.2]), pd.to_timedelta([1, 2], unit="ns"))
     with pytest.raises(ValueError, match="feature 'c' is categorical, got a column of datetime"):
         schema.encode_columns({"c": pd.to_datetime(["2020-01-01"])})
+    for cell in (pd.NaT, pd.Timestamp("2020-01-01"), 2.5, 1 + 2j):  # were "other"; refused
+        column = pd.Series(["y", cell, "q"], dtype=object)  # by the stream and learn_many
+        with pytest.raises(ValueError, match=f"'c' is categorical.*got {type(cell).__name__}"
+                                             ".* in row 1"):
+            schema.encode_columns({"c": column})
+        with pytest.raises(InvalidRecord, match="'c' is categorical"):
+            model.learn_one({"a": 0.5, "c": cell}, 1.0)
+    np.testing.assert_array_equal(schema.encode_columns(  # a whole float is its integer
+        {"c": pd.Series(["y", 3.0, "q", None], dtype=object)})[:, 1], [1.0, 3.0, 3.0, np.nan])
     frame = pd.DataFrame({"a": [0.1, 0.9], "c": ["x", "x"]}, index=[10, 20])
     with pytest.raises(ValueError, match="y's index is not X's"):
         model.learn_many(frame, pd.Series({20: 3.0, 10: 0.0}))
@@ -472,7 +481,7 @@ def test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na() -> None
         model.learn_many(dict(frame), pd.Series({20: 3.0, 10: 0.0}))
     model.learn_many(frame, pd.Series({10: 0.0, 20: 3.0}))
     model.learn_many(dict(frame), pd.Series({10: 0.0, 20: 3.0}))
-    assert model.engine.positions == 12
+    assert model.engine.positions == 16  # 4 refused learn_one records above: 12 before
 
 
 def test_explain_one_matches_a_series_or_a_frame_by_name() -> None:

@@ -156,6 +156,15 @@ def not_a_number(values: np.ndarray) -> tuple[tuple[int, ...], Any]:
     return (0,) * values.ndim, values.flat[0]
 
 
+def names_a_category(value: Any) -> bool:
+    """Whether ``value`` may name a category: a string, an integer or a bool, not a date
+    or a duration (``np.timedelta64`` counts as an integer). Anything else (a fraction, a
+    complex number, a date, pandas' ``NaT``) is refused where a category is read, by the
+    stream and by :meth:`PublicSchema.encode_columns` alike."""
+    return isinstance(value, str | numbers.Integral | np.bool_) and not isinstance(
+        value, DATE_SCALARS)
+
+
 def _holds_bools(column: np.ndarray) -> bool:
     """Whether a column's values are bools (its dtype's, or one of an object column's)."""
     return column.dtype.kind == "b" or (column.dtype.kind == "O" and any(
@@ -512,7 +521,9 @@ class PublicSchema(BaseModel):
                 other = np.flatnonzero(out[:, j] == len(spec))  # NaN and NA land here too
                 if other.size:  # by position: a Series' [] would read its index labels
                     given = np.asarray(col, dtype=object)[other]
-                    out[other[[is_missing(v) for v in given]], j] = math.nan
+                    missing = [is_missing(v) for v in given]
+                    out[other[missing], j] = math.nan
+                    self._refuse_non_categories(name, other, given, missing)
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
@@ -523,6 +534,20 @@ class PublicSchema(BaseModel):
                 if outside is not None:
                     outside[j] += np.count_nonzero(below | above)
         return out
+
+    @staticmethod
+    def _refuse_non_categories(name: str, rows: np.ndarray, given: np.ndarray,
+                               missing: list[bool]) -> None:
+        """Refuse a value outside a categorical feature's domain that cannot name a
+        category (:func:`names_a_category`; a whole-number float reads as its integer, as
+        the stream reads it): a date, ``NaT``, a fraction or a complex number went to
+        "other" here while the stream refused it."""
+        for row, value, gone in zip(rows, given, missing, strict=True):
+            whole = isinstance(value, float | np.floating) and float(value).is_integer()
+            if not (gone or whole or names_a_category(value)):
+                raise ValueError(f"feature {name!r} is categorical: expected a string, "
+                                 f"integer or bool, got {type(value).__name__} "
+                                 f"{value!r:.40} in row {row}")
 
     @staticmethod
     def _numeric_column(name: str, column: Any) -> np.ndarray:

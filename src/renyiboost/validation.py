@@ -50,6 +50,7 @@ from renyiboost.schema import (
     categories_preview,
     category_key,
     is_missing,
+    names_a_category,
 )
 
 #: Longest key accepted, in characters after NFC normalisation.
@@ -596,8 +597,7 @@ class RecordValidator:
 
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):
-            if not isinstance(value, str | numbers.Integral | np.bool_) or isinstance(
-                    value, DATE_SCALARS):
+            if not names_a_category(value):
                 raise InvalidRecord("schema", f"feature {name!r} is categorical: expected a "
                                               f"string, integer or bool, got "
                                               f"{type(value).__name__} {value!r:.40}")

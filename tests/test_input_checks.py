@@ -273,7 +273,7 @@ def test_a_batch_fit_refuses_labels_a_stream_refuses() -> None:
     with pytest.raises(ValueError, match=r"y holds \d+ labels .* outside the public "
                                          r"target_bounds \(0.0, 3.0\)"):
         model.fit(X, y * 10)
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match=r"y\[\d+\]: the label is missing \(nan\)"):
         model.fit(X, np.where(y > 2, np.nan, y))
     assert model.ensemble is None
     classifier = SGBDT(PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}),
@@ -1145,7 +1145,7 @@ def test_values_a_data_source_gives_are_read_or_refused_with_the_way_out() -> No
     before = model.engine.positions
     for nan in (decimal.Decimal("sNaN"), decimal.Decimal("NaN")):
         assert math.isnan(check.features({"a": nan, "f": 1})[0])
-        with pytest.raises(InvalidRecord, match="labels must be finite numbers"):
+        with pytest.raises(InvalidRecord, match="the label is missing"):
             model.learn_one({"a": 0.5, "f": 1}, nan, key="k")
         model.learn_one({"a": nan, "f": 1}, 0.5, key="k")
         with pytest.raises(InvalidRecord, match="1 of 2 rows"):
@@ -1168,3 +1168,24 @@ def test_a_record_refused_for_its_label_spends_no_empty_record_warning() -> None
     with pytest.warns(SchemaMismatchWarning, match="a record learned has no value"):
         model.learn_one({}, 0.5, key="k")
     assert model.engine.positions == 3
+
+
+def test_a_missing_label_and_a_doubled_column_are_named_as_such() -> None:
+    """A missing label (None, NaN, pandas' NA of a nullable Int64 column) was reported as
+    "nan is not in the public label set" or "labels must be finite numbers, got nan"; a
+    frame naming a column twice as "'a' holds ndarray array([[0.1, 'x'] …" (review K)."""
+    features = {"a": (0.0, 1.0), "c": ["x", "y"]}
+    regressor = SGBDTRegressor(features, target_bounds=(0.0, 3.0), epsilon=1.0, seed=0)
+    classifier = SGBDTClassifier(features, labels=[0, 1], epsilon=1.0, seed=0)
+    frame = pd.DataFrame({"a": [0.1, 0.2], "c": ["x", "y"]})
+    for model in (regressor, classifier):
+        for label in (None, float("nan"), pd.NA):
+            with pytest.raises(InvalidRecord, match="the label is missing"):
+                model.learn_one({"a": 0.5, "c": "x"}, label, key="k")
+        with pytest.raises(InvalidRecord, match="row 1: the label is missing"):
+            model.learn_many(frame, pd.Series([1, pd.NA], dtype="Int64"))
+        with pytest.raises(InvalidRecord, match="label 7 is"):  # a wrong label stays so
+            model.learn_one({"a": 0.5, "c": "x"}, 7, key="k")
+        with pytest.raises(ValueError, match="names the column 'a' twice"):
+            model.learn_many(pd.DataFrame([[0.1, 0.2]], columns=["a", "a"]),
+                             pd.Series([1.0]))

@@ -617,7 +617,18 @@ class RecordValidator:
     # ------------------------------------------------------------------ labels
     def label(self, y: Any) -> float:
         """The label as a float (a class's index in the schema's public label set, if it
-        has one); raises ``InvalidRecord('label', …)``."""
+        has one); raises ``InvalidRecord('label', …)``, saying so where the label is
+        missing (``None``, NaN, pandas' ``NA``: it was "nan is not in the public label
+        set", or "got nan" for a nullable ``Int64`` label's ``NA``)."""
+        try:
+            return self._label(y)
+        except InvalidRecord:
+            if y is None or is_missing(y):
+                raise InvalidRecord("label", f"the label is missing ({y!r:.20}): a record "
+                                             "is learned with its label") from None
+            raise
+
+    def _label(self, y: Any) -> float:
         if self._label_codes is not None:
             try:
                 code = self._label_codes[y]

@@ -237,6 +237,10 @@ class _SGBDTEstimator:
             raise TypeError(f"X must be a pandas DataFrame or a mapping of feature name to "
                             f"column, got {type(X).__name__} (an array has no feature names; "
                             "pandas.DataFrame(X, columns=names) gives it the schema's)")
+        if hasattr(X, "columns") and not X.columns.is_unique:
+            doubled = X.columns[X.columns.duplicated()][0]
+            raise ValueError(f"X names the column {doubled!r:.80} twice: each feature is "
+                             "one column")
         columns = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
         if (one := next((c for c, v in columns.items() if np.ndim(v) != 1), None)) is not None:
             raise TypeError(f"X must hold one column of values a feature; {one!r:.80} holds "

@@ -58,12 +58,12 @@ recalibration: $(VENV)/.installed
 	$(PY) benchmarks/recalibration.py --epsilon 0.5 --every 20000,40000 --shares 0.025,0.05
 
 # how much Abalone's tuned config gains from seeing its test folds: pooled against nested
-# selection on one search (about 10 minutes)
+# selection on one search (about a minute: 55 s in the last run)
 nested-tuning: $(VENV)/.installed
 	$(PY) benchmarks/nested_tuning.py
 
 # the private selection's regression score scale, chosen on development rows and checked
-# on the validation sets (about 8 minutes on 2 cores)
+# on the validation sets (about 3 minutes on 2 cores)
 selection-scale: $(VENV)/.installed
 	$(PY) benchmarks/selection_scale.py
 	$(PY) benchmarks/selection_scale.py --validation

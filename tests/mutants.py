@@ -829,6 +829,12 @@ MUTATIONS = [
              "    return trees",
              [("tests/test_stream.py::test_a_tree_cap_bounds_the_end_burst_and_warns_of_"
                "triggers_larger_than_it")]),
+    Mutation("a batch model that has fitted joins a shared budget that never counted it",
+             "src/renyiboost/models/batch.py",
+             "        if self._budget_draws and accountant is not self.accountant:",
+             "        if False:",
+             [("tests/test_budget.py::test_a_second_fit_without_a_shared_budget_says_it_"
+               "spends_epsilon_again")]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

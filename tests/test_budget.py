@@ -114,12 +114,17 @@ def test_a_second_fit_without_a_shared_budget_says_it_spends_epsilon_again(name)
         model.fit(X, Y)
     with pytest.warns(PrivacyLeakWarning, match=r"\(fit 3\)"):
         model.fit(X, Y)
+    late = PrivacyAccountant(epsilon=3.0, delta=1e-5)  # a fitted model joined it silently,
+    with pytest.raises(ValueError, match="before the first fit.*fitted 3 time"):
+        model.draw_from(late)  # and its fits were never counted (review A)
+    assert model.accountant is None and late.charges == []
     if name == "fedxgboost":
         return
     shared = FIT_TWICE[name]().draw_from(PrivacyAccountant(epsilon=3.0, delta=1e-5))
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         shared.fit(X, Y)
+        shared.draw_from(shared.accountant)  # the budget it draws from: nothing to miss
         shared.fit(X, Y)
     assert len(shared.accountant.charges) == 2
 

@@ -5,6 +5,7 @@ the reason; and only public fields are served."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -243,6 +244,13 @@ def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothi
     many = client.post("/predict", json={"rows": [{}] * (MAX_ROWS + 1)})
     assert many.status_code == 422 and len(many.content) < 1_000
     assert "at most 10000 items" in many.text and "\"input\"" not in many.text
+    name = "k" * 1_000_000  # a field's name came back whole (review B: 1,000,096 bytes)
+    quoted = json.dumps(name)
+    for body in (f'{{"rows": [], {quoted}: 1}}', f'{{"rows": [{{{quoted}: 1, {quoted}: 2}}]}}'):
+        answer = client.post("/predict", content=body.encode(),
+                             headers={"content-type": "application/json"})
+        assert answer.status_code == 422 and len(answer.content) < 1_000, len(answer.content)
+        assert "k" * 100 + "…" in str(answer.json()["detail"])
 
 
 def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> None:

@@ -477,8 +477,8 @@ class PublicSchema(BaseModel):
 
         Vectorised per column; a missing column is all-missing, and so is ``None``, NaN or
         pandas' ``NA`` in any column; a data frame's column names are matched as strings,
-        and one the schema does not name is refused (``ValueError``: it would be all-missing
-        without a word). The values are trusted here, :class:`~renyiboost.validation.
+        and a column (or a mapping's key) the schema does not name is refused
+        (``ValueError``: a misspelled one left its feature all-missing without a word). The values are trusted here, :class:`~renyiboost.validation.
         RecordValidator` judges them first. Values are encoded as
         :meth:`RecordValidator.features` encodes one record, bit for bit (a value inside the
         bounds is kept as it is: ``np.clip`` would turn −0.0 on a bound of 0 into 0.0).
@@ -494,11 +494,11 @@ class PublicSchema(BaseModel):
                                  "feature is one column")
             columns = {name: frame.iloc[:, i] for i, name in enumerate(names)}
             n_rows = len(frame) if n_rows is None else n_rows
-            unknown = [name for name in columns if name not in self.features]
-            if unknown:
-                raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
-                                 f"({', '.join(map(repr, self.names[:8]))}"
-                                 f"{', …' if self.n_features > 8 else ''})")
+        unknown = [name for name in columns if name not in self.features]
+        if unknown:  # a mapping's misspelled key too: its feature was all-missing (review B)
+            raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
+                             f"({', '.join(map(repr, self.names[:8]))}"
+                             f"{', …' if self.n_features > 8 else ''})")
         lengths = {len(c) for c in columns.values()}
         if n_rows is not None:
             lengths.add(n_rows)

@@ -55,6 +55,17 @@ MAX_ROWS = 10_000
 #: 300 MB to refuse. 8 MiB holds 10,000 rows of about 800 bytes; send wider rows in
 #: smaller batches.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Characters of a client's own text (a field's name) a refusal repeats: enough to find
+#: the field, and a 1 MB name is not answered with 1 MB.
+ECHOED_CHARS = 100
+
+
+def _short(part: Any) -> Any:
+    """``part`` of a refusal's location, a string cut to :data:`ECHOED_CHARS` (``…`` marks
+    the cut); indexes and short names as they are."""
+    if isinstance(part, str) and len(part) > ECHOED_CHARS:
+        return part[:ECHOED_CHARS] + "…"
+    return part
 
 
 class BodyLimit:
@@ -284,9 +295,11 @@ def create_app(service: FollowerService) -> Any:
     @app.exception_handler(RequestValidationError)
     async def refused(_request: Any, error: RequestValidationError) -> JSONResponse:
         """422 with where and why, without echoing the input back (a refused body of
-        6 MB was answered with 6 MB)."""
+        6 MB was answered with 6 MB; an unknown field's name of 1 MB came back in ``loc``
+        until names were cut to :data:`ECHOED_CHARS`: review B)."""
         return JSONResponse(status_code=422, content={"detail": jsonable_encoder(
-            [{k: v for k, v in e.items() if k != "input"} for e in error.errors()])})
+            [{k: [_short(part) for part in v] if k == "loc" else v
+              for k, v in e.items() if k != "input"} for e in error.errors()])})
 
     async def body_of(raw: Any) -> bytes:
         return await raw.body()  # the same bytes FastAPI parses (Starlette keeps them)
@@ -304,8 +317,8 @@ def create_app(service: FollowerService) -> Any:
         repeated = repeated_field(body, fields)
         if repeated is not None:  # the parser kept its last value: refused, not ignored
             raise HTTPException(status_code=422, detail={
-                "reason": "schema", "detail": f"the field {repeated!r} appears twice in one "
-                                              "object"})
+                "reason": "schema", "detail": f"the field {_short(repeated)!r} appears twice "
+                                              "in one object"})
         try:
             return service.predict(request.rows)
         except LookupError as why:

@@ -100,7 +100,17 @@ class MarginModel:
         """Charge every later :meth:`fit` of this model to ``accountant`` (a budget shared
         by the models trained on the same data): each fit first charges its planned (ε, δ)
         and is refused (``BudgetExceeded``, before any record is read) if it would overspend.
-        Returns the model."""
+        Returns the model.
+
+        Only before the first fit (or again with the budget it already draws from): a model
+        that has fitted joined a budget silently before, and the budget never counted that
+        fit, so other models could spend the whole total on the same rows (review A), as
+        the River estimators already refused after their first record."""
+        if self._budget_draws and accountant is not self.accountant:
+            raise ValueError(
+                f"draw_from must come before the first fit: this {type(self).__name__} has "
+                f"fitted {self._budget_draws} time(s) already, which the shared budget never "
+                "counted. Draw a new model before it fits.")
         self.accountant = accountant
         self.accounting_name = name or f"{type(self).__name__} {len(accountant.charges) + 1}"
         return self

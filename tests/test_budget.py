@@ -127,6 +127,8 @@ def test_a_second_fit_without_a_shared_budget_says_it_spends_epsilon_again(name)
         shared.draw_from(shared.accountant)  # the budget it draws from: nothing to miss
         shared.fit(X, Y)
     assert len(shared.accountant.charges) == 2
+    with pytest.raises(ValueError, match="charged to another budget"):
+        shared.draw_from(late)
 
 
 def test_a_model_without_privacy_says_so_when_it_is_built() -> None:

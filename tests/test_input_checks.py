@@ -474,6 +474,9 @@ def test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na() -> None
             model.learn_one({"a": 0.5, "c": cell}, 1.0)
     with pytest.raises(ValueError, match="column 'x' is not a feature"):  # was dropped,
         schema.encode_columns({"a": [0.5], "x": [1.0]})  # 'c' all-missing (review B)
+    numbered = PublicSchema(features={"0": (0.0, 1.0), "1": ["x", "y"]}, target_bounds=(0, 1))
+    np.testing.assert_array_equal(numbered.encode_columns({0: [0.5], 1: ["y"]}),
+                                  [[0.5, 1.0]])  # names as strings, as a frame's (review D)
     np.testing.assert_array_equal(schema.encode_columns(  # a whole float is its integer
         {"c": pd.Series(["y", 3.0, "q", None], dtype=object)})[:, 1], [1.0, 3.0, 3.0, np.nan])
     frame = pd.DataFrame({"a": [0.1, 0.9], "c": ["x", "x"]}, index=[10, 20])

@@ -165,6 +165,11 @@ def names_a_category(value: Any) -> bool:
         value, DATE_SCALARS)
 
 
+#: The types of values that always may name a category (:func:`names_a_category`), or mark
+#: a missing one.
+_CATEGORY_TYPES = frozenset({str, np.str_, int, bool, np.bool_, type(None)})
+
+
 def _holds_bools(column: np.ndarray) -> bool:
     """Whether a column's values are bools (its dtype's, or one of an object column's)."""
     return column.dtype.kind == "b" or (column.dtype.kind == "O" and any(
@@ -478,8 +483,11 @@ class PublicSchema(BaseModel):
         Vectorised per column; a missing column is all-missing, and so is ``None``, NaN or
         pandas' ``NA`` in any column; a data frame's column names are matched as strings,
         and a column (or a mapping's key) the schema does not name is refused
-        (``ValueError``: a misspelled one left its feature all-missing without a word). The values are trusted here, :class:`~renyiboost.validation.
-        RecordValidator` judges them first. Values are encoded as
+        (``ValueError``: a misspelled one left its feature all-missing without a word); a
+        mapping's names are matched as strings too (River's rows name features 0, 1, …).
+        Numeric values are trusted here (:class:`~renyiboost.validation.RecordValidator`
+        judges them first); a categorical value that can name no category is refused
+        (:meth:`_refuse_non_categories`). Values are encoded as
         :meth:`RecordValidator.features` encodes one record, bit for bit (a value inside the
         bounds is kept as it is: ``np.clip`` would turn −0.0 on a bound of 0 into 0.0).
         ``outside`` (per column), if given, is increased by the values outside the public
@@ -494,6 +502,12 @@ class PublicSchema(BaseModel):
                                  "feature is one column")
             columns = {name: frame.iloc[:, i] for i, name in enumerate(names)}
             n_rows = len(frame) if n_rows is None else n_rows
+        elif any(type(name) is not str for name in columns):  # River's {0: …} rows' names
+            named = {str(name): column for name, column in columns.items()}
+            if len(named) != len(columns):
+                raise ValueError(f"two columns have one name as strings "
+                                 f"({list(columns)!r:.120})")
+            columns = named
         unknown = [name for name in columns if name not in self.features]
         if unknown:  # a mapping's misspelled key too: its feature was all-missing (review B)
             raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
@@ -523,7 +537,8 @@ class PublicSchema(BaseModel):
                     given = np.asarray(col, dtype=object)[other]
                     missing = [is_missing(v) for v in given]
                     out[other[missing], j] = math.nan
-                    self._refuse_non_categories(name, other, given, missing)
+                    if getattr(getattr(col, "dtype", None), "kind", "O") not in "iubUS":
+                        self._refuse_non_categories(name, other, given, missing)
                 if outside is not None:
                     outside[j] += np.count_nonzero(out[:, j] == len(spec))
             else:
@@ -541,7 +556,11 @@ class PublicSchema(BaseModel):
         """Refuse a value outside a categorical feature's domain that cannot name a
         category (:func:`names_a_category`; a whole-number float reads as its integer, as
         the stream reads it): a date, ``NaT``, a fraction or a complex number went to
-        "other" here while the stream refused it."""
+        "other" here while the stream refused it. Values of the plain types (strings,
+        Python integers and bools, ``None``) are passed over at once: a validated column
+        of 300,000 values outside the domain took twice as long without that (review D)."""
+        if {type(value) for value in given} <= _CATEGORY_TYPES:
+            return
         for row, value, gone in zip(rows, given, missing, strict=True):
             whole = isinstance(value, float | np.floating) and float(value).is_integer()
             if not (gone or whole or names_a_category(value)):

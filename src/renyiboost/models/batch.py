@@ -107,10 +107,12 @@ class MarginModel:
         fit, so other models could spend the whole total on the same rows (review A), as
         the River estimators already refused after their first record."""
         if self._budget_draws and accountant is not self.accountant:
+            where = ("which the shared budget never counted" if self.accountant is None
+                     else "charged to another budget, which this one does not see")
             raise ValueError(
                 f"draw_from must come before the first fit: this {type(self).__name__} has "
-                f"fitted {self._budget_draws} time(s) already, which the shared budget never "
-                "counted. Draw a new model before it fits.")
+                f"fitted {self._budget_draws} time(s) already, {where}. Draw a new model "
+                "before it fits.")
         self.accountant = accountant
         self.accounting_name = name or f"{type(self).__name__} {len(accountant.charges) + 1}"
         return self

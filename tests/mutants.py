@@ -240,8 +240,8 @@ MUTATIONS = [
              "and not isinstance(value, bool | np.bool_ | DATE_SCALARS))",
              "and not isinstance(value, bool | np.bool_))",
              ["tests/test_input_checks.py::test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na"]),
-    Mutation("a numpy duration is an integer category", "src/renyiboost/validation.py",
-             "                    value, DATE_SCALARS):", "                    value, ()):",
+    Mutation("a numpy duration is an integer category", "src/renyiboost/schema.py",
+             "        value, DATE_SCALARS)\n", "        value, ())\n",
              [("tests/test_input_checks.py::test_encode_columns_and_the_stream_refuse_dates_"
                "and_take_pandas_na")]),
     Mutation("a duration in an object array is read as a number", "src/renyiboost/schema.py",

@@ -35,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from renyiboost.exceptions import PrivacyLeakWarning, outside_stacklevel
+from renyiboost.exceptions import InvalidRecord, PrivacyLeakWarning, outside_stacklevel
 
 Category = str | int | bool
 _BOOLS = frozenset({bool, np.bool_})
@@ -163,6 +163,29 @@ def names_a_category(value: Any) -> bool:
     stream and by :meth:`PublicSchema.encode_columns` alike."""
     return isinstance(value, str | numbers.Integral | np.bool_) and not isinstance(
         value, DATE_SCALARS)
+
+
+def whole_number(value: Any) -> bool:
+    """Whether ``value`` is a float holding an integer that a float holds exactly (up to
+    2**53), which a categorical feature reads as that integer: pandas stores integer
+    categories with a gap as floats. NaN, ±inf and fractions are not."""
+    return (isinstance(value, float | np.floating) and abs(value) <= 2.0**53
+            and float(value).is_integer())
+
+
+def named_columns(columns: Mapping[Any, Any]) -> dict[str, Any]:
+    """``columns`` keyed by their names as strings (River's rows name features 0, 1, …, and
+    a schema names them "0", "1", …); two names that are one string are refused
+    (``InvalidRecord``, reason ``schema``, a ``ValueError``)."""
+    named: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for name, column in columns.items():
+        key = name if isinstance(name, str) else str(name)
+        if key in named:
+            raise InvalidRecord("schema", f"feature {key!r} is given twice, as "
+                                          f"{given[key]!r} and as {name!r}")
+        named[key], given[key] = column, name
+    return named
 
 
 #: The types of values that always may name a category (:func:`names_a_category`), or mark
@@ -503,11 +526,7 @@ class PublicSchema(BaseModel):
             columns = {name: frame.iloc[:, i] for i, name in enumerate(names)}
             n_rows = len(frame) if n_rows is None else n_rows
         elif any(type(name) is not str for name in columns):  # River's {0: …} rows' names
-            named = {str(name): column for name, column in columns.items()}
-            if len(named) != len(columns):
-                raise ValueError(f"two columns have one name as strings "
-                                 f"({list(columns)!r:.120})")
-            columns = named
+            columns = named_columns(columns)
         unknown = [name for name in columns if name not in self.features]
         if unknown:  # a mapping's misspelled key too: its feature was all-missing (review B)
             raise ValueError(f"column {unknown[0]!r} is not a feature of the schema "
@@ -562,8 +581,7 @@ class PublicSchema(BaseModel):
         if {type(value) for value in given} <= _CATEGORY_TYPES:
             return
         for row, value, gone in zip(rows, given, missing, strict=True):
-            whole = isinstance(value, float | np.floating) and float(value).is_integer()
-            if not (gone or whole or names_a_category(value)):
+            if not (gone or whole_number(value) or names_a_category(value)):
                 raise ValueError(f"feature {name!r} is categorical: expected a string, "
                                  f"integer or bool, got {type(value).__name__} "
                                  f"{value!r:.40} in row {row}")

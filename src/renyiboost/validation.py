@@ -50,7 +50,9 @@ from renyiboost.schema import (
     categories_preview,
     category_key,
     is_missing,
+    named_columns,
     names_a_category,
+    whole_number,
 )
 
 #: Longest key accepted, in characters after NFC normalisation.
@@ -354,8 +356,7 @@ class RecordValidator:
         feature, fractions in a categorical one …)."""
         if is_missing(value):
             return None
-        if (categorical and isinstance(value, float | np.floating) and abs(value) <= 2.0**53
-                and float(value).is_integer()):
+        if categorical and whole_number(value):
             return int(value)
         self._check_value(str(name), value)
         return value
@@ -499,7 +500,7 @@ class RecordValidator:
         skip = set(exclude)
         if not all(type(name) is str for name in columns):
             try:
-                columns = self._named(columns)
+                columns = named_columns(columns)
             except InvalidRecord as why:
                 return (np.full((n_rows, self.schema.n_features), np.nan),
                         dict.fromkeys(range(n_rows), why))
@@ -580,20 +581,6 @@ class RecordValidator:
         while that warning has not been given)."""
         if not self._warned_empty[use] and len(rows) and np.isnan(rows).all(axis=1).any():
             self.note_empty(use)
-
-    @staticmethod
-    def _named(columns: Mapping[Any, Any]) -> dict[str, Any]:
-        """``columns`` keyed by the names as strings (as :meth:`features` matches a name that
-        is not a ``str``); two names that are one string are refused (reason ``schema``)."""
-        named: dict[str, Any] = {}
-        given: dict[str, Any] = {}
-        for name, column in columns.items():
-            key = name if isinstance(name, str) else str(name)
-            if key in named:
-                raise InvalidRecord("schema", f"feature {key!r} is given twice, as "
-                                              f"{given[key]!r} and as {name!r}")
-            named[key], given[key] = column, name
-        return named
 
     def _check_value(self, name: str, value: Any) -> None:
         if isinstance(self.schema.features[name], list):

@@ -96,6 +96,9 @@ def test_a_missing_empty_or_identityless_file_is_never_a_new_store(tmp_path) -> 
     SQLiteStore(tmp_path / "store.db", create=True).close()  # a store copied by VACUUM INTO
     with sqlite3.connect(tmp_path / "store.db") as db:  # (no WAL mode) still opens
         db.execute(f"VACUUM INTO '{tmp_path / 'vacuumed.db'}'")
+    with pytest.raises(LedgerConflict, match="is a copy"):  # beside its original: a copy
+        SQLiteStore(tmp_path / "vacuumed.db")
+    SQLiteStore(tmp_path / "store.db")._remove()  # the original gone, with its record
     SQLiteStore(tmp_path / "vacuumed.db").close()
 
 
@@ -545,7 +548,8 @@ def test_a_store_behind_an_epoch_it_reached_is_refused(tmp_path) -> None:
     with pytest.raises(LedgerConflict, match="behind epoch"):  # the refusal moved nothing on
         SQLiteStore(path)
     shutil.copy(tmp_path / "backup.db", tmp_path / "elsewhere.db")
-    SQLiteStore(tmp_path / "elsewhere.db").close()  # no record at a new path: not known here
+    with pytest.raises(LedgerConflict, match="is a copy"):  # at a new path: the original
+        SQLiteStore(tmp_path / "elsewhere.db")              # is there
     assert spent > 0
 
 

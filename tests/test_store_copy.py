@@ -7,12 +7,15 @@ that shares the ledger. The memory store copies as before."""
 from __future__ import annotations
 
 import copy
+import os
 import pickle
+import shutil
 import signal
 import time
 import uuid
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,3 +150,64 @@ def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path
                             warmup=20, seed=1)
     assert again.engine.release_version == version
     again.close()
+
+
+def test_a_byte_copy_of_a_store_beside_its_original_is_refused(tmp_path) -> None:
+    """``cp state.db other.db`` opened as the same store with a new record beside it, and
+    trained beside the original every key had two budgets (review B, 28 November). A store
+    records its home; a copy opened while the home holds the same store is refused, live or
+    closed, with or without the record beside the original, before the copy changes. A hard
+    link is the same store; a store moved away from its home takes its new place as home."""
+    original = tmp_path / "state.db"
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=SQLiteStore(original, create=True))
+    model.learn_one({"a": 0.5}, True, key="k0")
+    model.engine.close()
+    shutil.copy(original, tmp_path / "copy.db")  # closed: everything is in the main file
+    copy_bytes = (tmp_path / "copy.db").read_bytes()
+    with pytest.raises(LedgerConflict, match="is a copy of the state store") as refused:
+        SQLiteStore(tmp_path / "copy.db")
+    assert str(original) in str(refused.value) and "two budgets" in str(refused.value)
+    assert (tmp_path / "copy.db").read_bytes() == copy_bytes
+    assert not (tmp_path / "state.db-wal").exists()  # the original was read, not opened
+    live = SQLiteStore(original)  # live, its newest commits in its -wal
+    with pytest.raises(LedgerConflict, match="is a copy"):
+        SQLiteStore(tmp_path / "copy.db")
+    live.close()
+    (tmp_path / "state.db.epoch").rename(tmp_path / "record")  # the record lost: the
+    with pytest.raises(LedgerConflict, match="is a copy"):     # identity says it
+        SQLiteStore(tmp_path / "copy.db")
+    (tmp_path / "record").rename(tmp_path / "state.db.epoch")
+    os.link(original, tmp_path / "link.db")  # the same file under another name
+    SQLiteStore(tmp_path / "link.db").close()
+    (tmp_path / "link.db").unlink()
+    moved = tmp_path / "moved" / "state.db"
+    moved.parent.mkdir()
+    for suffix in ("", ".epoch"):
+        Path(f"{original}{suffix}").rename(f"{moved}{suffix}")
+    SQLiteStore(moved).close()  # the home is gone: moved, and the new place is home
+    shutil.copy(moved, tmp_path / "second.db")
+    with pytest.raises(LedgerConflict, match=f"at {moved} "):
+        SQLiteStore(tmp_path / "second.db")
+
+
+def test_a_copy_of_a_postgres_store_in_another_schema_is_refused(postgres_server) -> None:
+    """A schema copied into another of the same database (a ``pg_dump`` restored under
+    another name) is the same store; refused while the original schema holds it, and once
+    that schema is gone the copy is the store, moved."""
+    import psycopg
+
+    original, copied = (f"c_{uuid.uuid4().hex[:12]}" for _ in range(2))
+    PostgresStore(postgres_server.url, schema=original, create=True).close()
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{copied}"')
+        for (table,) in db.execute("SELECT table_name FROM information_schema.tables "
+                                   "WHERE table_schema = %s", (original,)).fetchall():
+            db.execute(f'CREATE TABLE "{copied}"."{table}" '
+                       f'(LIKE "{original}"."{table}" INCLUDING ALL)')
+            db.execute(f'INSERT INTO "{copied}"."{table}" OVERRIDING SYSTEM VALUE '
+                       f'SELECT * FROM "{original}"."{table}"')
+    with pytest.raises(LedgerConflict, match=f"a copy of the state store at database .* "
+                                             f"schema {original}"):
+        PostgresStore(postgres_server.url, schema=copied)
+    PostgresStore(postgres_server.url, schema=original)._remove()
+    PostgresStore(postgres_server.url, schema=copied)._remove()

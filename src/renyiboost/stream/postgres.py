@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -330,6 +331,28 @@ class PostgresStore(SQLStateStore):
         row = self._db.execute(f"SELECT store_id, epoch, commits FROM {RECORDS} "
                                "WHERE schema_name = %s", (self.schema,)).fetchone()
         return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
+
+    def _home(self) -> dict[str, str]:
+        (database,) = self._db.execute("SELECT current_database()").fetchone()
+        return {"database": str(database), "schema": self.schema}
+
+    def _home_name(self, home: Any) -> str:
+        return f"database {home.get('database')} schema {home.get('schema')}"
+
+    def _holds_store(self, home: Any, store_id: str) -> bool:
+        """Whether another schema of this database holds a store with this id (a store
+        recorded in another database cannot be looked at from here)."""
+        if not isinstance(home, dict) or home.get("database") != self._home()["database"]:
+            return False
+        schema = str(home.get("schema"))
+        table = f'"{schema}".meta'
+        if not _SCHEMA_NAME.fullmatch(schema) or not self._db.execute(
+                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "
+                "ELSE has_table_privilege(%s, 'SELECT') END", (table, table)).fetchone()[0]:
+            return False  # gone, or not ours to read (an error would end the transaction)
+        row = self._db.execute(f"SELECT value FROM {table} WHERE name = %s",
+                               ("identity",)).fetchone()
+        return row is not None and json.loads(row[0]).get("store_id") == store_id
 
     def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
         """Refuse the store if it is behind the epoch, or the commits of that epoch, that

@@ -607,6 +607,7 @@ class SQLStateStore(StateStore):
             commits = int(self._meta("commits") or 0)
             if not create:
                 self._check_not_behind(identity["store_id"], int(self._meta("epoch")), commits)
+            self._settle_home(str(identity["store_id"]))
             epoch = int(self._meta("epoch")) + 1
             self._write_meta({"epoch": epoch})
             self._db.execute("COMMIT")
@@ -777,6 +778,43 @@ class SQLStateStore(StateStore):
 
     def set_meta(self, name: str, value: Any) -> None:
         self._transaction(lambda: self._write_meta({f"side:{name}": value}))
+
+    def _settle_home(self, store_id: str) -> None:
+        """Refuse a copy of a store whose original still holds it; otherwise record where
+        the store lives (its *home*), so that a later copy is known as one.
+
+        Nothing inside a byte copy (``cp state.db other.db``, a ``pg_dump`` of the schema
+        restored into another) tells it from the original: the same identity, epochs and
+        ledger. Trained beside the original, every key had two budgets (invariant 5; the
+        28 November review B). Opened away from its home while the home still holds a
+        store of the same identity, a store is a copy and is refused, before this open
+        changes anything. Where the home holds no such store any more, the store was moved
+        (``mv``, a new mount point, the original deleted) and its new place becomes its
+        home. A copy on another host, or in another PostgreSQL database, has no witness
+        here (README, "Limits, stated")."""
+        here = self._home()
+        home = self._meta("home")
+        if home == here:
+            return
+        if home is not None and self._holds_store(home, store_id):
+            raise LedgerConflict(
+                f"{self.location} is a copy of the state store at {self._home_name(home)} "
+                f"(store {store_id}), which is still there: trained beside it, every key "
+                "would have two budgets. Open the store where it is; to move a store, move "
+                "its files (or remove the original first).")
+        self._write_meta({"home": here})
+
+    def _home(self) -> Any:
+        """Where this store lives, as JSON (a file's real path, a database and schema)."""
+        raise NotImplementedError
+
+    def _home_name(self, home: Any) -> str:
+        """A recorded home, as a refusal names it."""
+        return str(home)
+
+    def _holds_store(self, home: Any, store_id: str) -> bool:
+        """Whether ``home``, another place than this store's, holds a store with this id."""
+        raise NotImplementedError
 
     def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
         """Refuse a store that is behind an epoch, or a commit of it, that it once reached
@@ -1066,8 +1104,8 @@ class SQLiteStore(SQLStateStore):
         that held its last commits (SQLite moves the log into the file at checkpoints, so a
         lost log can be a few commits or many). Either way its keys' spent budgets went back
         while what they paid for was already visible, so every key would spend them again.
-        (A store copied to a new path has no record there; the Kafka trainer's model-topic
-        check covers that.)"""
+        (A store copied to a new path has no record there: :meth:`_settle_home` refuses it
+        while the original is in place.)"""
         try:
             recorded = json.loads(self._epoch_path.read_text())
         except (OSError, ValueError):
@@ -1083,6 +1121,23 @@ class SQLiteStore(SQLStateStore):
                 "(-wal), so its keys' spent budgets went back while what they paid for was "
                 "already released. Restore the newest copy with its -wal file; a store never "
                 "resumes from an older one.")
+
+    def _home(self) -> str:
+        return os.path.realpath(self.path)
+
+    def _holds_store(self, home: Any, store_id: str) -> bool:
+        """Whether the file at ``home`` (not this file under another name: a hard link
+        is the same store) is a store with this id, as the record beside it says or, without
+        one, the identity in its main file (a live store's newest commits may be only in its
+        -wal, but its identity is in the record, written at every open)."""
+        original = Path(str(home))
+        try:
+            if not original.is_file() or os.path.samefile(original, self.path):
+                return False
+            identity = json.loads(Path(f"{original}.epoch").read_text())
+        except (OSError, ValueError):
+            identity = _stored_identity(original, main_file_only=True)
+        return isinstance(identity, dict) and identity.get("store_id") == store_id
 
     def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
         """Write ``{store_id, epoch, commits}`` beside the database, durably (a temporary
@@ -1171,14 +1226,22 @@ def is_sqlite_database(path: str | Path) -> bool:
 
 
 def _has_identity(path: Path) -> bool:
-    """Whether the SQLite file at ``path`` (not in WAL mode) holds a store identity, read
-    through a read-only connection that changes nothing."""
+    """Whether the SQLite file at ``path`` (not in WAL mode) holds a store identity."""
+    return _stored_identity(path) is not None
+
+
+def _stored_identity(path: Path, *, main_file_only: bool = False) -> Any:
+    """The store identity held by the SQLite file at ``path`` (``None``: none, or not
+    readable), read through a read-only connection that changes nothing. With
+    ``main_file_only`` the connection is ``immutable`` (no -wal or -shm read or left
+    beside a WAL database: another store's, which a reading ``mode=ro`` left behind)."""
+    flags = "immutable=1" if main_file_only else "mode=ro"
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro",
-                                                uri=True)) as db:
-            return db.execute("SELECT 1 FROM meta WHERE name = 'identity'").fetchone() is not None
-    except sqlite3.Error:
-        return False
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True)) as db:
+            row = db.execute("SELECT value FROM meta WHERE name = 'identity'").fetchone()
+        return None if row is None else json.loads(row[0])
+    except (sqlite3.Error, ValueError):
+        return None
 
 
 def config_differences(stored: Any, given: Any, path: str) -> list[str]:

@@ -187,8 +187,8 @@ MUTATIONS = [
              "        self.engine.install_released(tree, stage)\n        self.engine.wait_durable()",
              "        self.engine.install_released(tree, stage)", SHARDED),
     Mutation("a changed partition map is accepted", "src/renyiboost/connectors/kafka.py",
-             "        pin_meta(store, \"partition_map\", mapping, lambda recorded: (",
-             "        (lambda *_: None)(store, \"partition_map\", mapping, lambda recorded: (",
+             "        self._pin(\"partition_map\", mapping, lambda recorded: (",
+             "        (lambda *_: None)(\"partition_map\", mapping, lambda recorded: (",
              RAY_REFUSALS),
     Mutation("a shard restarted by Ray is not reconciled", "src/renyiboost/stream/sharded.py",
              "                self._reconcile()\n                return\n",
@@ -632,9 +632,24 @@ MUTATIONS = [
              [("tests/test_sharded.py::test_a_bad_label_keeps_its_position_and_a_bad_shape_"
                "changes_no_shard")]),
     Mutation("the Kafka key source is not pinned", "src/renyiboost/connectors/kafka.py",
-             "        pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
-             "        (lambda *_: None)(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (",
+             "        self._pin(KEY_SOURCE_META, key_source, lambda recorded: (",
+             "        (lambda *_: None)(KEY_SOURCE_META, key_source, lambda recorded: (",
              ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
+    Mutation("a Kafka start pins its key source before its checks pass",
+             "src/renyiboost/connectors/kafka.py",
+             "        pin_meta(self.engine.store, name, value, refusal, record=False)",
+             "        pin_meta(self.engine.store, name, value, refusal)",
+             ["tests/test_kafka_ledger.py::test_the_key_source_is_pinned_for_the_ledgers_life"]),
+    Mutation("the offset a partition went back from is not recorded",
+             "src/renyiboost/connectors/kafka.py",
+             "            store.set_meta(WENT_BACK_META, went_back)", "            pass",
+             ["tests/test_kafka_ledger.py::test_a_store_that_went_back_with_its_topic_restarts"]),
+    Mutation("a topic re-created while the trainer was away is read from the store's offset",
+             "src/renyiboost/connectors/kafka.py",
+             "                           if known.get(topic) not in (None, ids[topic])}",
+             "                           if False}",
+             [("tests/test_kafka_ledger.py::test_a_topic_recreated_while_the_trainer_was_away_"
+               "is_read_from_its_start")]),
     Mutation("a new store counts a partition from its first message delivered",
              "src/renyiboost/connectors/kafka.py",
              ("            tp.offset = self._expected[name] = (\n"
@@ -706,9 +721,9 @@ MUTATIONS = [
                "reached_by_hash")]),
     Mutation("a partition that went back keeps its old dead-letter mark (new bad events lost)",
              "src/renyiboost/connectors/kafka.py",
-             "                _, name, offset = going\n"
+             "                _, name, offset, _ = going\n"
              "                reached[name] = min(reached.get(name, 0), offset)",
-             "                _, name, offset = going\n"
+             "                _, name, offset, _ = going\n"
              "                reached[name] = max(reached.get(name, 0), offset)",
              [("tests/test_connector_faults.py::test_a_partition_that_went_back_dead_letters_its"
                "_new_bad_events")]),

@@ -666,6 +666,50 @@ def test_a_fenced_trainer_stops_with_the_fence_not_a_flush_error() -> None:
         assert getattr(real, publisher).flushes == 0
 
 
+@pytest.mark.parametrize("stopped_by", ["broker", "publish"])
+def test_a_loop_stopped_by_the_cluster_keeps_its_error_and_publishes_nothing_more(
+        stopped_by) -> None:
+    """A loop stopped by an unreachable cluster, or by a version not delivered, tried to
+    publish again at its close: it waited out the client's timeouts once more (about a
+    minute by default), and its own PublishFailed replaced the error that stopped the loop
+    (review K, 29 November). The close leaves the versions to the next start."""
+    from renyiboost.connectors.kafka import PublishFailed
+    from renyiboost.exceptions import BrokerUnavailable
+
+    class Publisher:
+        flushes = 0
+
+        def flush(self, timeout: float) -> int:
+            self.flushes += 1
+            return 0
+
+    class Trainer(_Loop):
+        publishes = 0
+
+        def __init__(self) -> None:
+            self.publisher = Publisher()
+
+        def poll_once(self) -> int:
+            if stopped_by == "broker":
+                raise BrokerUnavailable("the Kafka cluster at 127.0.0.1:1 did not answer")
+            self.publish()
+            return 1
+
+        def _publish(self) -> None:
+            self.publishes += 1
+            raise PublishFailed(7, None, "Broker: Message size too large")
+
+        def close(self) -> None:
+            self._close_publisher(self.publisher)
+
+    trainer = Trainer()
+    with pytest.raises(BrokerUnavailable if stopped_by == "broker" else PublishFailed) as e:
+        trainer.run()
+    assert e.value.__context__ is None  # nothing raised at the close
+    assert trainer.broken and trainer.publisher.flushes == 0
+    assert trainer.publishes == (stopped_by == "publish")
+
+
 def test_a_fence_or_full_queue_met_inside_a_transaction() -> None:
     """librdkafka's fence can reach Python as the cause of a SystemError from a delivery
     callback (confluent-kafka 2.16): it is the fence (LedgerConflict). A local error that

@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from conftest import create_topic, read_topic
 
 from renyiboost.cli import main as cli
@@ -31,6 +31,7 @@ from renyiboost.connectors.kafka import (
 from renyiboost.connectors.local_broker import free_port
 from renyiboost.exceptions import BrokerUnavailable, LedgerConflict, TestingOnlyWarning
 from renyiboost.models.booster import SGBDTParams
+from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import InMemorySource
 from renyiboost.stream.store import SQLiteStore
@@ -121,6 +122,80 @@ def test_an_old_copy_of_the_store_is_refused(kafka_bootstrap, tmp_path):
         _train(kafka_bootstrap, topic, str(path))
     with pytest.raises(LedgerConflict, match="lost commits"):
         _train(kafka_bootstrap, topic, str(path), group="a-fresh-group")
+
+
+def test_a_store_that_went_back_with_its_topic_restarts(kafka_bootstrap, tmp_path):
+    """A re-created topic: the store counts on from its new offsets, but the consumer group
+    still holds the old topic's (told before), and every restart was refused as if another
+    trainer had read them (review K, 29 November). The offset a partition went back from
+    is recorded before the batch that goes back commits; a group offset up to it is the
+    store's own, one beyond it is still refused."""
+    topic = _topic()
+    create_topic(kafka_bootstrap, topic)
+    value = event_json("k", {"a": 0.5}, 0.5)
+
+    def batch(stamp: int, n: int) -> list[Message]:
+        return [Message(topic=topic, partition=0, offset=o, key=f"k{stamp}-{o}".encode(),
+                        value=value, timestamp=(1, stamp + o)) for o in range(n)]
+
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)), "regression", 1.0)
+    path, settings = tmp_path / "s.db", _settings(kafka_bootstrap, topic)
+    engine = StreamEngine(config, store=SQLiteStore(path, create=True), seed=1)
+    trainer = KafkaTrainer(engine, settings)
+    with engine.group_commit():
+        trainer._process(batch(1_000, 120))  # the old topic: offsets 0 … 119
+    engine.flush()
+    trainer.consumer.commit(offsets=[TopicPartition(topic, 0, engine.offsets[f"{topic}:0"])],
+                            asynchronous=False)  # what the trainer tells the group
+    with engine.group_commit():
+        trainer._process(batch(9_000, 20))  # re-created: offsets 0 … 19
+    trainer.close()  # stopped before the group heard of it
+    engine.flush()
+    assert engine.offsets == {f"{topic}:0": 20}
+    engine.close()
+    engine = StreamEngine(config, store=SQLiteStore(path), seed=1)
+    KafkaTrainer(engine, settings).close()  # its own old offset: not another trainer's
+    beyond = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": settings.group_id})
+    beyond.commit(offsets=[TopicPartition(topic, 0, 121)], asynchronous=False)
+    beyond.close()
+    with pytest.raises(LedgerConflict, match="has consumed"):  # beyond it: another's
+        KafkaTrainer(engine, settings)
+    engine.close()
+
+
+def test_a_topic_recreated_while_the_trainer_was_away_is_read_from_its_start(
+        kafka_bootstrap, tmp_path, caplog):
+    """A topic deleted and created again while the trainer was down, whose new log reached
+    past the stored offset, was read from that offset: its first events were never trained
+    nor dead-lettered (review K, 29 November). The store records each topic's id; under a
+    new id the topic is read from its log's start, and goes back as one re-created under a
+    running trainer does."""
+    from confluent_kafka.admin import AdminClient
+
+    topic, events = _topic(), _events()
+    create_topic(kafka_bootstrap, topic)
+    _produce(kafka_bootstrap, topic, events[:130])
+    path = tmp_path / "s.db"
+    engine = _train(kafka_bootstrap, topic, SQLiteStore(path, create=True))
+    assert engine.offsets == {f"{topic}:0": 130} and engine.positions == 130
+    engine.close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_topics([topic])[topic].result(10)
+    deadline = time.monotonic() + 20
+    while topic in admin.list_topics(timeout=5).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+    create_topic(kafka_bootstrap, topic)
+    _produce(kafka_bootstrap, topic, events[130:330])  # 200 new events, offsets 0 … 199
+    with caplog.at_level(logging.WARNING, "renyiboost.kafka"):
+        engine = _train(kafka_bootstrap, topic, str(path))
+    assert "re-created while the trainer was away" in caplog.text
+    assert engine.offsets == {f"{topic}:0": 200}
+    assert engine.positions == 330  # every new event read, none passed over
+    engine.close()
+    engine = _train(kafka_bootstrap, topic, str(path))  # the new id is the store's now
+    assert engine.positions == 330
+    engine.close()
 
 
 def test_a_model_topic_without_the_published_offset_is_read_from_its_start(
@@ -552,9 +627,20 @@ def test_a_long_stretch_of_empty_offsets_is_one_run(kafka_bootstrap, tmp_path, c
 
 def test_the_key_source_is_pinned_for_the_ledgers_life(kafka_bootstrap, tmp_path):
     """``[events] key_field = "user"`` at one start and the message key at the next made
-    one person two keys, each with a budget (0.88 spent against a budget of 0.48)."""
+    one person two keys, each with a budget (0.88 spent against a budget of 0.48). A
+    start that fails pins nothing: a first start against an unreachable cluster once pinned
+    the key source of a store that had read nothing, and the corrected start was refused."""
     topic = _topic()
     create_topic(kafka_bootstrap, topic)
+    failed = _engine(SQLiteStore(tmp_path / "failed.db", create=True))
+    with pytest.raises(BrokerUnavailable):
+        KafkaTrainer(failed, KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}",
+                                           topics=[topic], connect_timeout=1),
+                     EventFormat(key_field="user"))
+    assert failed.store.get_meta("key_source") is None
+    KafkaTrainer(failed, _settings(kafka_bootstrap, topic)).close()  # the corrected start
+    assert failed.store.get_meta("key_source") == {"message_key": True}
+    failed.close()
     store = tmp_path / "keys.db"
     engine = _engine(SQLiteStore(store, create=True))
     KafkaTrainer(engine, _settings(kafka_bootstrap, topic),

@@ -174,6 +174,11 @@ _OTHER_SPELLING = Rejected(
 #: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
 #: cannot be delivered stops the trainer before the batch commits, on every restart.
 DEAD_LETTER_HEAD_BYTES = 1024
+#: The side value that holds, per partition, the offset it last went back from (a
+#: re-created topic): a consumer group offset up to it is this store's own, told before.
+WENT_BACK_META = "went_back_from"
+#: The side value that holds each event topic's id (:func:`_topic_ids`) as last read.
+TOPIC_IDS_META = "topic_ids"
 #: A stretch of offsets without a message this long is logged (:meth:`KafkaTrainer.
 #: _offset_positions`): a transaction marker leaves one, and a compacted or retained topic a
 #: few; thousands mean the trainer was down while retention deleted what it had not read.
@@ -380,6 +385,10 @@ class _Loop:
     #: A later trainer for the model fenced this one's model publisher, which can deliver
     #: nothing more (:func:`_transaction`).
     fenced: bool = False
+    #: The loop stopped because the cluster did not answer or a version was not delivered:
+    #: the close publishes nothing more (the next start publishes every version not yet
+    #: published), so it neither waits out the timeouts again nor replaces that error.
+    broken: bool = False
 
     def publish(self) -> None:
         """Publish the committed versions not yet published (after their commit, never
@@ -397,12 +406,15 @@ class _Loop:
         """Publish what is left and flush the model's publisher, unless it was fenced: it
         can deliver nothing more, and flushing it again (confluent-kafka 2.16) has raised
         a ``SystemError`` from a delivery callback, about one run in ten of the fencing
-        test, which replaced the ``LedgerConflict`` that says why the trainer stopped."""
+        test, which replaced the ``LedgerConflict`` that says why the trainer stopped; or
+        unless the loop is :attr:`broken` (a publish then waited out the timeouts again,
+        about a minute, and its ``PublishFailed`` replaced the error that stopped it)."""
+        if self.fenced or self.broken:
+            return
         try:
-            if not self.fenced:
-                self.publish()
+            self.publish()
         finally:
-            if publisher is not None and not self.fenced:
+            if publisher is not None:
                 publisher.flush(10)
 
     def poll_once(self) -> int:
@@ -424,6 +436,9 @@ class _Loop:
                     break
                 if on_poll:
                     on_poll(self)
+        except (BrokerUnavailable, PublishFailed):
+            self.broken = True
+            raise
         finally:
             self.close()
 
@@ -493,7 +508,10 @@ class KafkaTrainer(_Loop):
         key_source = ({"key_field": event_format.key_field}
                       if event_format is not None and event_format.key_field is not None
                       else {"message_key": True})
-        pin_meta(engine.store, KEY_SOURCE_META, key_source, lambda recorded: (
+        #: What this start pins in the store (``(name, value, refusal)``), checked now and
+        #: recorded once every start check has passed.
+        self._pins: list[tuple[str, Any, Callable[[Any], str]]] = []
+        self._pin(KEY_SOURCE_META, key_source, lambda recorded: (
             f"this store's keys came from {key_source_name(recorded)}, and this start takes "
             f"them from {key_source_name(key_source)}: every person would get a second "
             "ledger under another name. Keep [events] key_field as it was"))
@@ -530,6 +548,8 @@ class KafkaTrainer(_Loop):
             #: publishes nothing.
             self.publisher = (None if shard is not None
                               else model_publisher(settings, self._check_model_topic))
+            for name, value, refusal in self._pins:
+                pin_meta(store, name, value, refusal)
             # the rounds a crash inside a trigger left owed, now that the checks have seen
             # the store as it was (published below, with any other unpublished version)
             engine.catch_up()
@@ -579,12 +599,25 @@ class KafkaTrainer(_Loop):
                               self._published, releases)
         if recorded is None:
             engine.store.set_meta("partitions", counts)
+        ids = _topic_ids(settings)
+        known = dict(engine.store.get_meta(TOPIC_IDS_META) or {})
+        #: Topics re-created since the store last read them (a new topic id): read from
+        #: their log's start, and recorded under their new id once a batch of them is read.
+        self._recreated = {topic: ids[topic] for topic in ids
+                           if known.get(topic) not in (None, ids[topic])}
+        if not known and ids:
+            engine.store.set_meta(TOPIC_IDS_META, ids)
         offsets = engine.offsets
         for tp in owned:
             name = f"{tp.topic}:{tp.partition}"
             stored = offsets.get(name)
             tp.offset = self._expected[name] = (
                 int(stored) if stored is not None else self._log_start(tp))
+            if tp.topic in self._recreated and stored is not None:
+                tp.offset = self._log_start(tp)  # below the stored offset: it goes back
+                log.warning("%s was re-created while the trainer was away (topic id %s, "
+                            "now %s): reading it from offset %d, where the store stood at %d",
+                            name, known[tp.topic], ids[tp.topic], tp.offset, stored)
         self.consumer.assign(owned)
         return owned
 
@@ -606,17 +639,23 @@ class KafkaTrainer(_Loop):
                           counts: dict[str, int]) -> list[TopicPartition]:
         """The partitions the map gives this shard; the map is recorded in the store at the
         first start and a different one is refused (its keys' ledgers live elsewhere)."""
-        mapping, store = self.partition_map or {}, self.engine.store
+        mapping = self.partition_map or {}
         if {topic: len(shards) for topic, shards in mapping.items()} != counts:
             raise LedgerConflict(f"the partition map {mapping} does not cover the partitions "
                                  f"of the event topics ({counts})")
         check_one_shard_a_key(mapping)
-        pin_meta(store, "partition_map", mapping, lambda recorded: (
+        self._pin("partition_map", mapping, lambda recorded: (
             f"the partition map changed since this shard's store first recorded it "
             f"({recorded} → {mapping}): the keys of a moved partition have their ledgers "
             "in another shard's store. Change it only with `renyiboost reshard`, which "
             "moves those ledgers."))
         return [tp for tp in every if mapping[tp.topic][tp.partition] == self.shard]
+
+    def _pin(self, name: str, value: Any, refusal: Callable[[Any], str]) -> None:
+        """Refuse a start whose ``value`` differs from the store's; record it once every
+        start check has passed (:func:`~renyiboost.stream.store.pin_meta`)."""
+        pin_meta(self.engine.store, name, value, refusal, record=False)
+        self._pins.append((name, value, refusal))
 
     def _check_group(self, owned: list[TopicPartition]) -> None:
         settings, offsets = self.settings, self.engine.offsets
@@ -624,9 +663,13 @@ class KafkaTrainer(_Loop):
             committed = self.consumer.committed(owned, timeout=settings.connect_timeout)
         except KafkaException as error:
             raise _unreachable(settings, error) from None
+        went_back = self.engine.store.get_meta(WENT_BACK_META) or {}
         for tp in committed:
-            ours = int(offsets.get(f"{tp.topic}:{tp.partition}", 0))
-            if tp.offset >= 0 and tp.offset > ours:
+            name = f"{tp.topic}:{tp.partition}"
+            ours = int(offsets.get(name, 0))
+            # a group offset of the partition before it went back (a re-created topic) is
+            # this store's own, told to the group before the store went back
+            if tp.offset >= 0 and tp.offset > max(ours, int(went_back.get(name, -1))):
                 raise LedgerConflict(
                     f"consumer group {settings.group_id!r} has consumed {tp.topic}:{tp.partition} "
                     f"up to offset {tp.offset}, but this state store only to {ours}: another "
@@ -696,6 +739,8 @@ class KafkaTrainer(_Loop):
                 {topic: len(shards) for topic, shards in (self.partition_map or {}).items()},
                 self.settings.partitioner)
         events, at, back = self._offset_positions(messages)
+        if back or self._recreated:
+            self._record_went_back(back, {m.topic() for m in messages})
         if batch.rejected or back:
             self._dead_letter_batch(messages, batch.rejected, back)
         index = at[np.asarray(batch.index, dtype=np.int64)]
@@ -713,16 +758,16 @@ class KafkaTrainer(_Loop):
         empty positions is one run (:class:`~renyiboost.stream.positions.PositionRuns`),
         however long; one of :data:`EMPTY_RUN_WARNING` or more is logged, and all are
         counted in the operator telemetry (``empty_positions``). Also returned: where a
-        partition went back, ``(message index, partition name, offset)``."""
+        partition went back, ``(message index, partition name, offset, offset expected)``."""
         names = [f"{message.topic()}:{message.partition()}" for message in messages]
         offsets = np.fromiter(map(Message.offset, messages), dtype=np.int64,
                               count=len(messages))
         batch = offset_positions(names, offsets, self._expected)
-        back = [(int(i), names[i], int(offsets[i]))
+        back = [(int(i), names[i], int(offsets[i]), int(batch.expected_offset[i]))
                 for i in np.flatnonzero(batch.expected_offset > offsets)]
-        for i, name, offset in back:
+        for _, name, offset, expected in back:
             log.warning("%s went back from offset %d to %d; counting on from there",
-                        name, batch.expected_offset[i], offset)
+                        name, expected, offset)
         for i in np.flatnonzero(batch.skipped >= EMPTY_RUN_WARNING):
             log.warning("%s: offsets %d to %d hold no message (retention or compaction "
                         "removed them, or they are transaction markers); they count as "
@@ -793,7 +838,7 @@ class KafkaTrainer(_Loop):
         return [m for m in messages if m.error() is None]
 
     def _dead_letter_batch(self, messages: list[Message], rejected: list[tuple[int, Rejected]],
-                           back: list[tuple[int, str, int]]) -> None:
+                           back: list[tuple[int, str, int, int]]) -> None:
         """Dead-letter the ``rejected`` events but those a restart found delivered already:
         each partition's mark is the next offset after its last dead letter. Where a
         partition went back (``back``: a re-created topic), its mark goes back with it, in
@@ -804,7 +849,7 @@ class KafkaTrainer(_Loop):
         going = next(back_at, None)
         for i, why in rejected:
             while going is not None and going[0] <= i:
-                _, name, offset = going
+                _, name, offset, _ = going
                 reached[name] = min(reached.get(name, 0), offset)
                 going = next(back_at, None)
             message = messages[i]
@@ -814,7 +859,7 @@ class KafkaTrainer(_Loop):
                 continue
             self._dead_letter(message, why)
             reached[name], sent = after, sent + 1
-        for _, name, offset in ([going] if going is not None else []) + list(back_at):
+        for _, name, offset, _ in ([going] if going is not None else []) + list(back_at):
             reached[name] = min(reached.get(name, 0), offset)
         if reached != done:
             if sent:
@@ -824,6 +869,25 @@ class KafkaTrainer(_Loop):
         if sent:
             log.warning("dead-lettered events to %s.dlq; by reason so far: %s (operator "
                         "telemetry)", messages[0].topic(), dict(self.dead_letters))
+
+    def _record_went_back(self, back: list[tuple[int, str, int, int]],
+                          topics: set[str]) -> None:
+        """Record, before the batch that goes back commits, the offset each partition went
+        back from (a re-created topic), and the new id of a topic re-created while the
+        trainer was away, once a batch of it is read. The consumer group's offset,
+        committed after the old topic's events, stays above the store's until the group
+        is told again (a crash or a stop before that), and the start's check
+        (:meth:`_check_group`) refused every restart as if another trainer had read those
+        offsets."""
+        store = self.engine.store
+        if back:
+            went_back = dict(store.get_meta(WENT_BACK_META) or {})
+            for _, name, _, expected in back:
+                went_back[name] = max(int(went_back.get(name, 0)), expected)
+            store.set_meta(WENT_BACK_META, went_back)
+        read = {topic: self._recreated.pop(topic) for topic in topics & set(self._recreated)}
+        if read:
+            store.set_meta(TOPIC_IDS_META, {**(store.get_meta(TOPIC_IDS_META) or {}), **read})
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1
@@ -1341,6 +1405,27 @@ def partition_map_for(settings: KafkaSettings, n_shards: int) -> dict[str, list[
     finally:
         consumer.close()
     return default_partition_map(counts, n_shards)
+
+
+def _topic_ids(settings: KafkaSettings) -> dict[str, str]:
+    """Each event topic's id (Kafka 2.8 on; a re-created topic has a new one), or none
+    for a topic whose cluster does not say: then a topic re-created while the trainer was
+    away is seen only when its offsets go back below the store's."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient(settings.client())  # kept until the answers are in
+        futures = admin.describe_topics(TopicCollection(list(settings.topics)),
+                                        request_timeout=settings.connect_timeout)
+        ids = {topic: str(future.result(timeout=settings.connect_timeout).topic_id or "")
+               for topic, future in futures.items()}
+    except Exception as error:  # noqa: BLE001 - best effort: not every broker answers
+        log.warning("could not read the event topics' ids (%s): a topic re-created while "
+                    "the trainer is away is seen only if its offsets go back", error)
+        return {}
+    # the zero id (all "A" in base64) is a cluster's that keeps no topic ids
+    return {topic: id_ for topic, id_ in ids.items() if id_ and set(id_) != {"A"}}
 
 
 def _partition_counts(consumer: Consumer, settings: KafkaSettings) -> dict[str, int]:

@@ -1281,13 +1281,17 @@ def key_source_name(source: dict[str, Any]) -> str:
     return "the message key" if field is None else f"the payload field {field!r}"
 
 
-def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str]) -> None:
+def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], str], *,
+             record: bool = True) -> None:
     """Record ``value`` under ``name`` at the first call; later, a different value is
     refused with :class:`~renyiboost.exceptions.LedgerConflict` and the message
-    ``refusal(recorded)`` (a shard's place, a partition map: what a ledger belongs to)."""
+    ``refusal(recorded)`` (a shard's place, a partition map: what a ledger belongs to).
+    With ``record=False`` only the refusal: a start pins its values once every check of it
+    has passed (a first start that failed once pinned a store that had read nothing)."""
     recorded = store.get_meta(name)
     if recorded is None:
-        store.set_meta(name, value)
+        if record:
+            store.set_meta(name, value)
     elif recorded != value:
         raise LedgerConflict(refusal(recorded))
 

@@ -739,6 +739,16 @@ def test_a_shard_dead_letters_an_event_outside_its_keys_partition(kafka_bootstra
     assert trainer.dead_letters["partition"] == len(expected)
     trainer.close()
     engine.close()
+    # the partitioner is pinned: read with the Java client's, a person's events would reach
+    # the other partition, so the other shard and a second budget (review S, 29 November)
+    engine = StreamEngine(EngineConfig.from_defaults(SOURCE.schema, "regression", 1.0),
+                          store=SQLiteStore(tmp_path / "shard0.db"), coordinated=True)
+    java_settings = _settings(kafka_bootstrap, topic).model_copy(
+        update={"partitioner": "murmur2_random"})
+    with pytest.raises(LedgerConflict, match="by the consistent_random partitioner, and "
+                                             "this start checks them against murmur2_random"):
+        KafkaTrainer(engine, java_settings, shard=0, partition_map={topic: [0, 1]})
+    engine.close()
 
 
 @pytest.mark.parametrize(("data", "java"), [

@@ -37,7 +37,16 @@ from renyiboost.stream.sharded import (
     shard_locations,
     shard_of,
 )
-from renyiboost.stream.store import KEY_SOURCE_META, SEEDED_META, SQLStateStore, store_at
+from renyiboost.stream.store import (
+    KEY_SOURCE_META,
+    PARTITIONER_META,
+    SEEDED_META,
+    TOPIC_IDS_META,
+    WENT_BACK_META,
+    SQLiteStore,
+    SQLStateStore,
+    store_at,
+)
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
 
@@ -140,6 +149,69 @@ def test_the_old_stores_are_refused_for_good(tmp_path) -> None:
         for path in archived:
             path.rename(tmp_path / path.name)
         ShardedEngine(config, shard_locations(str(tmp_path), 2, alone=False))
+
+
+def test_a_backup_of_the_old_stores_restored_in_place_is_refused(tmp_path) -> None:
+    """The reshard moves the old files away with their ``.epoch`` records, which refuse an
+    older copy restored in place: a nightly backup of the old deployment put back in the
+    directory once opened and trained beside the new one, each key with a second budget
+    (review S, 29 November). A mark left at each old path refuses any store there; a new
+    store created there (a reshard back to that number of shards) clears it."""
+    import shutil
+
+    config = _config("classification")
+    old, _, _ = _deployment(tmp_path / "d", 2)
+    shutil.copytree(tmp_path / "d", tmp_path / "backup")
+    (tmp_path / "new").mkdir()
+    reshard(config, old, shard_locations(str(tmp_path / "new"), 3))
+    for path in map(Path, old):
+        shutil.copy(tmp_path / "backup" / path.name, path)
+        with pytest.raises(LedgerConflict, match="restored from a backup"):
+            SQLiteStore(path)
+    with pytest.raises(LedgerConflict, match="restored from a backup"):
+        ShardedEngine(config, old)
+    for path in map(Path, old):
+        path.unlink()
+        with pytest.raises(StoreNotFound, match="resharded into .*new"):
+            SQLiteStore(path)
+    back = reshard(config, shard_locations(str(tmp_path / "new"), 3),
+                   shard_locations(str(tmp_path / "d"), 2, alone=False))
+    assert back.into == old and not any((tmp_path / "d").glob("*.resharded"))
+    ShardedEngine(config, old).close()
+
+
+def test_a_reshard_that_crashed_moving_the_old_files_finishes_when_run_again(
+        tmp_path, monkeypatch) -> None:
+    """A crash among the old files' moves left some in the archive folder and some in
+    place: running the reshard again said "no state store at …" (as if a ledger was lost)
+    and the new deployment refused the directory as one of two deployments (review S). Now
+    the reshard run again moves the rest into the same folder."""
+    import renyiboost.stream.reshard as module
+
+    config = _config("classification")
+    old, budgets, _ = _deployment(tmp_path, 2)
+    new = shard_locations(str(tmp_path), 3, alone=False)
+    move, moves = module.shutil.move, []
+
+    def crashes(source, target):
+        moves.append(source)
+        if len(moves) == 3:
+            raise OSError("killed (injected)")
+        return move(source, target)
+
+    monkeypatch.setattr(module.shutil, "move", crashes)
+    with pytest.raises(OSError, match="injected"):
+        reshard(config, old, new)
+    monkeypatch.undo()
+    with pytest.raises(LedgerConflict, match="deployment of 2 shards"):
+        ShardedEngine(config, shard_locations(str(tmp_path), 3))
+    report = reshard(config, old, new)
+    assert report.finished_only and report.into == new
+    (archive,) = tmp_path.glob("resharded-from-2-*")
+    assert sorted(p.name for p in archive.glob("*.db")) == [Path(p).name for p in old]
+    engine = ShardedEngine(config, shard_locations(str(tmp_path), 3))
+    assert _budgets(engine) == budgets
+    engine.close()
 
 
 def test_a_store_named_twice_or_as_source_and_target_is_refused_first(tmp_path,
@@ -452,6 +524,16 @@ def test_a_kafka_deployment_reshards_and_trains_on(kafka_bootstrap, tmp_path, ca
             engine.close()
 
     before = budgets(2)
+    ids = set()
+    for k, location in enumerate(shard_locations(state, 2)):  # as if the topic went back
+        store = store_at(location)
+        owners = store.get_meta("partition_map")[topic]
+        store.set_meta(WENT_BACK_META, {f"{topic}:{p}": 7 + p for p, owner in enumerate(owners)
+                                        if owner == k})
+        assert store.get_meta(PARTITIONER_META) == "consistent_random"
+        ids.add(json.dumps(store.get_meta(TOPIC_IDS_META)))
+        store.close()
+    assert len(ids) == 1 and topic in json.loads(ids.pop())
     assert cli(["reshard", "--config", config, "--state", state, "--shards", "2",
                 "--to", "3"]) == 0
     out = capsys.readouterr().out
@@ -464,6 +546,11 @@ def test_a_kafka_deployment_reshards_and_trains_on(kafka_bootstrap, tmp_path, ca
         keys = worker.engine._keys
         assert keys and all(partition_of[name] % 3 == k for name in keys)
         assert set(worker.engine.offsets) == {f"{topic}:{p}" for p in range(4) if p % 3 == k}
+        store = worker.engine.store  # the Kafka side values follow (review S, 29 November)
+        assert store.get_meta(WENT_BACK_META) == {f"{topic}:{p}": 7 + p for p in range(4)
+                                                  if p % 3 == k}
+        assert store.get_meta(PARTITIONER_META) == "consistent_random"
+        assert topic in store.get_meta(TOPIC_IDS_META)
     engine.close()
 
     _produce(kafka_bootstrap, topic, events[600:])

@@ -733,6 +733,36 @@ def test_a_recovery_that_fails_stops_the_coordinator(monkeypatch) -> None:
         sharded.add_one(*records[-1])
 
 
+def test_a_shard_that_dies_taking_records_leaves_the_count_to_be_read_again(monkeypatch):
+    """``add`` called directly (not through a poll, which recovers) lost a shard part-way:
+    the other shards held their rows, and the coordinator's count stayed as before the
+    call, so triggers followed positions that no store held (review S, 29 November). The
+    next call counts what each shard holds."""
+    from renyiboost.exceptions import ShardUnavailable
+
+    config = _config("regression")
+    records = _records("regression", 300, seed=1)
+    sharded = ShardedEngine(config, [None, None, None], seed=9)
+    _feed(sharded, records[:100])
+    add, calls = ShardWorker.add, []
+
+    def dies_once(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second shard of the call
+            raise ShardUnavailable(1, "died (injected)")
+        return add(self, *args, **kwargs)
+
+    monkeypatch.setattr(ShardWorker, "add", dies_once)
+    rows, labels, keys = (list(x) for x in zip(*records[100:160], strict=True))
+    with pytest.raises(ShardUnavailable, match="injected"):
+        sharded.add(np.array(rows), np.array(labels), keys)
+    monkeypatch.undo()
+    _feed(sharded, records[160:161])
+    held = sum(state.positions for state in sharded.shards.all("state"))
+    assert 100 < held < 161 and sharded.positions == held
+    sharded.close()
+
+
 def test_a_shard_with_events_is_not_kept_waiting_behind_idle_ones() -> None:
     """In a trigger's last ``left < n`` positions only ``left`` shards may read a step. After
     one empty step every shard allowed to read once waited its poll timeout while the events

@@ -168,6 +168,7 @@ def test_a_byte_copy_of_a_store_beside_its_original_is_refused(tmp_path) -> None
         SQLiteStore(tmp_path / "copy.db")
     assert str(original) in str(refused.value) and "two budgets" in str(refused.value)
     assert (tmp_path / "copy.db").read_bytes() == copy_bytes
+    assert not (tmp_path / "copy.db-wal").exists()  # the refusal closed what it opened
     assert not (tmp_path / "state.db-wal").exists()  # the original was read, not opened
     live = SQLiteStore(original)  # live, its newest commits in its -wal
     with pytest.raises(LedgerConflict, match="is a copy"):

@@ -110,6 +110,9 @@ from renyiboost.stream.sharded import (
 from renyiboost.stream.store import (
     KEY_ROUTING_META,
     KEY_SOURCE_META,
+    PARTITIONER_META,
+    TOPIC_IDS_META,
+    WENT_BACK_META,
     InitEvent,
     RoundEvent,
     StoreIdentity,
@@ -174,11 +177,6 @@ _OTHER_SPELLING = Rejected(
 #: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
 #: cannot be delivered stops the trainer before the batch commits, on every restart.
 DEAD_LETTER_HEAD_BYTES = 1024
-#: The side value that holds, per partition, the offset it last went back from (a
-#: re-created topic): a consumer group offset up to it is this store's own, told before.
-WENT_BACK_META = "went_back_from"
-#: The side value that holds each event topic's id (:func:`_topic_ids`) as last read.
-TOPIC_IDS_META = "topic_ids"
 #: A stretch of offsets without a message this long is logged (:meth:`KafkaTrainer.
 #: _offset_positions`): a transaction marker leaves one, and a compacted or retained topic a
 #: few; thousands mean the trainer was down while retention deleted what it had not read.
@@ -590,6 +588,13 @@ class KafkaTrainer(_Loop):
         owned = [TopicPartition(topic, p) for topic, n in counts.items() for p in range(n)]
         if self.partition_map is not None:
             owned = self._shard_partitions(owned, counts)
+        if self.keys_place_shards:
+            self._pin(PARTITIONER_META, settings.partitioner, lambda recorded: (
+                f"this shard's store admitted events placed by the {recorded} partitioner, "
+                f"and this start checks them against {settings.partitioner}: a person's "
+                "events would reach another partition, so another shard and a second "
+                "budget. Keep [kafka] partitioner as it was; producers that change theirs "
+                "need a new deployment, or one shard first (`renyiboost reshard --to 1`)"))
         self._check_group(owned)
         if self.shard is None:
             keep_model_topic_forever(self.settings)  # once: the fenced re-check reads releases
@@ -605,8 +610,8 @@ class KafkaTrainer(_Loop):
         #: their log's start, and recorded under their new id once a batch of them is read.
         self._recreated = {topic: ids[topic] for topic in ids
                            if known.get(topic) not in (None, ids[topic])}
-        if not known and ids:
-            engine.store.set_meta(TOPIC_IDS_META, ids)
+        if fresh := {topic: id_ for topic, id_ in ids.items() if topic not in known}:
+            engine.store.set_meta(TOPIC_IDS_META, {**known, **fresh})  # first read here
         offsets = engine.offsets
         for tp in owned:
             name = f"{tp.topic}:{tp.partition}"

@@ -73,15 +73,21 @@ from renyiboost.stream.sharded import (
 from renyiboost.stream.store import (
     KEY_ROUTING_META,
     KEY_SOURCE_META,
+    PARTITIONER_META,
     SEEDED_META,
+    TOPIC_IDS_META,
+    WENT_BACK_META,
     SQLStateStore,
     is_postgres_location,
+    read_json,
+    resharded_mark,
     sqlite_path,
     store_at,
+    write_json_durably,
 )
 
 #: Store side values that belong to a partition (``topic:p`` → value) and follow it.
-PARTITION_VALUES = ("dead_lettered",)
+PARTITION_VALUES = ("dead_lettered", WENT_BACK_META)
 
 log = logging.getLogger("renyiboost.reshard")
 
@@ -107,6 +113,9 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
     if not sources or not targets:
         raise ValueError("reshard needs at least one source and one target store")
     _check_places(sources, targets)
+    if any(_read_mark(Path(s)) is not None for s in sources if not is_postgres_location(s)):
+        log.info("finishing an interrupted reshard: moving the old files away")
+        return _finish_archive(sources)
     olds: list[SQLStateStore] = []
     try:
         for location in sources:
@@ -194,7 +203,8 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
     exports = [engine.export_ledgers() for engine in engines]
     side = [{name: engine.store.get_meta(name) for name in
              ("partitions", "partition_map", "published", FINISH_META, KEY_SOURCE_META,
-              KEY_ROUTING_META, SEEDED_META, *PARTITION_VALUES)}
+              KEY_ROUTING_META, SEEDED_META, PARTITIONER_META, TOPIC_IDS_META,
+              *PARTITION_VALUES)}
             for engine in engines]
     n_new = len(targets)
     # Where the Kafka trainer read its keys is pinned for the ledger's life: a new store
@@ -211,6 +221,13 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
             "the stores as they are.")
     counts = _agreed([s["partitions"] for s in side if s["partitions"] is not None],
                      "partition counts")
+    partitioner = _agreed([s[PARTITIONER_META] for s in side
+                           if s[PARTITIONER_META] is not None], "partitioners")
+    # a topic whose id the old stores recorded differently (one read it re-created, one
+    # not yet) is recorded by the new stores' first start: the ids they agree on go with them
+    ids = [s[TOPIC_IDS_META] or {} for s in side]
+    topic_ids = {topic: id_ for topic, id_ in ids[0].items()
+                 if all(other.get(topic, id_) == id_ for other in ids)}
     new_map = None if counts is None else default_partition_map(counts, n_new)
     old_map = None
     if counts is not None:
@@ -254,6 +271,10 @@ def _move(config: EngineConfig, group: LocalShards, targets: Sequence[str]) -> R
                 marks[FINISH_META] = side[0][FINISH_META]
             if key_source is not None:
                 marks[KEY_SOURCE_META] = key_source
+            if partitioner is not None and n_new > 1:
+                marks[PARTITIONER_META] = partitioner
+            if topic_ids:
+                marks[TOPIC_IDS_META] = topic_ids
             if hashed:
                 marks[KEY_ROUTING_META] = "hash"
             if any(s[SEEDED_META] for s in side):  # the model's seeded past goes with it
@@ -429,29 +450,68 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
 
 def _archive(sources: Sequence[str]) -> None:
     """Move the tombstoned SQLite files of a directory deployment (``shard-K-of-N.db``) to
-    ``DIR/resharded-from-N-<time>/``, so the directory holds one deployment again."""
+    ``DIR/resharded-from-N-<time>/``, so the directory holds one deployment again, and leave
+    a mark at each old path (:func:`~renyiboost.stream.store.resharded_mark`) before its files
+    move: the ``.epoch`` record that refuses an older copy restored there moves with them,
+    and a backup of the old deployment restored in place once opened and trained beside the
+    new one (review S, 29 November). Run again after a crash among the moves, it moves the
+    rest into the same folder (:func:`_finish_archive`)."""
     paths = [Path(s) for s in sources if not is_postgres_location(s)]
     if not paths or any(not p.name.startswith("shard-") for p in paths):
         return
-    if not all(_tombstoned(p) for p in paths):
+    marks = {path: _read_mark(path) for path in paths}
+    tombs = {path: _tombstone(path) for path in paths if marks[path] is None}
+    if any(tomb is None for tomb in tombs.values()):
         return
-    n = paths[0].name.rsplit("-of-", 1)[1].removesuffix(".db")
-    archive = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
-    archive.mkdir()
+    archive = next((Path(mark["archive"]) for mark in marks.values() if mark is not None), None)
+    if archive is None:
+        n = paths[0].name.rsplit("-of-", 1)[1].removesuffix(".db")
+        archive = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
+    archive.mkdir(exist_ok=True)
     for path in paths:
+        if path in tombs:
+            store_id, tomb = tombs[path]
+            write_json_durably(resharded_mark(path), {
+                "store_id": store_id, "archive": str(archive), "into": tomb["into"],
+                "into_locations": tomb["into_locations"], "at": _now()})
         for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
             old = Path(f"{path}{suffix}")
             if old.exists():
                 shutil.move(old, archive / old.name)
 
 
-def _tombstoned(path: Path) -> bool:
+def _read_mark(path: Path) -> dict[str, Any] | None:
+    return read_json(resharded_mark(path))
+
+
+def _finish_archive(sources: Sequence[str]) -> ReshardReport:
+    """A reshard that crashed while it moved the old files away: move the rest. Every old
+    store is either moved (its mark names where) or still in place and tombstoned."""
+    paths = [Path(s) for s in sources if not is_postgres_location(s)]
+    marks = [_read_mark(path) for path in paths]
+    mark = next(m for m in marks if m is not None)
+    for path, found in zip(paths, marks, strict=True):
+        if found is None and _tombstone(path) is None:
+            raise LedgerConflict(
+                f"{path} is not tombstoned, but the reshard that moved the other stores "
+                f"named with it into {mark['into_locations']} tombstoned every one of them: "
+                "these are not one deployment's stores. Name the stores that reshard moved.")
+        if found is not None and found.get("into") != mark.get("into"):
+            raise LedgerConflict("the old stores were resharded into different stores")
+    _archive(sources)
+    return ReshardReport(into=mark["into_locations"], store_ids=mark["into"], n_active=[],
+                         n_retired=[], moved=0, partition_map=None, finished_only=True)
+
+
+def _tombstone(path: Path) -> tuple[str, dict[str, Any]] | None:
+    """A store's id and tombstone (``None``: no store there, or one not tombstoned)."""
     try:
         store = store_at(path)
     except StoreNotFound:
-        return False
+        return None
     try:
-        return store.get_meta("resharded") is not None
+        tomb = store.get_meta("resharded")
+        return None if tomb is None else (store.identity.store_id, tomb)
     finally:
         store.close()
 

@@ -884,13 +884,13 @@ class ShardedEngine(OwesRounds):
 
     @contextlib.contextmanager
     def _stale_on_failure(self) -> Iterator[None]:
-        """A call to the shards that fails part-way (some took their rows or events) leaves
-        the count to be read again (:meth:`_refresh_if_stale`); a shard's death is recovered
-        by its caller, whose reconciliation reads every shard's positions."""
+        """A call to the shards that fails part-way (some took their rows or events, or a
+        shard died and came back without its uncommitted ones) leaves the count to be read
+        again (:meth:`_refresh_if_stale`, which recovers a shard still away). A shard's
+        death once left the count as it was when :meth:`add` was called directly (only a
+        poll recovered): triggers followed positions that no store held."""
         try:
             yield
-        except ShardUnavailable:
-            raise
         except BaseException:
             self._stale = True
             raise

@@ -196,6 +196,13 @@ _SQLITE_HEADER_BYTES = 20
 #: trainer's message key or payload field, or the row numbers of a ``memory:`` replay
 #: (:func:`key_source_name`); ``renyiboost reshard`` carries it to the new stores.
 KEY_SOURCE_META = "key_source"
+#: Kafka side values: per partition (``topic:p``), the offset it last went back from (a
+#: re-created topic; a consumer group offset up to it is the store's own, told before); each
+#: event topic's id as last read; and, for a shard of several, the producers' partitioner
+#: its events were checked against (a key's partition, so its shard, follows from it).
+WENT_BACK_META = "went_back_from"
+TOPIC_IDS_META = "topic_ids"
+PARTITIONER_META = "partitioner"
 #: The side value that marks a shard store whose keys reached it by their hash (records
 #: handed to the sharded engine): a Kafka shard, which places a key by its partition,
 #: refuses it; ``renyiboost reshard`` writes it into the new stores of such a deployment.
@@ -1048,6 +1055,9 @@ class SQLiteStore(SQLStateStore):
         try:
             if create:  # again under the lock: another process may have created it meanwhile
                 self._check_absent()
+                # a new store where a resharded one was (a reshard back to this number of
+                # shards): the mark goes first, so no crash leaves it over a new store
+                resharded_mark(self.path).unlink(missing_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._lock.hold_inode(self.path)
             if create:  # before the first write; an existing store keeps its page size
@@ -1056,6 +1066,8 @@ class SQLiteStore(SQLStateStore):
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._start(create, continues, meta)
         except BaseException:
+            if getattr(self, "_db", None) is not None:
+                self._db.close()  # else its -wal and -shm stayed beside a refused file
             self._lock.release()
             raise
 
@@ -1106,9 +1118,16 @@ class SQLiteStore(SQLStateStore):
         while what they paid for was already visible, so every key would spend them again.
         (A store copied to a new path has no record there: :meth:`_settle_home` refuses it
         while the original is in place.)"""
-        try:
-            recorded = json.loads(self._epoch_path.read_text())
-        except (OSError, ValueError):
+        mark = read_json(resharded_mark(self.path))
+        if mark is not None and self._meta("side:resharded") is None:
+            raise LedgerConflict(
+                f"{self.path} held a store whose ledgers `renyiboost reshard` moved into "
+                f"{mark.get('into_locations')} (its files went to {mark.get('archive')}): "
+                "this store, without the reshard's tombstone, is a copy from before it, "
+                "restored from a backup, and its keys' budgets went back. It never trains "
+                "again; open the resharded deployment.")
+        recorded = read_json(self._epoch_path)
+        if not isinstance(recorded, dict):
             return  # no record (a store from before it, or the record was lost): nothing known
         if recorded.get("store_id") != store_id:
             return
@@ -1134,27 +1153,19 @@ class SQLiteStore(SQLStateStore):
         try:
             if not original.is_file() or os.path.samefile(original, self.path):
                 return False
-            identity = json.loads(Path(f"{original}.epoch").read_text())
-        except (OSError, ValueError):
+        except OSError:
+            return False
+        identity = read_json(Path(f"{original}.epoch"))
+        if identity is None:
             identity = _stored_identity(original, main_file_only=True)
         return isinstance(identity, dict) and identity.get("store_id") == store_id
 
     def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
         """Write ``{store_id, epoch, commits}`` beside the database, durably (a temporary
         file, fsync, rename, fsync of the directory), after the epoch's commit."""
-        target = self._epoch_path
-        temporary = target.with_name(f"{target.name}.tmp")
-        with open(temporary, "w") as file:
-            file.write(json.dumps({"store_id": store_id, "epoch": epoch, "commits": commits}))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
+        write_json_durably(self._epoch_path,
+                           {"store_id": store_id, "epoch": epoch, "commits": commits})
         self._close_record()  # an open one is the replaced file's
-        directory = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
     def _record_commits(self, store_id: str, epoch: int, commits: int) -> None:
         """Update the record beside the database after a commit, without fsync: it must
@@ -1183,6 +1194,11 @@ class SQLiteStore(SQLStateStore):
             self._record_fd = None
 
     def _check_present(self) -> None:
+        mark = read_json(resharded_mark(self.path))
+        if mark is not None and not self.path.exists():
+            raise StoreNotFound(
+                f"no state store at {self.path}: its store's ledgers were resharded into "
+                f"{mark.get('into_locations')}, and its files moved to {mark.get('archive')}")
         if self.path.is_dir():
             raise StoreNotFound(f"{self.path} is a directory, not a state store file; a sharded "
                                 "deployment keeps one store a shard there: pass --shards N")
@@ -1212,6 +1228,38 @@ class SQLiteStore(SQLStateStore):
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         self._epoch_path.unlink(missing_ok=True)
+
+
+def resharded_mark(path: str | Path) -> Path:
+    """The file that ``renyiboost reshard`` leaves where it moved a tombstoned SQLite store
+    away (``DIR/shard-K-of-N.db.resharded``, JSON: where the ledgers and the files went): a
+    store opened there later is an older copy restored from a backup, and is refused (the
+    store's ``.epoch`` record, which refuses such a copy, moved with its files)."""
+    return Path(f"{os.path.realpath(path)}.resharded")
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file's value (``None``: absent or unreadable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json_durably(target: Path, value: Any) -> None:
+    """Write a small JSON file whole or not at all, and durably: a temporary file, fsync,
+    rename over the target, fsync of the directory."""
+    temporary = target.with_name(f"{target.name}.tmp")
+    with open(temporary, "w") as file:
+        file.write(json.dumps(value))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, target)
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def sqlite_header(path: str | Path) -> bytes:

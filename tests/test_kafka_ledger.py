@@ -156,10 +156,16 @@ def test_a_store_that_went_back_with_its_topic_restarts(kafka_bootstrap, tmp_pat
     engine.close()
     engine = StreamEngine(config, store=SQLiteStore(path), seed=1)
     KafkaTrainer(engine, settings).close()  # its own old offset: not another trainer's
-    beyond = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": settings.group_id})
-    beyond.commit(offsets=[TopicPartition(topic, 0, 121)], asynchronous=False)
-    beyond.close()
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": settings.group_id})
+    group.commit(offsets=[TopicPartition(topic, 0, 121)], asynchronous=False)
     with pytest.raises(LedgerConflict, match="has consumed"):  # beyond it: another's
+        KafkaTrainer(engine, settings)
+    # once the group stands at the store's offset the allowance ends (review D2)
+    group.commit(offsets=[TopicPartition(topic, 0, 20)], asynchronous=False)
+    KafkaTrainer(engine, settings).close()
+    group.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
+    group.close()
+    with pytest.raises(LedgerConflict, match="has consumed"):
         KafkaTrainer(engine, settings)
     engine.close()
 

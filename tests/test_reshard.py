@@ -155,8 +155,10 @@ def test_a_backup_of_the_old_stores_restored_in_place_is_refused(tmp_path) -> No
     """The reshard moves the old files away with their ``.epoch`` records, which refuse an
     older copy restored in place: a nightly backup of the old deployment put back in the
     directory once opened and trained beside the new one, each key with a second budget
-    (review S, 29 November). A mark left at each old path refuses any store there; a new
-    store created there (a reshard back to that number of shards) clears it."""
+    (review S, 29 November). A mark left at each old path refuses that store there (its id
+    and creation time) without its tombstone; a reshard back to that number of shards puts
+    stores there that continue the old ids, and they open (a mark that refused any store
+    once refused them, review D2)."""
     import shutil
 
     config = _config("classification")
@@ -176,8 +178,12 @@ def test_a_backup_of_the_old_stores_restored_in_place_is_refused(tmp_path) -> No
             SQLiteStore(path)
     back = reshard(config, shard_locations(str(tmp_path / "new"), 3),
                    shard_locations(str(tmp_path / "d"), 2, alone=False))
-    assert back.into == old and not any((tmp_path / "d").glob("*.resharded"))
+    assert back.into == old and len(list((tmp_path / "d").glob("*.resharded"))) == 2
     ShardedEngine(config, old).close()
+    # run again with other targets, the finished reshard says where it went
+    with pytest.raises(LedgerConflict, match="already resharded into"):
+        reshard(config, shard_locations(str(tmp_path / "new"), 3),
+                shard_locations(str(tmp_path / "other"), 4))
 
 
 def test_a_reshard_that_crashed_moving_the_old_files_finishes_when_run_again(

@@ -180,6 +180,16 @@ def test_a_byte_copy_of_a_store_beside_its_original_is_refused(tmp_path) -> None
     (tmp_path / "record").rename(tmp_path / "state.db.epoch")
     os.link(original, tmp_path / "link.db")  # the same file under another name
     SQLiteStore(tmp_path / "link.db").close()
+    live = SQLiteStore(original)
+    live.set_meta("last", 1)  # a commit in state.db-wal, as a crash leaves it
+    shutil.copy(f"{original}-wal", tmp_path / "wal")
+    live.close()
+    shutil.copy(tmp_path / "wal", f"{original}-wal")
+    with pytest.raises(LedgerConflict, match="under another name"):  # not its -wal
+        SQLiteStore(tmp_path / "link.db")
+    again = SQLiteStore(original)  # under its own name: the commit is there
+    assert again.get_meta("last") == 1
+    again.close()
     (tmp_path / "link.db").unlink()
     moved = tmp_path / "moved" / "state.db"
     moved.parent.mkdir()

@@ -548,6 +548,8 @@ class KafkaTrainer(_Loop):
                               else model_publisher(settings, self._check_model_topic))
             for name, value, refusal in self._pins:
                 pin_meta(store, name, value, refusal)
+            for name, value in self._start_meta.items():
+                store.set_meta(name, value)
             # the rounds a crash inside a trigger left owed, now that the checks have seen
             # the store as it was (published below, with any other unpublished version)
             engine.catch_up()
@@ -602,8 +604,10 @@ class KafkaTrainer(_Loop):
                                                         engine.store.identity)
             check_model_topic(self.settings, engine.store.identity, engine.release_version,
                               self._published, releases)
+        #: Side values this start writes once every start check passed (with the pins).
+        self._start_meta: dict[str, Any] = {}
         if recorded is None:
-            engine.store.set_meta("partitions", counts)
+            self._start_meta["partitions"] = counts
         ids = _topic_ids(settings)
         known = dict(engine.store.get_meta(TOPIC_IDS_META) or {})
         #: Topics re-created since the store last read them (a new topic id): read from
@@ -611,7 +615,10 @@ class KafkaTrainer(_Loop):
         self._recreated = {topic: ids[topic] for topic in ids
                            if known.get(topic) not in (None, ids[topic])}
         if fresh := {topic: id_ for topic, id_ in ids.items() if topic not in known}:
-            engine.store.set_meta(TOPIC_IDS_META, {**known, **fresh})  # first read here
+            self._start_meta[TOPIC_IDS_META] = {**known, **fresh}  # first read here
+        #: Re-created topics read since the last commit, whose new ids are recorded once
+        #: that commit is durable (:meth:`poll_once`).
+        self._recreated_read: dict[str, str] = {}
         offsets = engine.offsets
         for tp in owned:
             name = f"{tp.topic}:{tp.partition}"
@@ -681,6 +688,13 @@ class KafkaTrainer(_Loop):
                     "trainer (or a newer copy of this store) trained on those events with its "
                     "own ledger, and a second ledger would give their keys a second budget. "
                     "Resume from that store.")
+        # once the group stands at or below the store's offset, its old offset is gone: the
+        # allowance ends (kept, it passed another trainer's offsets up to the old log's end)
+        settled = {f"{tp.topic}:{tp.partition}" for tp in committed
+                   if tp.offset <= int(offsets.get(f"{tp.topic}:{tp.partition}", 0))}
+        if went_back and settled & set(went_back):
+            self.engine.store.set_meta(WENT_BACK_META, {
+                name: offset for name, offset in went_back.items() if name not in settled})
         try:
             from confluent_kafka.admin import AdminClient
 
@@ -720,6 +734,12 @@ class KafkaTrainer(_Loop):
             self._down_since = None
             self._logged_client_errors.clear()
         self.publish()
+        if self._recreated_read:
+            self.engine.flush()  # the batches that went back are durable: then the new ids
+            store = self.engine.store
+            store.set_meta(TOPIC_IDS_META,
+                           {**(store.get_meta(TOPIC_IDS_META) or {}), **self._recreated_read})
+            self._recreated_read = {}
         if messages and self.engine.offsets:
             self._commit_informational()
         return len(messages)
@@ -890,9 +910,10 @@ class KafkaTrainer(_Loop):
             for _, name, _, expected in back:
                 went_back[name] = max(int(went_back.get(name, 0)), expected)
             store.set_meta(WENT_BACK_META, went_back)
-        read = {topic: self._recreated.pop(topic) for topic in topics & set(self._recreated)}
-        if read:
-            store.set_meta(TOPIC_IDS_META, {**(store.get_meta(TOPIC_IDS_META) or {}), **read})
+        # the new id waits for the batch's commit: recorded before it, a crash between
+        # made the restart read the new log from the old offset again (review D2)
+        self._recreated_read.update(
+            {topic: self._recreated.pop(topic) for topic in topics & set(self._recreated)})
 
     def _dead_letter(self, message: Message, parsed: Rejected) -> None:
         self.dead_letters[parsed.reason] += 1

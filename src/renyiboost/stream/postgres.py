@@ -341,18 +341,34 @@ class PostgresStore(SQLStateStore):
 
     def _holds_store(self, home: Any, store_id: str) -> bool:
         """Whether another schema of this database holds a store with this id (a store
-        recorded in another database cannot be looked at from here)."""
+        recorded in another database cannot be looked at from here). Read under a
+        savepoint: an error would end the open's transaction. A home this role may not read
+        is refused (it may hold the original); another program's ``meta`` table is none."""
         if not isinstance(home, dict) or home.get("database") != self._home()["database"]:
             return False
         schema = str(home.get("schema"))
-        table = f'"{schema}".meta'
-        if not _SCHEMA_NAME.fullmatch(schema) or not self._db.execute(
-                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "
-                "ELSE has_table_privilege(%s, 'SELECT') END", (table, table)).fetchone()[0]:
-            return False  # gone, or not ours to read (an error would end the transaction)
-        row = self._db.execute(f"SELECT value FROM {table} WHERE name = %s",
-                               ("identity",)).fetchone()
-        return row is not None and json.loads(row[0]).get("store_id") == store_id
+        if not _SCHEMA_NAME.fullmatch(schema) or self._db.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+            return False
+        psycopg = _psycopg()
+        self._db.execute("SAVEPOINT renyiboost_home")
+        try:
+            row = self._db.execute(f'SELECT value FROM "{schema}".meta WHERE name = %s',
+                                   ("identity",)).fetchone()
+            return row is not None and json.loads(row[0]).get("store_id") == store_id
+        except psycopg.errors.InsufficientPrivilege as error:
+            self._db.execute("ROLLBACK TO SAVEPOINT renyiboost_home")
+            raise LedgerConflict(
+                f"{self.location} was created in schema {schema}, which this role may not "
+                f"read ({str(error).strip()}): it may be a copy of the store there, and a "
+                "copy beside its original gives every key two budgets. Grant the role USAGE "
+                f"on {schema} and SELECT on its meta table, or open the store there."
+            ) from None
+        except (psycopg.Error, ValueError, AttributeError):  # not a store's meta table
+            self._db.execute("ROLLBACK TO SAVEPOINT renyiboost_home")
+            return False
+        finally:
+            self._db.execute("RELEASE SAVEPOINT renyiboost_home")
 
     def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
         """Refuse the store if it is behind the epoch, or the commits of that epoch, that

@@ -45,6 +45,7 @@ store and a trainable new store hold a key.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import shutil
 import time
@@ -115,7 +116,7 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
     _check_places(sources, targets)
     if any(_read_mark(Path(s)) is not None for s in sources if not is_postgres_location(s)):
         log.info("finishing an interrupted reshard: moving the old files away")
-        return _finish_archive(sources)
+        return _finish_archive(sources, targets)
     olds: list[SQLStateStore] = []
     try:
         for location in sources:
@@ -464,16 +465,18 @@ def _archive(sources: Sequence[str]) -> None:
     if any(tomb is None for tomb in tombs.values()):
         return
     archive = next((Path(mark["archive"]) for mark in marks.values() if mark is not None), None)
-    if archive is None:
+    if archive is None:  # a folder of its own (two reshards in one second shared one)
         n = paths[0].name.rsplit("-of-", 1)[1].removesuffix(".db")
-        archive = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
+        stem = paths[0].parent / f"resharded-from-{n}-{time.strftime('%Y%m%dT%H%M%S')}"
+        archive = next(folder for i in itertools.count()
+                       if not (folder := Path(f"{stem}{f'-{i}' if i else ''}")).exists())
     archive.mkdir(exist_ok=True)
     for path in paths:
         if path in tombs:
-            store_id, tomb = tombs[path]
+            store_id, created, tomb = tombs[path]
             write_json_durably(resharded_mark(path), {
-                "store_id": store_id, "archive": str(archive), "into": tomb["into"],
-                "into_locations": tomb["into_locations"], "at": _now()})
+                "store_id": store_id, "created": created, "archive": str(archive),
+                "into": tomb["into"], "into_locations": tomb["into_locations"], "at": _now()})
         for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
             old = Path(f"{path}{suffix}")
             if old.exists():
@@ -484,12 +487,16 @@ def _read_mark(path: Path) -> dict[str, Any] | None:
     return read_json(resharded_mark(path))
 
 
-def _finish_archive(sources: Sequence[str]) -> ReshardReport:
+def _finish_archive(sources: Sequence[str], targets: Sequence[str]) -> ReshardReport:
     """A reshard that crashed while it moved the old files away: move the rest. Every old
     store is either moved (its mark names where) or still in place and tombstoned."""
     paths = [Path(s) for s in sources if not is_postgres_location(s)]
     marks = [_read_mark(path) for path in paths]
     mark = next(m for m in marks if m is not None)
+    if [_place(t) for t in targets] != [_place(t) for t in mark["into_locations"]]:
+        raise LedgerConflict(
+            f"the old stores were already resharded into {mark['into_locations']} (not "
+            f"{list(targets)}); they must never train again: reshard that deployment instead")
     for path, found in zip(paths, marks, strict=True):
         if found is None and _tombstone(path) is None:
             raise LedgerConflict(
@@ -503,15 +510,16 @@ def _finish_archive(sources: Sequence[str]) -> ReshardReport:
                          n_retired=[], moved=0, partition_map=None, finished_only=True)
 
 
-def _tombstone(path: Path) -> tuple[str, dict[str, Any]] | None:
-    """A store's id and tombstone (``None``: no store there, or one not tombstoned)."""
+def _tombstone(path: Path) -> tuple[str, float | None, dict[str, Any]] | None:
+    """A store's id, creation time and tombstone (``None``: no store there, or one not
+    tombstoned)."""
     try:
         store = store_at(path)
     except StoreNotFound:
         return None
     try:
         tomb = store.get_meta("resharded")
-        return None if tomb is None else (store.identity.store_id, tomb)
+        return None if tomb is None else (store.identity.store_id, store.created(), tomb)
     finally:
         store.close()
 

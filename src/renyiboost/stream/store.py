@@ -786,6 +786,11 @@ class SQLStateStore(StateStore):
     def set_meta(self, name: str, value: Any) -> None:
         self._transaction(lambda: self._write_meta({f"side:{name}": value}))
 
+    def created(self) -> float | None:
+        """When the store was created (its identity's time): with its id, it tells the
+        store from another that continues its identity (``renyiboost reshard``)."""
+        return (self._meta("identity") or {}).get("created")
+
     def _settle_home(self, store_id: str) -> None:
         """Refuse a copy of a store whose original still holds it; otherwise record where
         the store lives (its *home*), so that a later copy is known as one.
@@ -1055,9 +1060,6 @@ class SQLiteStore(SQLStateStore):
         try:
             if create:  # again under the lock: another process may have created it meanwhile
                 self._check_absent()
-                # a new store where a resharded one was (a reshard back to this number of
-                # shards): the mark goes first, so no crash leaves it over a new store
-                resharded_mark(self.path).unlink(missing_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._lock.hold_inode(self.path)
             if create:  # before the first write; an existing store keeps its page size
@@ -1118,8 +1120,9 @@ class SQLiteStore(SQLStateStore):
         while what they paid for was already visible, so every key would spend them again.
         (A store copied to a new path has no record there: :meth:`_settle_home` refuses it
         while the original is in place.)"""
-        mark = read_json(resharded_mark(self.path))
-        if mark is not None and self._meta("side:resharded") is None:
+        mark, identity = read_json(resharded_mark(self.path)), self._meta("identity")
+        if isinstance(mark, dict) and self._meta("side:resharded") is None and (
+                mark.get("store_id"), mark.get("created")) == (store_id, identity.get("created")):
             raise LedgerConflict(
                 f"{self.path} held a store whose ledgers `renyiboost reshard` moved into "
                 f"{mark.get('into_locations')} (its files went to {mark.get('archive')}): "
@@ -1151,7 +1154,16 @@ class SQLiteStore(SQLStateStore):
         -wal, but its identity is in the record, written at every open)."""
         original = Path(str(home))
         try:
-            if not original.is_file() or os.path.samefile(original, self.path):
+            if not original.is_file():
+                return False
+            if os.path.samefile(original, self.path):
+                wal = Path(f"{original}-wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    raise LedgerConflict(
+                        f"{self.path} is {original} under another name (a hard link), and "
+                        f"its last commits are in {wal}, which SQLite reads only under that "
+                        "name: opened here they would be lost, and the spent budgets they "
+                        f"hold with them. Open it as {original}.")
                 return False
         except OSError:
             return False

@@ -657,6 +657,12 @@ MUTATIONS = [
              "    if False and any(_read_mark(Path(s)) is not None for s in sources",
              [("tests/test_reshard.py::test_a_reshard_that_crashed_moving_the_old_files_"
                "finishes_when_run_again")]),
+    Mutation("a follower counts the trees of a capped model, not their rounds",
+             "src/renyiboost/connectors/kafka.py",
+             "        return max(whole - held, len(self._rounds) - held)",
+             "        return whole - self.ensemble.n_trees",
+             [("tests/test_connector_faults.py::test_versions_published_after_a_tree_cap_"
+               "dropped_their_trees_are_not_answered")]),
     Mutation("the offset a partition went back from is not recorded",
              "src/renyiboost/connectors/kafka.py",
              "            store.set_meta(WENT_BACK_META, went_back)", "            pass",

@@ -484,6 +484,11 @@ def test_a_release_of_another_shape_changes_nothing_in_the_follower() -> None:
                        for tree in deeper["trees"]]
     with pytest.raises(ValueError):
         follower._apply(ModelRelease.model_validate(deeper))
+    for smoothing in (None, [0.1], "0.1", 1.0, -0.1):  # null once raised a TypeError, which
+        bad = last.model_dump()                      # cost the follower its batch
+        bad["params"] = {**bad["params"], "smoothing": smoothing}
+        with pytest.raises(ValueError, match="params.smoothing"):
+            ModelRelease.model_validate(bad)
     assert follower.version == engine.release_version - 1
     np.testing.assert_array_equal(follower.predict_margin(rows), before)
     follower._apply(last)  # and the model's own next version still follows
@@ -880,6 +885,12 @@ def test_versions_published_after_a_tree_cap_dropped_their_trees_are_not_answere
         assert follower.lacking_trees() == 0 and service.refusal() is None
         whole = engine.release("model")
         assert service.release()["trees"] == whole.model_dump(mode="json")["trees"]
+        # holding a full cap, a next version without trees (an older publisher's, behind
+        # the cap) passed a count of trees, and the cap's older rounds were answered and
+        # exported as the newer ones (review V, 29 November): rounds are compared now
+        follower._apply(whole.model_copy(update={"version": newest + 1, "trees": []}))
+        assert follower.lacking_trees() == 1
+        assert "arrived without 1 of its trees" in service.refusal()
     finally:
         follower.consumer.close()
 

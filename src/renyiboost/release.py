@@ -154,6 +154,10 @@ class ModelRelease(BaseModel):
             raise ValueError(f"version {self.version} holds rounds 0 to {self.version - 2} "
                              f"at most (version r + 2 releases the tree of round r), got "
                              f"rounds {self.trees[0].round} to {self.trees[-1].round}")
+        smoothing = self.params.get("smoothing", 0.0)
+        if isinstance(smoothing, bool) or not isinstance(smoothing, int | float) or not (
+                0 <= smoothing < 1):  # a follower's float() raised TypeError on null
+            raise ValueError(f"params.smoothing must be a number in [0, 1), got {smoothing!r}")
         if self.smoothing_spans is not None and (
                 len(self.smoothing_spans) != n_features
                 or not np.all(np.isfinite(self.smoothing_spans))

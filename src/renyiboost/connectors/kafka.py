@@ -1615,6 +1615,8 @@ class ModelFollower:
         self.task = "regression"
         self.guarantee: PrivacyGuarantee | None = None
         self._next_round = 0
+        #: The round of each tree the ensemble holds, in its order (:meth:`lacking_trees`).
+        self._rounds = np.zeros(0, dtype=np.int64)
         self._spans: list[float] | None = None  # the release's smoothing spans
         #: The last applied release without its trees: the version's schema, parameters,
         #: guarantee and post-processing, for :meth:`release`.
@@ -1822,10 +1824,12 @@ class ModelFollower:
             ens.extend([tree.features for tree in new], [tree.thresholds for tree in new],
                        [tree.leaves for tree in new])
             self._next_round = new[-1].round + 1
+            self._rounds = np.concatenate([self._rounds, [tree.round for tree in new]])
         ens.init_score = score_value(release.init_score)
         ens.answer_map = release.answer_map
         if release.max_trees is not None:
             ens.keep_last(release.max_trees)
+            self._rounds = self._rounds[-release.max_trees:]
         # rounds up to version - 2 are in, or dropped by max_trees for good
         self._next_round = max(self._next_round, release.version - 1)
         self.version = release.version
@@ -1840,7 +1844,11 @@ class ModelFollower:
         trees, the follower's model is one the trainer never had."""
         if self._last is None or self.ensemble is None:
             return 0
-        return self._last.whole_trees - self.ensemble.n_trees  # _last: this version's
+        whole, newest = self._last.whole_trees, self.version - 2  # _last: this version's
+        # rounds, not a count: a follower holding a full cap took a version without trees
+        # and answered from the cap's older rounds (review V, 29 November)
+        held = int(np.count_nonzero((self._rounds > newest - whole) & (self._rounds <= newest)))
+        return max(whole - held, len(self._rounds) - held)
 
     def release(self) -> ModelRelease:
         """The whole model of the current version as one public release, as the engine's

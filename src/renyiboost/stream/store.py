@@ -1244,9 +1244,10 @@ class SQLiteStore(SQLStateStore):
 
 def resharded_mark(path: str | Path) -> Path:
     """The file that ``renyiboost reshard`` leaves where it moved a tombstoned SQLite store
-    away (``DIR/shard-K-of-N.db.resharded``, JSON: where the ledgers and the files went): a
-    store opened there later is an older copy restored from a backup, and is refused (the
-    store's ``.epoch`` record, which refuses such a copy, moved with its files)."""
+    away (``DIR/shard-K-of-N.db.resharded``, JSON: the store's id and creation time, where
+    the ledgers and the files went): that store opened there later without its tombstone
+    is an older copy restored from a backup, and is refused (the ``.epoch`` record, which
+    refuses such a copy, moved with its files); stores that continue its id open."""
     return Path(f"{os.path.realpath(path)}.resharded")
 
 

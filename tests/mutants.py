@@ -881,6 +881,12 @@ MUTATIONS = [
              "        if False:",
              [("tests/test_budget.py::test_a_second_fit_without_a_shared_budget_says_it_"
                "spends_epsilon_again")]),
+    Mutation("a follower joins parts of a release that do not follow each other",
+             "src/renyiboost/release.py",
+             "        if part.part != (k, n) or part.model_copy(update={\"trees\": [], \"part\": None}) != head:",
+             "        if part.model_copy(update={\"trees\": [], \"part\": None}) != head:",
+             [("tests/test_connector_faults.py::test_a_catch_up_too_large_for_one_message_goes"
+               "_in_parts_a_follower_joins")]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from conftest import create_topic, read_topic
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from renyiboost.connectors.events import EventFormat, EventParser
 from renyiboost.connectors.kafka import (
@@ -936,6 +939,93 @@ def test_a_publisher_behind_its_tree_cap_sends_the_current_version_whole() -> No
     within = _RefusingProducer(-1, None)
     publish_versions(within, settings, engine.release, current - 2, current, 2)
     assert within.sent == [current - 1, current]
+
+
+def test_a_catch_up_too_large_for_one_message_goes_in_parts_a_follower_joins() -> None:
+    """Behind its tree cap, the publisher sent the cap's trees in one message: at 500 trees of
+    depth 6 1.4 MB, over librdkafka's default ``message.max.bytes``, so every restart
+    stopped with ``PublishFailed`` (review K, 29 November). Past half the producer's limit
+    the release now goes in parts of at most that many bytes, which a follower joins into
+    the version; parts that do not follow each other are never applied, and a part is no
+    export."""
+    from renyiboost.release import LONGEST_FLOAT, joined_parts, release_parts
+
+    model = _follower_model(max_trees=8)
+    engine = model.engine
+    current = engine.release_version
+    assert current - 1 > 8
+    whole = engine.release("model", after=0, upto=current)
+    limit = 2 * len(whole.model_dump_json()) * 7 // 10  # a part: half (3 of 8 trees)
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"],
+                             extra={"message.max.bytes": str(limit)})
+    producer = _RefusingProducer(-1, None)
+    values: list[bytes] = []
+    produce = producer.produce
+
+    def keep(topic, key=None, value=None, on_delivery=None):
+        values.append(value)
+        produce(topic, key, value, on_delivery)
+
+    producer.produce = keep
+    record = publish_versions(producer, settings, engine.release, 0, current, 8)
+    parts = [ModelRelease.model_validate_json(value) for value in values]
+    n = len(parts)
+    assert n == 3 and [p.part for p in parts] == [(k, n) for k in range(1, n + 1)]
+    assert max(len(value) for value in values) <= limit // 2
+    # counted from the longest values, not the drawn ones: as many parts for any values
+    longest = whole.model_copy(update={"init_score": LONGEST_FLOAT, "trees": [
+        t.model_copy(update={"thresholds": [LONGEST_FLOAT] * len(t.thresholds),
+                             "leaves": [LONGEST_FLOAT] * len(t.leaves)})
+        for t in whole.trees]})
+    assert [len(p.model_dump_json()) <= limit // 2 and len(p.trees) for p in
+            release_parts(longest, limit // 2)] == [len(p.trees) for p in parts]
+    assert record is not None and record["version"] == current
+    assert record["offset"] == len(values) - 1  # the last part's: the start check reads it
+    assert joined_parts(parts) == whole
+    with pytest.raises(ValueError, match=f"part 1 of {n}"):
+        parts[0].check_whole()
+    with pytest.raises(ValueError, match=f"not the {n} parts of one release"):
+        joined_parts([parts[0], parts[2], parts[1]])
+    rows = np.random.default_rng(7).uniform(0, 1, (20, 2))
+
+    def message(offset: int) -> Message:
+        return Message(topic="models", partition=0, offset=offset,
+                       key=settings.model_name.encode(), value=values[offset])
+
+    follower = ModelFollower(f"127.0.0.1:{free_port()}", "models")
+    try:
+        follower._apply(engine.release("model", after=0, upto=1))
+        assert follower._take(message(0)) == 0 and follower._take(message(2)) == 0  # 2 lost
+        assert follower.version == 1 and follower._parts == []
+        # parts holding more trees than the version's whole model are dropped as they pass it
+        values += [whole.model_copy(update={"part": (k, 2)}).model_dump_json().encode()
+                   for k in (1, 2)]
+        skipped = follower.not_releases
+        assert follower._take(message(3)) == 0 and follower._take(message(4)) == 0
+        assert follower._parts == [] and follower.not_releases == skipped + 1
+        assert [follower._take(message(i)) for i in range(3)] == [0, 0, 1]
+        assert follower.version == current and follower.lacking_trees() == 0
+        np.testing.assert_allclose(follower.ensemble.predict_margin(rows),
+                                   engine.booster.ensemble.predict_margin(rows))
+    finally:
+        follower.consumer.close()
+    # within the limit, one message a release as before
+    small = _RefusingProducer(-1, None)
+    publish_versions(small, settings, engine.release, current - 2, current, 8)
+    assert small.sent == [current - 1, current]
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+@hypothesis_settings(max_examples=500, deadline=None)
+def test_no_finite_float_is_longer_in_a_release_than_the_longest_float(value: float) -> None:
+    """The parts of a release are counted from :data:`LONGEST_FLOAT`'s text (what any DP
+    value's can be): a longer one would make a part larger than the producer's limit."""
+    from renyiboost.release import LONGEST_FLOAT, ReleasedTree
+
+    def text(x: float) -> int:
+        return len(ReleasedTree(round=0, features=[], thresholds=[x], leaves=[]).model_dump_json())
+
+    assert text(value) <= text(LONGEST_FLOAT)
 
 
 def test_a_published_record_of_another_or_no_named_topic_publishes_every_version_again():

@@ -104,6 +104,40 @@ def test_train_from_a_topic_and_serve_from_the_model_topic(kafka_bootstrap, tmp_
     assert all(len(json.loads(m.value())["trees"]) == (v > 0) for v, m in enumerate(got))
 
 
+def test_a_publisher_behind_its_tree_cap_sends_parts_under_a_small_message_limit(
+        kafka_bootstrap, tmp_path) -> None:
+    """Many triggers in one poll put the publisher more than ``max_trees`` versions behind,
+    and the cap's trees went as one message; past half the producer's ``message.max.bytes``
+    (here 3,000 bytes: the cap's six trees and the release's other fields
+    are about 3,100, and the one message was refused) that message is now parts, delivered in one transaction through a
+    real broker, and a follower reading the topic answers as the engine."""
+    topic = _topic("parts")
+    _produce(kafka_bootstrap, topic, _abalone_events())
+    source = InMemorySource("abalone")
+    params = SGBDTParams(task="regression", epsilon=1.0, rounds=40, depth=3,
+                         learning_rate=0.3, sampling_rate=0.3, grad_clip=0.3,
+                         reg_lambda=20.0, count_share=0.3)
+    config = EngineConfig(public_schema=source.schema, params=params, train_every=100,
+                          trees_per_trigger=2, warmup=100, max_trees=6)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True), seed=3)
+    settings = _settings(kafka_bootstrap, topic, extra={"message.max.bytes": "3000"})
+    trainer = KafkaTrainer(engine, settings)
+    trainer.run(max_idle=3.0)
+    got = read_topic(kafka_bootstrap, f"{topic}.models", 1000, timeout=8.0)
+    messages = [ModelRelease.model_validate_json(m.value()) for m in got]
+    parted = [m for m in messages if m.part is not None]
+    assert parted and parted[-1].part[0] == parted[-1].part[1] > 1
+    assert max(len(m.value()) for m in got) < 3000
+    follower = ModelFollower(kafka_bootstrap, f"{topic}.models", "abalone")
+    follower.wait_for(engine.release_version)
+    assert follower.lacking_trees() == 0
+    probe = [x for x, _ in source.data.records()][:100]
+    ours = engine.booster.loss.unscale(np.clip(
+        engine.predict_margin(engine.validator.rows(probe)), -1, 1))
+    np.testing.assert_allclose([follower.predict_one(x) for x in probe], ours, rtol=1e-12)
+    follower.close()
+
+
 def test_string_labels_train_from_a_topic_and_follow_as_labels(kafka_bootstrap, tmp_path) -> None:
     """A multiclass model with a public label set of strings, end to end: events carry the
     labels as strings, a label outside the set is a dead letter with reason "label", and the

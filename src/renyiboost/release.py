@@ -15,7 +15,8 @@ on its own channel, never inside a release.
 A release's shape depends only on public inputs: one release per scheduled output (the
 initial score is version 1, the tree of round ``r`` version ``r + 2``), each carrying the
 trees it adds, so two neighbouring streams publish the same number of messages of the same
-shape (``tests/test_privacy.py``).
+shape (``tests/test_privacy.py``); a release too large for one message goes in parts whose
+number is counted from public inputs too (:func:`release_parts`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class ReleasedTree(BaseModel):
 
 #: :class:`ModelRelease` fields written only when set (a release without them dumps as it
 #: did before they existed).
-OPTIONAL_RELEASE_FIELDS = frozenset({"smoothing_spans", "answer_map"})
+OPTIONAL_RELEASE_FIELDS = frozenset({"smoothing_spans", "answer_map", "part"})
 
 
 class ModelRelease(BaseModel):
@@ -132,6 +133,13 @@ class ModelRelease(BaseModel):
     #: recalibration (:mod:`renyiboost.models.recalibration`: post-processing of noisy
     #: sums the keys paid for); ``None``: the identity.
     answer_map: tuple[float, float] | None = None
+    #: ``(k, n)``: this message is part ``k`` of ``n`` of one release too large for one
+    #: model-topic message (:func:`release_parts`: a publisher catching up past a tree cap
+    #: sends the cap's trees at once, 1.4 MB at 500 trees of depth 6, over librdkafka's
+    #: default ``message.max.bytes``); each part holds a slice of the trees and a follower
+    #: applies the release once it has read all ``n`` in order (:func:`joined_parts`).
+    #: ``None``: the message is a whole release.
+    part: tuple[int, int] | None = None
 
     @model_validator(mode="after")
     def _fits_its_schema(self) -> ModelRelease:
@@ -190,6 +198,8 @@ class ModelRelease(BaseModel):
                              "must be finite numbers")
         if self.answer_map is not None and (self.task != "classification" or outputs > 1):
             raise ValueError("an answer_map belongs to a binary classifier's release only")
+        if self.part is not None and not 1 <= self.part[0] <= self.part[1]:
+            raise ValueError(f"part must be (k, n) with 1 <= k <= n, got {self.part}")
         return self
 
     @model_serializer(mode="wrap")
@@ -220,6 +230,11 @@ class ModelRelease(BaseModel):
         up to it (the newest ``max_trees`` of them when it keeps only those). A model-topic
         message holds only its own version's output, and exported as a model it answered
         with one tree of many under its version's name (``ValueError``)."""
+        if self.part is not None:
+            raise ValueError(
+                f"release version {self.version} of {self.model!r} is part {self.part[0]} of "
+                f"{self.part[1]} of a model-topic message, not a whole model. Export the whole "
+                "model: the engine's or estimator's release(), or SGBDT.release()")
         rounds, kept = max(self.version - 1, 0), self.whole_trees
         # the trees are in order, each round once (the validator), so a count and the first
         # round say it; a list of the rounds was as long as the version claimed
@@ -247,3 +262,60 @@ def released_trees(
                                     thresholds=thresholds[i].tolist(),
                                     leaves=leaves[i].tolist()))
     return out
+
+
+#: A float whose JSON text is as long as any finite float's (24 characters: a sign, 17
+#: significant digits, a point and a three-digit exponent; the serializer writes the
+#: shortest text that reads back).
+LONGEST_FLOAT = -1.2345678901234567e-308
+
+
+def release_parts(release: ModelRelease, max_bytes: int) -> list[ModelRelease]:
+    """``release`` as the messages that carry it: itself, or parts (:attr:`ModelRelease.
+    part`) of consecutive trees when its trees would not fit in one message of
+    ``max_bytes``. The trees a part holds are counted from the longest JSON a tree and the
+    release's other fields can have (every DP value as long as :data:`LONGEST_FLOAT`), not
+    from the values drawn: how many messages carry a version is then a function of public
+    inputs only (its number of trees, the depth, the schema and parameters), as every other
+    part of the release's shape is. A part of one tree is sent even when it does not fit."""
+    n_trees = len(release.trees)
+    if n_trees < 2:
+        return [release]
+    tree = release.trees[-1]
+    longest_tree = ReleasedTree(
+        round=release.version,
+        features=[PublicSchema(**release.public_schema).n_features - 1] * len(tree.features),
+        thresholds=[LONGEST_FLOAT] * len(tree.thresholds),
+        leaves=np.full(np.shape(tree.leaves), LONGEST_FLOAT).tolist())
+    longest_head = release.model_copy(update={
+        "trees": [], "part": (n_trees, n_trees),
+        "init_score": np.full(np.shape(release.init_score), LONGEST_FLOAT).tolist(),
+        "answer_map": None if release.answer_map is None else (LONGEST_FLOAT,) * 2,
+        "smoothing_spans": None if release.smoothing_spans is None else (
+            [LONGEST_FLOAT] * len(release.smoothing_spans))})
+    room = max_bytes - len(longest_head.model_dump_json().encode())
+    per_part = max(room // (len(longest_tree.model_dump_json().encode()) + 1), 1)  # a comma
+    if n_trees <= per_part:
+        return [release]
+    starts = range(0, n_trees, per_part)
+    return [release.model_copy(update={"trees": release.trees[i:i + per_part],
+                                       "part": (k, len(starts))})
+            for k, i in enumerate(starts, start=1)]
+
+
+def joined_parts(parts: list[ModelRelease]) -> ModelRelease:
+    """The release whose :func:`release_parts` ``parts`` are, in order; ``ValueError`` when
+    they are not all ``n`` parts of one release (a part missing, repeated or of another
+    version), or the joined release is not one (checked again whole: its trees in the
+    order of their rounds across the parts)."""
+    n = len(parts)
+    head = parts[0].model_copy(update={"trees": [], "part": None}) if parts else None
+    for k, part in enumerate(parts, start=1):
+        if part.part != (k, n) or part.model_copy(update={"trees": [], "part": None}) != head:
+            raise ValueError(f"parts {[p.part for p in parts]} of version "
+                             f"{parts[0].version} are not the {n} parts of one release")
+    if head is None:
+        raise ValueError("no parts to join")
+    fields = head.model_dump()
+    fields["trees"] = [tree for part in parts for tree in part.trees]
+    return ModelRelease.model_validate(fields)

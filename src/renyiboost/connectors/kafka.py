@@ -98,7 +98,13 @@ from renyiboost.exceptions import (
 )
 from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble, input_shifts
-from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
+from renyiboost.release import (
+    ModelRelease,
+    PrivacyGuarantee,
+    joined_parts,
+    release_parts,
+    released_trees,
+)
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import StreamEngine
 from renyiboost.stream.positions import PositionRuns, offset_positions
@@ -177,6 +183,9 @@ _OTHER_SPELLING = Rejected(
 #: to the producer's ``message.max.bytes`` (1,000,000 by default), and a dead letter that
 #: cannot be delivered stops the trainer before the batch commits, on every restart.
 DEAD_LETTER_HEAD_BYTES = 1024
+#: librdkafka's default ``message.max.bytes``, the largest message a producer sends unless
+#: ``[kafka] extra`` sets it.
+MESSAGE_MAX_BYTES = 1_000_000
 #: A stretch of offsets without a message this long is logged (:meth:`KafkaTrainer.
 #: _offset_positions`): a transaction marker leaves one, and a compacted or retained topic a
 #: few; thousands mean the trainer was down while retention deleted what it had not read.
@@ -1299,17 +1308,28 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
     version carries the cap's trees, which a follower takes whole
     (:meth:`ModelFollower._continues`).
 
+    A release whose trees may not fit in half the producer's ``message.max.bytes`` (the
+    cap's trees) goes in parts (:func:`~renyiboost.release.release_parts`, which counts
+    every DP value at its longest text), in the same transaction, so a follower reads all
+    of them or none: one message of 500 trees of depth 6 was 1.4 MB, over librdkafka's
+    default of 1,000,000 bytes, and every restart stopped with :class:`PublishFailed`
+    (review K, 29 November). Half leaves room for the message's own overhead and a broker
+    or topic limit below the producer's.
+
     A version not delivered is never counted as published, even when later ones arrived: a
     follower cannot pass the missing version. One still queued when the flush times out is
     sent again (with the ones after it) at the next publish; one whose delivery failed
     (librdkafka reports that after its own retries) stops the trainer with
     :class:`PublishFailed`, the versions before it recorded, rather than leave every
     follower stalled behind a gap nobody knows of."""
-    outcome: dict[int, tuple[int, int] | KafkaError] = {}
+    outcome: dict[tuple[int, int], tuple[int, int] | KafkaError] = {}
+    part_bytes = int(settings.extra.get("message.max.bytes", MESSAGE_MAX_BYTES)) // 2
+    n_parts: dict[int, int] = {}
 
-    def on_delivery(version: int, error: KafkaError | None, message: Message) -> None:
-        outcome[version] = error if error is not None else (message.partition(),
-                                                            message.offset())
+    def on_delivery(version: int, part: int, error: KafkaError | None,
+                    message: Message) -> None:
+        outcome[version, part] = error if error is not None else (message.partition(),
+                                                                  message.offset())
 
     versions = (range(current, current + 1) if max_trees is not None
                 and current - published > max_trees else range(published + 1, current + 1))
@@ -1317,21 +1337,26 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
         with _transaction(producer, settings):
             after = published
             for version in versions:
-                message = release(settings.model_name, after=after, upto=version)
-                producer.produce(settings.model_topic, key=settings.model_name.encode(),
-                                 value=message.model_dump_json().encode(),
-                                 on_delivery=functools.partial(on_delivery, version))
+                messages = release_parts(release(settings.model_name, after=after,
+                                                 upto=version), part_bytes)
+                n_parts[version] = len(messages)
+                for part, message in enumerate(messages):
+                    producer.produce(settings.model_topic, key=settings.model_name.encode(),
+                                     value=message.model_dump_json().encode(),
+                                     on_delivery=functools.partial(on_delivery, version, part))
                 after = version
             producer.flush(settings.connect_timeout)
     except KafkaException as failure:  # the transaction is aborted: none of it is visible
         raise PublishFailed(versions[0], None, failure.args[0].str()) from None
     record = None
     for version in versions:
-        result = outcome.get(version)
-        if isinstance(result, KafkaError):  # librdkafka reports it after its own retries
-            raise PublishFailed(version, record, result.str())
-        if result is None:  # still queued when the flush timed out: sent again next time
-            break
+        results = [outcome.get((version, part)) for part in range(n_parts[version])]
+        failed = next((r for r in results if isinstance(r, KafkaError)), None)
+        if failed is not None:  # librdkafka reports it after its own retries
+            raise PublishFailed(version, record, failed.str())
+        result = results[-1]
+        if None in results or result is None:  # still queued when the flush timed out
+            break  # sent again next time
         record = {"version": version, "partition": result[0], "offset": result[1],
                   "topic": settings.model_topic, "model": settings.model_name}
     return record
@@ -1638,6 +1663,8 @@ class ModelFollower:
         #: The Kafka client's last error and when (cleared by a message; an error older
         #: than :data:`CLIENT_ERROR_FRESH` seconds is not reported).
         self.client_error: tuple[str, float] | None = None
+        #: The parts read so far of a release sent in parts (:meth:`_gathered`).
+        self._parts: list[ModelRelease] = []
 
     def poll(self, timeout: float = 1.0, max_messages: int = 1000,
              lock: AbstractContextManager[Any] | None = None) -> int:
@@ -1674,6 +1701,10 @@ class ModelFollower:
             return 0
         if release.version <= self.version:
             return 0
+        if release.part is not None:
+            release = self._gathered(release, message)
+            if release is None:
+                return 0
         try:
             self._apply(release)
         except ReleaseGap as gap:
@@ -1685,6 +1716,34 @@ class ModelFollower:
                         message.offset(), self.model_name, error)
             return 0
         return 1
+
+    def _gathered(self, part: ModelRelease, message: Message) -> ModelRelease | None:
+        """The whole release once ``part`` is the last of its parts (read in order, as one
+        transaction wrote them), else ``None`` (kept until the rest arrives). Parts that are
+        not the ``n`` of one release (one lost, or a re-read after a gap began again) are
+        dropped at the last (:func:`~renyiboost.release.joined_parts`) or when a first part
+        comes; the version then comes again or the next version's gap says what is
+        missing. Kept parts hold at most the version's whole model together."""
+        k, n = part.part or (1, 1)
+        if k == 1:
+            self._parts = []
+        self._parts.append(part)
+        if sum(len(p.trees) for p in self._parts) > part.whole_trees:
+            self._parts = []
+            why = "more trees than the version's whole model holds"
+        elif k < n:
+            return None
+        else:
+            parts, self._parts = self._parts, []
+            try:
+                return joined_parts(parts)
+            except ValueError as error:
+                why = str(error)
+        self.not_releases += 1
+        log.warning("skipping the parts of version %d of %r read up to %s:%d@%d: %s",
+                    part.version, self.model_name, message.topic(), message.partition(),
+                    message.offset(), why)
+        return None
 
     def _other_model(self, key: bytes | None) -> None:
         """Note a release of another model on the topic (logged once a name, a few names)."""
@@ -1746,6 +1805,7 @@ class ModelFollower:
                             error)
             else:
                 self._reread_at = self.version
+                self._parts = []
                 log.warning("%s; re-reading %s from the beginning", gap, self.model_topic)
                 return True
         if self.stalled is None:

@@ -887,6 +887,12 @@ MUTATIONS = [
              "        if part.model_copy(update={\"trees\": [], \"part\": None}) != head:",
              [("tests/test_connector_faults.py::test_a_catch_up_too_large_for_one_message_goes"
                "_in_parts_a_follower_joins")]),
+    Mutation("a served category of another type is answered as the 'other' branch",
+             "src/renyiboost/connectors/serving.py",
+             "follower.validator.features(row, refuse_other_types=True)",
+             "follower.validator.features(row, refuse_other_types=False)",
+             [("tests/test_serve.py::test_serve_follows_the_topic_and_answers_with_the_models"
+               "_predictions")]),
     Mutation("an ONNX regression output scaled in float32",
              "src/renyiboost/export.py",
              "        extra += [helper.make_tensor(name, TensorProto.DOUBLE, [], [value])",

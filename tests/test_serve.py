@@ -145,6 +145,11 @@ def test_serve_follows_the_topic_and_answers_with_the_models_predictions(
     assert bad.status_code == 422
     assert bad.json()["detail"]["reason"] == "schema" and "row 1" in bad.json()["detail"]["detail"]
     assert client.post("/predict", json={"rows": [{"a": "high"}]}).status_code == 422
+    # a category of another type than the schema's was answered as "other", with a warning
+    # in the server's log only (review V #2): refused now; an unknown string is "other"
+    odd = client.post("/predict", json={"rows": [{"a": 0.5, "c": 1}]})
+    assert odd.status_code == 422 and "type none of its categories" in odd.text
+    assert client.post("/predict", json={"rows": [{"a": 0.5, "c": "w"}]}).status_code == 200
     assert client.post("/predict", json={"rows": []}).status_code == 422
     # a key beside rows is refused, not ignored; the API description is served (it was a
     # 500: /health's return type did not resolve)
@@ -259,7 +264,7 @@ def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> N
     anything is predicted; a colon inside a string is no repeat."""
     from fastapi.testclient import TestClient
 
-    from renyiboost.connectors.serving import create_app
+    from renyiboost.connectors.serving import NotServing, create_app
 
     class Answers:
         calls = 0
@@ -269,7 +274,7 @@ def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> N
 
         def predict(self, rows):  # reached only by bodies without a repeated field
             Answers.calls += 1
-            raise LookupError("no model version received yet")
+            raise NotServing("no model version received yet")
 
     client = TestClient(create_app(Answers()))  # type: ignore[arg-type]
     for body, field in ((b'{"rows": [{"a": "bad", "a": 0.5}]}', "a"),
@@ -288,6 +293,31 @@ def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> N
     fine = client.post("/predict", content=b'{"rows": [{"c": "x:y", "a": 0.5}]}',
                        headers={"content-type": "application/json"})
     assert fine.status_code == 503 and Answers.calls == 1
+
+
+def test_an_internal_lookup_error_is_a_server_error_not_a_model_not_yet_there() -> None:
+    """``except LookupError`` also caught an internal ``KeyError`` or ``IndexError`` and
+    answered 503 with its text, telling the client to wait for a model that was there
+    (review V #3): only :class:`NotServing` is a 503 now."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import NotServing, create_app
+
+    class Broken:
+        def start(self) -> None: ...
+        def stop(self) -> None: ...
+
+        def predict(self, rows):
+            raise KeyError("an internal table")
+
+        def describe(self):
+            raise NotServing("no model version received yet")
+
+    client = TestClient(create_app(Broken()), raise_server_exceptions=False)  # type: ignore[arg-type]
+    answer = client.post("/predict", json={"rows": [{"a": 0.5}]})
+    assert answer.status_code == 500 and "internal table" not in answer.text
+    model = client.get("/model")
+    assert model.status_code == 503 and model.json()["detail"] == "no model version received yet"
 
 
 @pytest.mark.parametrize("seeded", [True, False])

@@ -289,11 +289,14 @@ class RecordValidator:
         self.counts_at = "operator_telemetry().outside_domain"
 
     # ------------------------------------------------------------------ features
-    def features(self, x: Any, outside: list[int] | None = None) -> np.ndarray:
+    def features(self, x: Any, outside: list[int] | None = None,
+                 refuse_other_types: bool = False) -> np.ndarray:
         """The encoded row of ``x`` (absent features are NaN, missing); raises
         ``InvalidRecord('schema', …)``. The columns whose value lies outside its public bound
         or domain are appended to ``outside`` (for :meth:`note_outside`, once the whole record
-        is accepted).
+        is accepted). ``refuse_other_types``: an answered categorical value of a type none of
+        the feature's categories has is refused rather than warned about once
+        (:meth:`note_answered_type`; ``renyiboost serve`` answers 422 for it).
 
         Checks and encodes in one pass, with exact-type fast paths for the common Python
         values (the ``learn_one`` path); anything else goes through :meth:`_check_value`.
@@ -324,8 +327,8 @@ class RecordValidator:
                     code = hi  # the "other" branch
                     if outside is not None:
                         outside.append(j)
-                    elif j not in self._warned_answered_type:
-                        self.note_answered_type(j, [value])
+                    elif refuse_other_types or j not in self._warned_answered_type:
+                        self.note_answered_type(j, [value], refuse=refuse_other_types)
                 row[j] = float(code)
                 continue
             number = value if kind is float else _as_float(value) if kind is int else None
@@ -457,13 +460,14 @@ class RecordValidator:
             self.warn_at_end(f"feature {name!r}: a value lies {where}; if that is frequent, "
                              f"check the public schema (counts: {self.counts_at})")
 
-    def note_answered_type(self, j: int, values: Iterable[Any]) -> None:
+    def note_answered_type(self, j: int, values: Iterable[Any], refuse: bool = False) -> None:
         """Warn, once for categorical column ``j``, if one of ``values`` (answered values
         that took the "other" branch) is of a type none of its categories has: a client
         sending ``"20"`` for the category ``20`` (a form, a CSV) was answered as "other"
         every time, without a word, while learning such values warned. A value of the
         categories' type that is none of them is the domain's "other" and is not warned
-        about."""
+        about. ``refuse``: raise ``InvalidRecord('schema', …)`` instead, every time (an
+        HTTP client reads its answer, not the server's log)."""
         categories = self.schema.features[self.schema.names[j]]
         kinds = self._category_kinds.get(j)
         if kinds is None:  # asked again for each answered "other" until it warns
@@ -471,6 +475,10 @@ class RecordValidator:
         odd = next((v for v in values if type(category_key(v)) not in kinds), None)
         if odd is None:
             return
+        if refuse:
+            raise InvalidRecord("schema", f"feature {self.schema.names[j]!r}: the value "
+                                          f"{odd!r:.40} is of a type none of its categories "
+                                          f"has ({_kinds(categories)})")
         self._warned_answered_type.add(j)
         self.warn_at_end(f"feature {self.schema.names[j]!r}: a value answered, {odd!r:.40}, "
                          f"takes the 'other' branch ({_kinds(categories)}); check the types "

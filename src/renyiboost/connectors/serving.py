@@ -13,8 +13,10 @@ Endpoints:
 * ``POST /predict`` ``{"rows": [{feature: value, ...}, ...]}`` → ``{"model", "version",
   "store_id", "predictions": [...]}`` and, for a classifier, ``"probabilities"`` (one
   ``{label: p}`` a row). Rows are validated against the public schema exactly as a
-  training record is (unknown features, non-numbers, non-finite numbers are refused): a bad
-  row answers 422 with its index, reason and detail, and nothing is predicted. 503 until a
+  training record is (unknown features, non-numbers, non-finite numbers are refused; so is
+  a categorical value of a type none of the feature's categories has, ``1`` for ``"1"``,
+  which a training record's "other" branch takes with a warning): a bad row answers 422
+  with its index, reason and detail, and nothing is predicted. 503 until a
   first release has arrived, and 503 with the reason while the model is not served: the
   model topic lacks a version after the follower's (:attr:`ModelFollower.stalled
   <renyiboost.connectors.kafka.ModelFollower.stalled>`: answering from the older version
@@ -143,6 +145,14 @@ def probability_keys(labels: Sequence[Any]) -> list[str]:
     return keys
 
 
+class NotServing(LookupError):
+    """The served model cannot answer now (503 with this reason): no version yet, the
+    follower stalled, a version without trees its tree cap dropped, or labels that collide
+    as JSON keys. Its own class, so that an internal ``KeyError`` or ``IndexError`` (also
+    ``LookupError`` too) is a server error (500, logged), not a 503 that tells the client to
+    wait for a model that is there."""
+
+
 class FollowerService:
     """A model follower polled in a background thread, and predictions under one lock (a
     release is applied whole between two predictions, never during one)."""
@@ -208,17 +218,17 @@ class FollowerService:
         return None
 
     def predict(self, rows: list[dict[str, Any]]) -> PredictResponse:
-        """Validated rows → predictions of the current version (``LookupError`` before the
-        first release; :class:`InvalidRecord` naming the first bad row)."""
+        """Validated rows → predictions of the current version (:class:`NotServing` before
+        the first release; :class:`InvalidRecord` naming the first bad row)."""
         with self.lock:
             follower = self.follower
             refused = self.refusal()
             if refused is not None:
-                raise LookupError(refused)
+                raise NotServing(refused)
             encoded = []
             for i, row in enumerate(rows):
                 try:
-                    encoded.append(follower.validator.features(row))
+                    encoded.append(follower.validator.features(row, refuse_other_types=True))
                 except InvalidRecord as why:
                     raise InvalidRecord(why.reason, f"row {i}: {why.detail}") from None
             margin = follower.ensemble.predict_margin(np.vstack(encoded))
@@ -242,10 +252,13 @@ class FollowerService:
             return self.follower.release().model_dump(mode="json")
 
     def _check_complete(self) -> None:
-        """``LookupError`` while the follower's version is not a model the trainer had
-        (:meth:`_incomplete`): it is neither predicted from, described nor exported."""
+        """:class:`NotServing` before the first version, or while the follower's version
+        is not a model the trainer had (:meth:`_incomplete`): it is neither predicted from,
+        described nor exported."""
+        if self.follower.ensemble is None or self.follower.validator is None:
+            raise NotServing("no model version received yet")
         if (incomplete := self._incomplete()) is not None:
-            raise LookupError(incomplete)
+            raise NotServing(incomplete)
 
     def _incomplete(self) -> str | None:
         """Why the follower's version is not a model the trainer had: the topic lacks the
@@ -263,8 +276,6 @@ class FollowerService:
         """The public description of the served version."""
         with self.lock:
             follower = self.follower
-            if follower.validator is None:
-                raise LookupError("no model version received yet")
             self._check_complete()
             return {"model": follower.model_name, "version": follower.version,
                     "store_id": follower.store_id, "task": follower.task,
@@ -321,7 +332,7 @@ def create_app(service: FollowerService) -> Any:
                                               "in one object"})
         try:
             return service.predict(request.rows)
-        except LookupError as why:
+        except NotServing as why:
             raise HTTPException(status_code=503, detail=str(why)) from None
         except InvalidRecord as why:
             raise HTTPException(status_code=422, detail={
@@ -331,7 +342,7 @@ def create_app(service: FollowerService) -> Any:
     def model() -> dict[str, Any]:
         try:
             return service.describe()
-        except LookupError as why:
+        except NotServing as why:
             raise HTTPException(status_code=503, detail=str(why)) from None
 
     @app.get("/release", response_model=None)
@@ -339,7 +350,7 @@ def create_app(service: FollowerService) -> Any:
         """The served version's whole model: the public release, trees included."""
         try:
             return JSONResponse(service.release())
-        except LookupError as why:
+        except NotServing as why:
             raise HTTPException(status_code=503, detail=str(why)) from None
 
     @app.get("/health", response_model=None)  # a JSONResponse: its status code varies

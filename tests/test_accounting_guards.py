@@ -91,6 +91,47 @@ def _filter() -> IndividualRenyiFilter:
     return IndividualRenyiFilter(budget_rdp=1.0, table=table, min_sensitivity2=0.5)
 
 
+def test_a_charge_table_and_filter_refuse_inputs_that_would_charge_too_little() -> None:
+    """Review A (29 November): a NaN σ gave a table of zero charges (NaN was taken for an
+    infinite multiplier), so its filter admitted every record at no cost; an infinite
+    budget admitted every round; at a resolution that is no power of two, s² was rounded to
+    a grid point below it (431 of 2·10⁶ draws at 768). All are refused now."""
+    from renyiboost.accounting.rdp import subsampled_gaussian_rdp_many
+
+    for sigma in (np.nan, np.inf, 0.0, -1.0):
+        with pytest.raises(ValueError, match="sigma must be a finite number > 0"):
+            ChargeTable(sigma=sigma, sampling_rate=0.1, order=32)
+    for rate in (0.0, -0.1, 1.5, np.nan):
+        with pytest.raises(ValueError, match="sampling_rate must be in"):
+            ChargeTable(sigma=10.0, sampling_rate=rate, order=32)
+    with pytest.raises(ValueError, match="NaN"):
+        subsampled_gaussian_rdp_many(0.1, np.array([np.nan, 1.0]), 8)
+    with pytest.raises(ValueError, match="sampling_rate must be in"):
+        subsampled_gaussian_rdp_many(1.5, np.array([1.0]), 8)
+    with pytest.raises(ValueError, match="power of two"):
+        ChargeTable(sigma=10.0, sampling_rate=0.1, order=32, resolution=768)
+    table = ChargeTable(sigma=10.0, sampling_rate=0.1, order=32, resolution=512)
+    s2 = np.random.default_rng(0).uniform(0, 1, 200_000)
+    grid = np.linspace(0.0, 1.0, 513)
+    assert np.all(table.charges(s2) >= table.grid_charges[np.searchsorted(grid, s2)])
+    for budget in (np.inf, np.nan, 0.0):
+        with pytest.raises(ValueError, match="budget_rdp must be a finite number > 0"):
+            IndividualRenyiFilter(budget_rdp=budget, table=table, min_sensitivity2=0.5)
+
+
+def test_a_calibration_that_misses_its_target_is_refused(monkeypatch) -> None:
+    """The budget is recomputed after the bisection (the initial score's charge through its
+    σ and back): a σ whose recomputed ε passes the target is refused, never returned
+    (review A: 1,344 inputs all met it; nothing checked that they do)."""
+    from renyiboost.accounting import calibration
+
+    found = calibration._bisect_sigma
+    monkeypatch.setattr(calibration, "_bisect_sigma",
+                        lambda *args, **kwargs: 0.99 * found(*args, **kwargs))
+    with pytest.raises(RuntimeError, match="does not meet the target"):
+        calibration.calibrate.__wrapped__(0.7, 1e-6, 37, 0.1, order=64)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0, 1.0 + 1e-9, -0.1, -np.inf])
 def test_the_numpy_filter_refuses_a_sensitivity_it_cannot_charge(bad: float) -> None:
     """NaN used to be charged 0 and 2.0 the charge at 1: both under the round's cost."""

@@ -657,6 +657,140 @@ def test_write_behind_keeps_a_round_invisible_until_its_commit_returns(tmp_path)
     again.engine.close()
 
 
+def test_a_reader_on_another_thread_never_sees_a_round_installed_after_its_wait(
+        tmp_path) -> None:
+    """A reader that had waited for the commit in flight then read the model while a
+    learning call on another thread handed its round to the write-behind committer and
+    installed it: it answered with a tree not yet durable, whose commit could still fail
+    (review E, 29 November). The round is now committed and installed under the lock the
+    reader holds from its wait to its read: the learning call waits for the read."""
+    store = _GatedStore(tmp_path / "r.db")
+    store.gate.set()
+    model = _regressor(store=store, train_every=10**6, warmup=1)
+    engine = model.engine
+    for i, (x, y) in enumerate(_stream(40)):
+        model.learn_one(x, y, key=i)
+    engine.train(1)
+    rows = np.random.default_rng(3).uniform(0, 1, (5, 3))
+    committed = engine.predict_margin(rows)
+    waited, go = threading.Event(), threading.Event()
+    real_wait = engine.wait_durable
+
+    def wait_then_pause() -> None:  # a reader preempted between its wait and its read
+        real_wait()
+        waited.set()
+        assert go.wait(10)
+
+    engine.wait_durable = wait_then_pause
+    seen: dict[str, np.ndarray] = {}
+    reader = threading.Thread(target=lambda: seen.update(p=engine.predict_margin(rows)))
+    reader.start()
+    assert waited.wait(10)
+    store.gate.clear()
+    learner = threading.Thread(target=engine.train, args=(1,))
+    learner.start()
+    learner.join(0.3)
+    assert learner.is_alive()  # its round waits for the read
+    go.set()
+    reader.join(10)
+    del engine.wait_durable
+    np.testing.assert_array_equal(seen["p"], committed)
+    store.gate.set()
+    learner.join(10)
+    assert engine.release_version == 3
+    assert not np.array_equal(engine.predict_margin(rows), committed)
+    engine.close()
+
+
+def test_a_listener_error_is_raised_after_the_call_whose_rounds_all_ran(tmp_path) -> None:
+    """Raised where the next commit waited, a listener's error stopped a batch between its
+    trigger and its rounds and dropped the rest of the batch (10 positions of 60 counted, 2
+    rounds of 18; the owed round ran only after a restart): review E. It is raised once the
+    call has done all its work, which is what a call without the error does."""
+    def run(flaky: bool) -> tuple[int, int, int]:
+        engine = StreamEngine(EngineConfig(
+            public_schema=PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)},
+                                       target_bounds=(0.0, 3.0)),
+            params=SGBDTParams(epsilon=1.0, rounds=30, depth=2, sampling_rate=0.5,
+                               learning_rate=0.5, grad_clip=0.5),
+            train_every=10, warmup=10, trees_per_trigger=3),
+            store=SQLiteStore(tmp_path / f"{flaky}.db", create=True), seed=1)
+        heard: list[object] = []
+
+        def listener(event) -> None:
+            heard.append(event)
+            if flaky and len(heard) == 3:
+                raise RuntimeError("listener failed (injected)")
+
+        engine.listeners.append(listener)
+        rows = np.random.default_rng(0).uniform(size=(60, 2))
+        if flaky:
+            with pytest.raises(RuntimeError, match="injected"):
+                engine.add(rows, np.ones(60), [f"k{i}" for i in range(60)])
+        else:
+            engine.add(rows, np.ones(60), [f"k{i}" for i in range(60)])
+        engine.wait_durable()  # the error was raised once: nothing more here
+        result = (engine.positions, engine.rounds_done, len(heard))
+        engine.close()
+        return result
+
+    assert run(True) == run(False) == (60, 18, 19)
+    # a shard's refit is installed outside a learning call: a failure before its commit
+    # reached the store leaves the map the engine answers with and releases as it was
+    engine = _regressor().engine
+    before = engine.recalibration
+
+    def refused(*args, **kwargs) -> None:
+        raise RuntimeError("a listener raised while the commit waited (injected)")
+
+    engine._commit = refused
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.install_recalibration(dataclasses.replace(before, refits=before.refits + 1))
+    assert engine.recalibration is before
+
+
+def test_the_engines_add_one_refuses_bad_input_whole_and_counts_its_position() -> None:
+    """``add_one`` registered the key before its row or label failed to convert: the next
+    record then joined the previous key's ledger and the buffers went out of step; a NaN
+    label made every later release fail; a bad key lost the position (review E). Now a
+    refused record changes nothing but its position, which counts as an empty one."""
+    model = _regressor(train_every=10, warmup=10)
+    engine = model.engine
+    engine.add_one(np.array([0.1, 0.1, 0.0]), 0.5, "alice")
+    for row, label, key in ((["x", 0.5, 0.0], 2.0, "bob"),
+                            ([0.5, 0.5, 0.0], float("nan"), "bob"),
+                            ([0.5], 2.0, "bob"), ([0.5, 0.5, 0.0], 2.0, 1.5)):
+        with pytest.raises((ValueError, TypeError)):
+            engine.add_one(row, label, key)
+    assert engine.positions == 5 and engine.n_pending == 1 and "bob" not in engine._keys
+    engine.add_one(np.array([0.9, 0.9, 1.0]), 3.0, "carol")
+    for i in range(20):
+        engine.add_one(np.array([0.5, 0.5, 2.0]), 1.0, f"k{i}")
+    engine.wait_durable()
+    carol = engine._slot[engine._keys["carol"]]
+    np.testing.assert_array_equal(engine.pool.X[carol], [0.9, 0.9, 1.0])
+    assert np.all(np.isfinite(engine.predict_margin(np.array([[0.5, 0.5, 0.0]]))))
+
+
+def test_a_bad_key_in_a_batch_with_checked_labels_keeps_its_position() -> None:
+    """``add(..., labels_checked=True)`` checked no key: one the key's normalisation refused
+    lost every position of the call (review E); its row is an empty position now, the
+    others are learned, and the error names it. An integer key of 5,000 digits raised
+    ``str()``'s ``ValueError`` past the refusal that counts the position."""
+    engine = _regressor(train_every=10**6, warmup=10**6).engine
+    rows = np.random.default_rng(1).uniform(size=(5, 3))
+    with pytest.raises(InvalidRecord, match="1 of 5 rows were not learned; row 2"):
+        engine.add(rows, np.ones(5), ["a", "b", 2.5, "d", "e"], labels_checked=True)
+    assert engine.positions == 5 and engine.n_pending == 4
+    model = _regressor()
+    with pytest.raises(InvalidRecord, match="more than 256 digits"):
+        model.learn_one({"a": 0.5, "b": 0.5, "c": "x"}, 1.0, key=10**5000)
+    with pytest.raises(InvalidRecord, match="1 of 2 rows"):
+        model.learn_many(pd.DataFrame({"a": [0.1, 0.2], "b": [0.3, 0.4], "c": ["x", "y"]}),
+                         [1.0, 2.0], keys=[1, 10**5000])
+    assert model.engine.positions == 3
+
+
 def test_a_listener_that_raises_leaves_the_ledger_whole(tmp_path) -> None:
     """A listener's exception reaches the caller, but nothing the pool holds is missing from
     the store (every record a new key, so a lost merge would leave keys the store never

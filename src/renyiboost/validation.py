@@ -57,6 +57,10 @@ from renyiboost.schema import (
 
 #: Longest key accepted, in characters after NFC normalisation.
 MAX_KEY_CHARS = 256
+#: Bits of the largest integer key :func:`normalise_key` converts: any integer of more has
+#: more than :data:`MAX_KEY_CHARS` digits (and one of over 4,300 digits made ``str()`` raise
+#: a ``ValueError``, not an ``InvalidRecord``, and the record lost its position: review E).
+MAX_KEY_BITS = math.ceil(MAX_KEY_CHARS * math.log2(10)) + 1
 
 
 def rows_not_learned(bad: Mapping[int, InvalidRecord] | Sequence[tuple[int, InvalidRecord]],
@@ -85,7 +89,11 @@ def normalise_key(key: Any) -> str:
         except UnicodeDecodeError:
             raise InvalidRecord("key", f"key {key[:40]!r} is not valid UTF-8") from None
     elif isinstance(key, numbers.Integral) and not isinstance(key, bool | np.bool_):
-        name = str(int(key))
+        number = int(key)
+        if number.bit_length() > MAX_KEY_BITS:  # str() refuses past 4,300 digits (ValueError)
+            raise InvalidRecord("key", f"an integer key of {number.bit_length()} bits has "
+                                       f"more than {MAX_KEY_CHARS} digits")
+        name = str(number)
     else:
         raise InvalidRecord("key", f"keys must be str, int or bytes, got "
                                    f"{type(key).__name__} {key!r:.40}")

@@ -235,6 +235,10 @@ def _calibration(
         init_charge = float(gaussian_rdp(init_sigma / math.sqrt(2.0), order)[0])
     budget = (trees_rdp + init_charge + grid_charge) * (1.0 + BUDGET_SLACK)
     achieved = float(dp_epsilon_at_orders(order, budget, delta)[0])
+    if achieved > epsilon * (1.0 + 1e-9):  # the bisection's ε and this one round apart only
+        raise RuntimeError(f"calibration reached epsilon={achieved!r} for a target of "
+                           f"{epsilon!r} (sigma={sigma!r}, order={order}): refusing a noise "
+                           "scale that does not meet the target")
     return Calibration(
         target_epsilon=epsilon,
         epsilon=achieved,

@@ -139,11 +139,17 @@ def subsampled_gaussian_rdp_many(
 ) -> np.ndarray:
     """:func:`subsampled_gaussian_rdp` at one integer order for many noise multipliers.
 
-    Used to tabulate the filter's charges; entries with ``z = inf`` cost 0.
+    Used to tabulate the filter's charges; entries with ``z = inf`` cost 0 (s² = 0). A NaN
+    multiplier or a rate outside [0, 1] is refused (``ValueError``): NaN was taken for
+    ``inf`` and charged 0 (review A).
     """
     z = np.asarray(noise_multipliers, dtype=float)
     alpha = float(_as_orders(order, integer=True)[0])
     q = float(sampling_rate)
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"sampling_rate must be in [0, 1], got {sampling_rate!r}")
+    if np.isnan(z).any() or (z == -np.inf).any():
+        raise ValueError("noise_multipliers must not be NaN or -inf")
     out = np.zeros_like(z)
     live = np.isfinite(z)
     if q == 0.0 or not live.any():

@@ -60,6 +60,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import numbers
 import os
 import threading
@@ -76,6 +77,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from renyiboost.accounting.filter import charged_many
 from renyiboost.exceptions import (
     EngineClosed,
+    InvalidRecord,
     LedgerConflict,
     PrivacyLeakWarning,
     StateStoreError,
@@ -146,6 +148,7 @@ from renyiboost.stream.store import (
 from renyiboost.validation import (
     FeatureArrivals,
     RecordValidator,
+    bad_keys,
     normalise_key,
     normalise_keys,
     rows_not_learned,
@@ -777,10 +780,17 @@ def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: StreamEngine, *args: Any, **kwargs: Any) -> Any:
-        if self.validator.deferring:  # inside a block already (learn_one's): its end warns
-            return method(self, *args, **kwargs)
-        with self.validator.warnings_at_end():
-            return method(self, *args, **kwargs)
+        self._learning_calls += 1
+        try:
+            if self.validator.deferring:  # inside a block already (learn_one's): its end warns
+                result = method(self, *args, **kwargs)
+            else:
+                with self.validator.warnings_at_end():
+                    result = method(self, *args, **kwargs)
+        finally:
+            self._learning_calls -= 1
+        self._raise_listener_error()
+        return result
 
     return call
 
@@ -884,6 +894,10 @@ class StreamEngine(OwesRounds):
         self._planned: dict[str, Any] | None = None  # a round's pool side (shard_sums)
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
+        #: Learning calls running (:func:`_warnings_at_end`), and the first error a
+        #: listener raised inside them, raised when the outermost ends (:meth:`_drain`).
+        self._learning_calls = 0
+        self._listener_error: Exception | None = None
         self._store = open_store(store)
         self.write_behind = self._store.durable if write_behind is None else write_behind
         self._store.claim(self)  # before the try: a refused claim leaves the store to its engine
@@ -1000,9 +1014,21 @@ class StreamEngine(OwesRounds):
         failed one and inside a group commit). A copy, since the engine's own object grows
         with every round: a reference taken while durable once showed the tree of a round
         whose commit then failed, and answered with it."""
-        self._refuse_in_group("the model")
-        self.wait_durable()
-        return copy.deepcopy(self.booster.ensemble)
+        with self._durable_view("the model"):
+            return copy.deepcopy(self.booster.ensemble)
+
+    @contextmanager
+    def _durable_view(self, what: str) -> Iterator[None]:
+        """A block in which the model and version read are the committed ones: it waits for
+        the commit in flight and holds the lock under which a round is committed and
+        installed, so a learning call on another thread cannot install its round between
+        the wait and the read. (Without it, a reader that had waited then read a round
+        whose write-behind commit was still running, and whose commit then failed: review
+        E, 29 November.) Refused inside a group commit (:meth:`_refuse_in_group`)."""
+        self._refuse_in_group(what)
+        with self._drain_lock:
+            self.wait_durable()
+            yield
 
     def _refuse_in_group(self, what: str) -> None:
         """Refuse to show ``what`` inside :meth:`group_commit`: its rounds are not durable
@@ -1042,9 +1068,8 @@ class StreamEngine(OwesRounds):
     def release_version(self) -> int:
         """Outputs released and committed so far: the initial score, then one per round
         (refused inside a group commit: :meth:`_refuse_in_group`)."""
-        self._refuse_in_group("the release version")
-        self.wait_durable()
-        return self._version()
+        with self._durable_view("the release version"):
+            return self._version()
 
     def _version(self) -> int:
         """Outputs computed so far, durable or not (internal)."""
@@ -1192,8 +1217,19 @@ class StreamEngine(OwesRounds):
             raise ValueError(f"got {len(keys)} keys for {n} rows")
         if positions is not None and len(positions) != n_events:
             raise ValueError(f"got {len(positions)} positions for {n_events} events")
-        uids = self._uids(keys, n, None if positions is None
-                          else lambda i: positions[int(at[i])][0])
+        try:
+            uids = self._uids(keys, n, None if positions is None
+                              else lambda i: positions[int(at[i])][0])
+        except InvalidRecord:  # a key (nothing admitted yet): its row keeps its position
+            bad = bad_keys(keys or [])
+            if not bad:
+                raise
+            good = np.ones(n, dtype=bool)
+            good[[i for i, _ in bad]] = False
+            self.add(rows[good], labels[good],
+                     [k for k, g in zip(keys or [], good, strict=True) if g], positions,
+                     event_index=at[good], n_events=n_events, labels_checked=True)
+            raise rows_not_learned(bad, n) from None
         start, row = 0, 0
         while start < n_events:
             # Up to the next trigger nothing can retire, so the chunk is buffered at once.
@@ -1232,11 +1268,26 @@ class StreamEngine(OwesRounds):
         key: Any = None,
         position: tuple[str, int] | None = None,
     ) -> None:
-        """One encoded row with its validated label at the next position (``learn_one``)."""
+        """One encoded row with its validated label at the next position (``learn_one``).
+
+        A row, label or key this cannot take (``ValueError``, ``TypeError`` or
+        :class:`InvalidRecord`) changes nothing but the position, which counts as an empty
+        one, as every refused record's does: a key registered before its row failed to
+        convert once left the buffers out of step (the next record joined the previous
+        key's ledger), and a NaN label made every later release fail (review E)."""
         self._learn_gate()
-        if len(row) != self.schema.n_features:
-            raise ValueError(f"row must have {self.schema.n_features} values, got {len(row)}")
-        uid = self._uid_for(key, None if position is None else position[0])
+        try:
+            values = np.array(row, dtype=float, ndmin=2)
+            target = float(label)
+            if values.shape != (1, self.schema.n_features):
+                raise ValueError(f"row must have {self.schema.n_features} values, got "
+                                 f"{values.size}")
+            if not math.isfinite(target):
+                raise InvalidRecord("label", f"a label must be a finite number, got {target}")
+            uid = self._uid_for(key, None if position is None else position[0])
+        except (ValueError, TypeError, InvalidRecord):
+            self.empty_event(position)
+            raise
         if position is not None:
             self._pending_offsets[position[0]] = position[1]
         if self._status[uid] == RETIRED:
@@ -1244,8 +1295,8 @@ class StreamEngine(OwesRounds):
         else:
             self._pending_uids.append(uid)
             self._n_pending += 1
-            self._pending_rows.append(np.array(row, dtype=float, ndmin=2))
-            self._pending_targets.append(float(label))
+            self._pending_rows.append(values)
+            self._pending_targets.append(target)
         self._count_positions(1)
 
     @_warnings_at_end
@@ -1410,11 +1461,20 @@ class StreamEngine(OwesRounds):
 
     def install_recalibration(self, state: RecalibrationState) -> None:
         """Commit the refitted map (the window's sums spent) with the merges whose keys
-        paid for it, wait until it is durable, then answer with it."""
-        self.recalibration = state
-        self._commit(None, self.pool)
-        self._drain()
-        self.booster.ensemble.answer_map = state.answer_map
+        paid for it, wait until it is durable, then answer with it. A commit that fails
+        before it is handed to the store leaves the engine's map as it was (a listener's
+        error in the commit's first wait once left the release's map new and the answers'
+        old: review E)."""
+        previous, self.recalibration = self.recalibration, state  # the commit records it
+        with self._drain_lock:
+            try:
+                self._commit(None, self.pool)
+                self._drain()
+            except BaseException:
+                if self._broken is None:  # nothing of it reached the store
+                    self.recalibration = previous
+                raise
+            self.booster.ensemble.answer_map = state.answer_map
         log.info("answers recalibrated at stream position %d: a = %.3f, b = %.3f",
                  self._positions, state.scale, state.offset)
 
@@ -1560,10 +1620,12 @@ class StreamEngine(OwesRounds):
         self._commit_and_install(event, self._init_state(event))
 
     def _commit_and_install(self, event: InitEvent | GridEvent, after: RecordPool) -> None:
-        """Commit ``event`` with the pool ``after`` it, then make it visible."""
+        """Commit ``event`` with the pool ``after`` it, then make it visible (under the lock
+        a reader holds: :meth:`_durable_view`)."""
         newly = self._newly_retired(after)
-        self._commit(event, after, newly)
-        self._install(event, after, newly)
+        with self._drain_lock:
+            self._commit(event, after, newly)
+            self._install(event, after, newly)
         if not self.write_behind:
             self._drain()
 
@@ -1646,8 +1708,9 @@ class StreamEngine(OwesRounds):
                            outcome.leaves, outcome.codes_digest, self.n_active, dropped, stage)
         after = self._round_state(event, outcome)
         newly = self._newly_retired(after)
-        self._commit(event, after, newly)
-        self._install(event, after, newly)
+        with self._drain_lock:  # a reader never sees the round between commit and install
+            self._commit(event, after, newly)
+            self._install(event, after, newly)
         if not self.write_behind:
             self._drain()
 
@@ -1734,7 +1797,22 @@ class StreamEngine(OwesRounds):
             self._committed_positions = int(flight.state["positions"])
             for event in flight.outputs:  # a listener may read the model: the lock re-enters
                 for listener in self.listeners:
-                    listener(event)
+                    try:
+                        listener(event)
+                    except Exception as error:  # noqa: BLE001 - kept, raised after the call
+                        log.error("a listener of the engine raised %r on an output (%s)",
+                                  error, type(event).__name__)
+                        self._listener_error = self._listener_error or error
+        self._raise_listener_error()
+
+    def _raise_listener_error(self) -> None:
+        """Raise the first error a listener raised, once no learning call is running: raised
+        where a learning call's commit waited, it stopped the call between a trigger and its
+        rounds (the rounds were owed until a restart) and dropped the rest of its batch
+        (review E, 29 November). Every listener hears of every output either way."""
+        if self._listener_error is not None and not self._learning_calls:
+            error, self._listener_error = self._listener_error, None
+            raise error
 
     def wait_durable(self) -> None:
         """Return once every output computed so far is committed and announced (a no-op
@@ -2019,9 +2097,8 @@ class StreamEngine(OwesRounds):
     # ------------------------------------------------------------------ prediction
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """The committed model's margin for encoded rows (never an uncommitted tree)."""
-        self._refuse_in_group("a prediction")
-        self.wait_durable()
-        return self._predict(X)
+        with self._durable_view("a prediction"):
+            return self._predict(X)
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.booster.ensemble.predict_margin(X)
@@ -2041,12 +2118,11 @@ class StreamEngine(OwesRounds):
         version ``r + 2`` the tree of round ``r``; trees already dropped by ``max_trees`` are
         not in it.
         """
-        self._refuse_in_group("the release")
-        self.wait_durable()
-        return model_release(self.config, self.booster, self._store.identity, model, after,
-                             self.release_version if upto is None
-                             else min(upto, self.release_version),
-                             self.recalibration, self.released_grid)
+        with self._durable_view("the release"):
+            version = self._version()
+            return model_release(self.config, self.booster, self._store.identity, model,
+                                 after, version if upto is None else min(upto, version),
+                                 self.recalibration, self.released_grid)
 
     # ------------------------------------------------------------------ operator telemetry
     def operator_budget_of(self, key: Any) -> KeyBudget:

@@ -124,7 +124,9 @@ def test_seconds_and_rates_are_finite_and_positive(argv, capsys) -> None:
 
 @pytest.mark.parametrize(("lines", "why"), [
     ("group.id=mine\n", "sets ['group.id'], which renyiboost sets itself"),
-    ("# a comment\nsasl.username\n", ":2: expected key=value, got 'sasl.username'"),
+    ("# a comment\nsasl.username\n", ":2: expected key=value (a line without '=')"),
+    # a Java properties file's colon: the line, with its secret, was echoed (review C)
+    ("sasl.password: hunter2-S3cret\n", ":1: expected key=value (a line without '=')"),
 ])
 @pytest.mark.parametrize("command", [
     ["serve", "--bootstrap", "127.0.0.1:1", "--model-topic", "m"],
@@ -137,7 +139,8 @@ def test_a_client_config_that_would_be_misread_is_a_usage_error(tmp_path, capsys
     path = tmp_path / "client.properties"
     path.write_text(lines)
     assert main([*command, "--client-config", str(path)]) == 2
-    assert why in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert why in error and "hunter2" not in error
 
 
 @pytest.mark.parametrize("argv", [
@@ -176,6 +179,15 @@ def test_a_report_path_is_checked_before_the_run_and_never_replaces_a_store(tmp_
         assert main(argv) == 2
         assert "is a SQLite database (a state store?)" in capsys.readouterr().err
     assert store.read_bytes() == before
+    # nor one of the files beside it: over its .epoch record a report turned off the check
+    # that refuses an older copy of the store (review C, 29 November)
+    epoch = tmp_path / "trained.db.epoch"
+    record = epoch.read_bytes()
+    for beside in (epoch, tmp_path / "trained.db-wal"):
+        assert main(["tune", "--dataset", "abalone", "--epsilon", "1", "--json",
+                     str(beside)]) == 2
+        assert "file of the state store" in capsys.readouterr().err
+    assert epoch.read_bytes() == record
     assert main(["demo", "--plot", "/proc/no/plot.png"]) == 2
     assert "cannot be written" in capsys.readouterr().err
     assert main(["demo", "--state", "s.db", "--json", "s.db"]) == 1
@@ -207,6 +219,58 @@ def test_a_memory_source_trains_only_with_the_data_sets_own_features(tmp_path, c
         assert main(["train", "--config", str(config), "--new-state"]) == 1
         assert "memory:abalone" in capsys.readouterr().err
         assert not (tmp_path / "s.db").exists()
+
+
+def test_a_failed_kafka_start_with_new_state_leaves_no_store_behind(tmp_path, capsys) -> None:
+    """With the broker away, ``train --new-state`` created the store, failed, and the same
+    command run again was refused ("already exists") while an unused store stayed (review
+    C, 29 November): a single store this start created and never used is removed, and a
+    sharded deployment asks the broker before it creates its stores."""
+    example = (Path(__file__).parents[1] / "examples" / "abalone.toml").read_text()
+    config = tmp_path / "c.toml"
+    config.write_text(example.replace('source = "memory:abalone"',
+                                      'source = "kafka://127.0.0.1:1/abalone"').replace(
+        'state = "out/abalone-state.db"', f'state = "{tmp_path / "s.db"}"').replace(
+        'group_id = "renyiboost-abalone"', 'group_id = "renyiboost-abalone"\nconnect_timeout = 1'))
+    for shards in ([], ["--shards", "2"]):
+        for _ in range(2):  # the same command twice: the same error, not "already exists"
+            assert main(["train", "--config", str(config), "--new-state", *shards]) == 1
+            error = capsys.readouterr().err
+            assert "already exists" not in error and "127.0.0.1:1" in error
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]
+
+
+def test_a_memory_source_stops_at_sigterm_and_names_the_settings_it_does_not_read(
+        tmp_path, capsys, caplog, monkeypatch) -> None:
+    """Review C (29 November): SIGTERM killed a ``memory:`` replay at once (exit 143, nothing
+    closed), where the documented stop finishes the batch, commits and closes; and the
+    file's ``model_topic`` and ``[kafka]``, which such a source never reads, were passed
+    over without a word."""
+    import logging
+    import signal
+
+    from renyiboost.stream.sources import InMemorySource
+
+    batches = InMemorySource.batches
+
+    def terminated_after_the_first(self, after: int = 0):
+        for i, batch in enumerate(batches(self, after)):
+            yield batch
+            if i == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(InMemorySource, "batches", terminated_after_the_first)
+    example = (Path(__file__).parents[1] / "examples" / "abalone.toml").read_text()
+    config = tmp_path / "c.toml"
+    config.write_text(example.replace('state = "out/abalone-state.db"',
+                                      f'state = "{tmp_path / "s.db"}"'))
+    with caplog.at_level(logging.INFO, logger="renyiboost.train"):
+        assert main(["train", "--config", str(config), "--new-state", "--json"]) == 0
+    consumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["consumed"]
+    assert 0 < consumed < 4177
+    assert "interrupted (signal 15)" in caplog.text
+    assert "kafka, model_name, model_topic are for a Kafka source and not used" in caplog.text
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 def test_a_grid_of_nothing_that_can_run_is_refused_before_the_outputs(tmp_path, capsys,

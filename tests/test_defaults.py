@@ -297,6 +297,18 @@ def test_a_batch_fit_buys_its_size_and_reports_the_total_epsilon() -> None:
     explicit = SGBDT(SCHEMA, seed=3, **(default_params("regression", 1.0, 3_000)
                                         | {"epsilon": 1.0, "hess_clip": None})).fit(X, y)
     assert explicit.size_estimate_ is None
+    # depth and rounds given, the rest left to the policy: its other fields are constants,
+    # and 5 % of ε bought a count that changed nothing (review R); the classifier's size
+    # also chooses its feature selection and gradient
+    sized = SGBDT(SCHEMA, seed=3, epsilon=1.0, depth=4, rounds=60).fit(X, y)
+    assert sized.size_estimate_ is None and sized.params.epsilon == 1.0
+    assert sized.params.leaf_clip == default_params("regression", 1.0, 3_000)["leaf_clip"]
+    labels = (X[:, 0] > 0.5).astype(int)
+    classes = PublicSchema(features=SCHEMA.features, labels=[0, 1])
+    assert SGBDT(classes, seed=3, epsilon=1.0, depth=4, rounds=60).fit(
+        X, labels).size_estimate_ is not None
+    assert SGBDT(classes, seed=3, epsilon=1.0, depth=4, rounds=60, feature_selection="cyclic",
+                 logistic_gradient="clipped").fit(X, labels).size_estimate_ is None
 
 
 def test_a_batch_fit_adds_laplace_noise_to_the_row_count() -> None:
@@ -308,8 +320,8 @@ def test_a_batch_fit_adds_laplace_noise_to_the_row_count() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
         for seed in range(30):
-            model = SGBDT(SCHEMA, seed=seed, epsilon=1.0, rounds=1, depth=1).fit(X, y)
-            errors.append(model.size_estimate_ - 40)
+            model = SGBDT(SCHEMA, seed=seed, epsilon=1.0, rounds=1).fit(X, y)  # its depth
+            errors.append(model.size_estimate_ - 40)  # from the policy: a count is bought
     expected = math.sqrt(2) / SizeEstimate.split(1.0).epsilon
     assert 0.55 * expected < np.std(errors) < 1.45 * expected
 

@@ -92,8 +92,8 @@ def test_the_demo_replaces_only_its_own_store(tmp_path) -> None:
     from renyiboost.stream.store import SQLiteStore
 
     def run(state, **options) -> None:
-        demo.run_demo("abalone", "iid", batch_size=2000, state=str(state),
-                      plot_path=str(options.pop("plot", tmp_path / "d.png")), **options)
+        assert demo.run_demo("abalone", "iid", batch_size=2000, state=str(state),
+                      plot_path=str(options.pop("plot", tmp_path / "d.png")), **options) == 0
 
     precious = tmp_path / "precious.txt"
     precious.write_text("precious")
@@ -112,6 +112,18 @@ def test_the_demo_replaces_only_its_own_store(tmp_path) -> None:
     reopened.close()
     run(tmp_path / "demo.db")
     run(tmp_path / "demo.db")  # its own store: replaced
+    # --resume took any store: the demo's row numbers went into a production trainer's
+    # ledgers (review C, 29 November); it continues only its own, and one that had read
+    # every record ends without a plot (its empty history raised an IndexError)
+    from renyiboost.exceptions import LedgerConflict
+
+    with pytest.raises(LedgerConflict, match="another model's"):
+        run(tmp_path / "prod.db", resume=True)
+    reopened = SQLiteStore(tmp_path / "prod.db")
+    assert reopened.get_meta("published") == {"version": 7} and not reopened.get_meta(
+        "state")
+    reopened.close()
+    assert run(tmp_path / "demo.db", resume=True) is None
     with pytest.raises(ValueError, match="extension must name an image format"):
         run(tmp_path / "new.db", plot=tmp_path / "d.txt")
     with pytest.raises(ValueError, match="is a directory"):

@@ -406,3 +406,20 @@ def test_a_commit_whose_connection_is_lost_does_not_claim_it_was_not_written(
     with pytest.raises(StateStoreError, match="Whether it was written is unknown"):
         store.set_meta("note", 1)
     store.close()
+
+
+def test_a_store_url_keeps_libpqs_socket_form_and_hides_every_password() -> None:
+    """Review C (29 November): a ``password=`` parameter was printed whole in errors and
+    logs (only ``user:password@`` was masked), and ``postgresql:///db?host=/run/…`` (libpq's
+    Unix socket) lost its ``//`` on the way to psycopg, which refused it."""
+    from renyiboost.exceptions import StateStoreError
+    from renyiboost.stream.postgres import PostgresStore, split_url, without_password
+
+    assert split_url("postgresql:///db?host=/var/run/postgresql&schema=s") == (
+        "postgresql:///db?host=%2Fvar%2Frun%2Fpostgresql", "s")
+    assert without_password("postgresql://u:pw@h/db?password=pw2&sslmode=require") == (
+        "postgresql://u:***@h/db?password=***&sslmode=require")
+    with pytest.raises(StateStoreError) as refused:
+        PostgresStore("postgresql://alice@127.0.0.1:1/db?password=S3cretPW&schema=s",
+                      create=True)
+    assert "S3cretPW" not in str(refused.value) and "password=***" in str(refused.value)

@@ -33,6 +33,13 @@ EXTRAS = {"interpret": "experiments", "diffprivlib": "experiments", "xgboost": "
 CONTEXT = {"help_option_names": ["-h", "--help"], "show_default": True, "max_content_width": 100}
 
 
+#: The files a SQLite state store keeps beside its own (its ``.epoch`` record of commits,
+#: which refuses an older copy; its lock; SQLite's journal): a report written over one
+#: (``tune --json state.db.epoch``) let an older copy of the store open with its keys'
+#: budgets back (review C, 29 November).
+STORE_FILE_SUFFIXES = (".epoch", ".lock", "-wal", "-shm", "-journal")
+
+
 class OutputFile(click.ParamType):
     """A file a command writes after its run, checked before the run (which may spend
     budget, or take an hour): not a directory, not a SQLite database (a state store's keys'
@@ -51,6 +58,13 @@ class OutputFile(click.ParamType):
         if path.is_file() and is_sqlite_database(path):
             self.fail(f"{value} is a SQLite database (a state store?); a report never "
                       "replaces one: give another path", param, ctx)
+        beside = next((suffix for suffix in STORE_FILE_SUFFIXES
+                       if value.endswith(suffix) and is_sqlite_database(
+                           Path(value.removesuffix(suffix)))), None)
+        if beside is not None:  # a report over the .epoch record turned off the check
+            self.fail(f"{value} is the {beside} file of the state store "  # of old copies
+                      f"{value.removesuffix(beside)}; a report never replaces one: give "
+                      "another path", param, ctx)
         if os.path.lexists(path):  # a file, a device (/dev/stdout), a pipe: never touched
             if not os.access(path, os.W_OK):
                 self.fail(f"{value} cannot be written (permission denied)", param, ctx)

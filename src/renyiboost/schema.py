@@ -276,7 +276,8 @@ class PublicSchema(BaseModel):
                                  "strings): give every feature a distinct name")
             given[key] = name
             if isinstance(spec, tuple | list) and len(spec) == 2 and all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in spec
+                isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_)
+                for v in spec  # numpy's numbers too (np.int64 bounds were refused: review R)
             ):
                 lo, hi = float(spec[0]), float(spec[1])
                 if not _bounds_ok(lo, hi):
@@ -615,10 +616,12 @@ class PublicSchema(BaseModel):
         scikit-learn takes an array's). A frame with a column the schema does not name, or
         without one it names, is refused (``ValueError``): matched by position, swapped
         columns fed each feature the other's values, and misspelled ones passed unnoticed.
-        Labels that are not all strings are taken by position only when they are 0, 1, …
-        (an unnamed frame's) or read as the features' names in order; others are refused
-        (``[1, 0]`` for features ``"0"``, ``"1"``, a MultiIndex, mixed labels), which
-        position could swap.
+        Labels that are not all strings are matched by their text when they read as the
+        features' names (River's integer names, as a stream's rows are: a frame whose
+        integer labels were the names in another order was taken by position, the
+        features silently swapped, review R); 0, 1, … that name none of the features are an
+        unnamed frame's, taken by position; others are refused (labels naming some
+        features but not all, a MultiIndex), which position could swap.
 
         >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 10)})
         >>> import pandas as pd
@@ -630,15 +633,19 @@ class PublicSchema(BaseModel):
             return X
         if not all(isinstance(c, str) for c in columns):
             labels = list(columns)
-            if labels == list(range(len(labels))) or [str(c) for c in labels] == list(
-                    self.names):
-                return X  # unnamed (0, 1, …), or the names in order: taken by position
+            texts = [str(c) for c in labels]
+            if len(set(texts)) == len(texts) and set(texts) == set(self.names):
+                if texts == list(self.names):
+                    return X
+                return X[[labels[texts.index(name)] for name in self.names]]
+            if labels == list(range(len(labels))) and not set(texts) & set(self.names):
+                return X  # an unnamed frame's 0, 1, …: taken by position
             raise ValueError(
-                f"X's column labels {labels!r:.120} are not all strings, so they cannot be "
-                f"matched to the features {list(self.names)!r:.120} by name, and taken by "
-                "position they could feed a feature another's values: name the columns "
-                "with the features' names, or pass an array (columns in the schema's "
-                "order)")
+                f"X's column labels {labels!r:.120} are not all strings and do not read as "
+                f"the features {list(self.names)!r:.120}, so they cannot be matched by "
+                "name, and taken by position they could feed a feature another's values: "
+                "name the columns with the features' names, or pass an array (columns in "
+                "the schema's order)")
         given = list(columns)
         if given == list(self.names):
             return X

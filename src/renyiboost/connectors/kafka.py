@@ -227,7 +227,9 @@ def read_client_config(path: str | Path) -> dict[str, str]:
             continue
         name, equals, value = line.partition("=")
         if not equals or not name.strip():
-            raise ValueError(f"{path}:{number}: expected key=value, got {line[:60]!r}")
+            # the line itself is not shown: "sasl.password: …" (a Java properties file's
+            # colon) was echoed whole to the terminal (review C, 29 November)
+            raise ValueError(f"{path}:{number}: expected key=value (a line without '=')")
         settings[name.strip()] = value.strip()
     return refuse_managed(settings, str(path))
 

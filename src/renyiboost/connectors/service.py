@@ -51,6 +51,7 @@ from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
     KEY_SOURCE_META,
+    SQLiteStore,
     StoreIdentity,
     is_postgres_location,
     key_source_name,
@@ -291,8 +292,14 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
              engine.release_version)
     try:
         if memory is not None:
+            _note_unused_kafka_settings(config)
             return _train_from_memory(engine, memory, config.source, as_json)
-        trainer = KafkaTrainer(engine, settings, config.events)
+        try:
+            trainer = KafkaTrainer(engine, settings, config.events)
+        except BaseException:
+            if new_state:
+                _discard_unused(engine)
+            raise
         _run_until_stopped(trainer, max_idle, as_json)
         engine.flush()  # the records read but not yet in a round: commit them with their offsets
         _print_telemetry(trainer.telemetry(), as_json)
@@ -301,6 +308,36 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
         return 0
     finally:
         engine.close()
+
+
+def _note_unused_kafka_settings(config: ServiceConfig) -> None:
+    """Say which of the file's settings a ``memory:`` source does not read: it publishes
+    nothing and reads no topic, and ``model_topic`` or ``[kafka]`` set for it were passed
+    over without a word, the command exiting 0 (review C, 29 November). The example file
+    sets them for the Kafka run it also shows, so this is a line of the log, not an error."""
+    unused = sorted(config.model_fields_set & {"model_topic", "model_name", "kafka", "events"})
+    if unused:
+        log.info("%s replays a bundled data set in this process and publishes nothing: the "
+                 "config's %s are for a Kafka source and not used", config.source,
+                 ", ".join(unused))
+
+
+def _discard_unused(engine: StreamEngine) -> None:
+    """Remove the SQLite store that ``--new-state`` created for a start that then failed
+    (the broker away, a check refused): it holds no key and no release, so no ledger is
+    lost, and the same command run again was refused ("already exists") while a store the
+    operator never used stayed behind (review C, 29 November). A PostgreSQL schema stays,
+    with a word: run the command again without ``--new-state``."""
+    store = engine.store
+    if engine.positions or engine.release_version:
+        return
+    engine.close()
+    if isinstance(store, SQLiteStore):
+        store._remove()
+        log.info("removed the unused state store %s that this start created", store.location)
+    else:
+        log.warning("the state store %s was created and holds nothing: run the command again "
+                    "without --new-state", store.location)
 
 
 def _run_until_stopped(trainer: Any, max_idle: float | None, as_json: bool) -> None:
@@ -328,16 +365,16 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
         raise ValueError("--shards must be at least 1")
     engine_cfg, seed = engine_config(config.model), config.model.seed  # before any store
     data, settings = _source_of(config, engine_cfg)  # a bad source leaves no store behind
-    if new_state:
-        _init_shard_states(config, shards)
-    locations = shard_locations(config.state, shards)
     source = None
     memory = data is not None
-    if not memory:
+    if not memory:  # the broker first: one away left new stores behind (review C)
         from renyiboost.connectors.kafka import KafkaTrainer, partition_map_for
 
         source = KafkaTrainer.for_shard(settings, config.events,
                                         partition_map_for(settings, shards))
+    if new_state:
+        _init_shard_states(config, shards)
+    locations = shard_locations(config.state, shards)
     if ray_address is not None:
         try:
             from renyiboost.stream.ray_shards import RayShards
@@ -425,10 +462,22 @@ def _train_from_memory(engine: StreamEngine, source: Any, name: str, as_json: bo
         "records. Pass the store's own source (--source kafka://…), or replay into a new "
         "store (--state … --new-state)"))
     done = committed_records(source, engine.offsets)
-    for batch in source.batches(after=done):
-        engine.add(batch.X, batch.y, batch.keys, batch.positions)
+    stopping: list[int] = []  # SIGINT/SIGTERM finish the batch, commit and close, as with
+    handlers = {sig: signal.signal(sig, lambda number, _: stopping.append(number))  # Kafka
+                for sig in (signal.SIGINT, signal.SIGTERM)}  # (SIGTERM killed it: review C)
+    consumed = 0
+    try:
+        for batch in source.batches(after=done):
+            engine.add(batch.X, batch.y, batch.keys, batch.positions)
+            consumed += len(batch.y)
+            if stopping:
+                log.info("interrupted (signal %d): committing the records read", stopping[0])
+                break
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     engine.flush()
-    _print_telemetry({"channel": "operator-telemetry", "consumed": len(source) - done,
+    _print_telemetry({"channel": "operator-telemetry", "consumed": consumed,
                       "engine": engine.operator_telemetry().model_dump()}, as_json)
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
-from renyiboost.exceptions import StateStoreError, StoreLocked
+from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked
 from renyiboost.experiments.evaluation import replay, rounded
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -100,6 +100,21 @@ def remove_demo_store(path: Path) -> None:
     old._remove()
 
 
+def resumed_demo_store(path: Path) -> SQLiteStore:
+    """The store ``demo --resume`` continues: only one the demo made (:data:`DEMO_MARK`).
+    Any store was taken, and the demo's row numbers "0", "1", … were charged to the ledgers
+    of the keys a production trainer had recorded under those names, and its offsets of the
+    bundled set broke that trainer's every start (review C, 29 November)."""
+    store = SQLiteStore(path)
+    if store.get_meta(DEMO_MARK) is not True:
+        store.close()
+        raise LedgerConflict(
+            f"--resume continues a store renyiboost demo made; {path} is another model's "
+            "(its keys are not the demo's row numbers, and replaying the bundled rows would "
+            "charge them). Give the demo its own --state")
+    return store
+
+
 def _is_sqlite(path: Path) -> bool:
     """Whether ``path`` is a file that starts as every SQLite database does."""
     try:
@@ -152,7 +167,7 @@ def run_demo(dataset: str = "abalone", scenario: str = "late", epsilon: float = 
     check_outputs(plot_path, None if json_path is None else Path(json_path), state_path)
     if not resume:  # the demo starts a new model, so it replaces its own earlier store
         remove_demo_store(state_path)
-    store = (str(state_path) if resume
+    store = (resumed_demo_store(state_path) if resume
              else SQLiteStore(state_path, create=True, meta={DEMO_MARK: True}))
     engine = StreamEngine(config, store=store, seed=seed)
     late_name = (LATE_SUBPOPULATIONS.get(source.data.name, ("-",))[0]
@@ -195,12 +210,15 @@ def _report(engine: StreamEngine, source: InMemorySource, done: int,
     print("operator telemetry (exact counts: not for release):")
     for name, value in engine.operator_telemetry().model_dump(exclude={"channel"}).items():
         print(f"  {name:28s} {rounded(value)}")
-    try:
-        plot(history, plot_path, f"{source.data.name}, scenario '{scenario}', "
-             f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)
-        print(f"plot written to {plot_path} (an evaluation on public data)")
-    except ImportError as missing:  # matplotlib is the optional plot extra
-        print(f"plot skipped: {missing}")
+    if not history:  # a resumed store that had read every record
+        print("plot skipped: no record was left to replay")
+    else:
+        try:
+            plot(history, plot_path, f"{source.data.name}, scenario '{scenario}', "
+                 f"ε = {guarantee.epsilon_or_inf:.3g}", late_name, source.drift_starts)
+            print(f"plot written to {plot_path} (an evaluation on public data)")
+        except ImportError as missing:  # matplotlib is the optional plot extra
+            print(f"plot skipped: {missing}")
     if json_path:
         Path(json_path).write_text(json.dumps(
             {"history": history, "guarantee": guarantee.model_dump()}, indent=1))

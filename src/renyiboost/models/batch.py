@@ -16,7 +16,12 @@ from sklearn.utils.metaestimators import available_if
 from renyiboost.accounting import SizeEstimate
 from renyiboost.accounting.budget import PrivacyAccountant
 from renyiboost.accounting.events import RdpAccountant
-from renyiboost.exceptions import PrivacyLeakWarning, outside_stacklevel, plain_argument_errors
+from renyiboost.exceptions import (
+    PrivacyLeakWarning,
+    SchemaMismatchWarning,
+    outside_stacklevel,
+    plain_argument_errors,
+)
 from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import (
     PRIOR_RECORDS,
@@ -24,6 +29,7 @@ from renyiboost.models.defaults import (
     default_params,
     expected_records_hint,
     policy_fields,
+    size_fields,
     warn_unread,
 )
 from renyiboost.models.explain import feature_contributions, feature_importances, initial_term
@@ -181,6 +187,14 @@ class MarginModel:
         X, y, outside = self.check_inputs(X, y)
         regression = self.params.task == "regression"
         self._record_checks().note_outside(outside)
+        if len(X) and (empty := np.flatnonzero(np.isnan(X).all(axis=0))).size:
+            # as a stream warns of a feature that never arrived (a misnamed column made by
+            # encode_columns, all missing, was learned without a word: review R)
+            names = [self.schema.names[j] for j in empty[:8]]
+            warnings.warn(f"features {names} of the public schema have no value in any "
+                          "training row: every tree takes them as missing; check that the "
+                          "columns' names match the schema's", SchemaMismatchWarning,
+                          stacklevel=outside_stacklevel())
         self._draw_budget()  # before any record is read by a mechanism
         if not regression:
             return X, y, y
@@ -397,22 +411,31 @@ class SGBDT(MarginModel):
     def planned_privacy(self) -> tuple[float | None, float]:
         return self._given.epsilon, self._given.delta
 
-    def _needs_size(self) -> bool:
+    def _needs_policy(self) -> bool:
+        """Whether the caller left out a parameter the default policy decides."""
         return bool(policy_fields(self._given.task) - self.explicit_params.keys())
+
+    def _needs_size(self) -> bool:
+        """Whether the policy needs the number of rows: it decides a parameter that depends
+        on it (:func:`~renyiboost.models.defaults.size_fields`)."""
+        return self._needs_policy() and bool(size_fields(self._given.task)
+                                             - self.explicit_params.keys())
 
     def _resolve(self, records: float | None, epsilon: float | None = None) -> SGBDTParams:
         """Explicit parameters over the default policy at ``records`` (a provisional
-        :data:`PRIOR_RECORDS` until a fit knows better), with the model's ``epsilon``."""
+        :data:`PRIOR_RECORDS` until a fit knows better, and for good when no parameter the
+        policy decides depends on it), with the model's ``epsilon``."""
         explicit = dict(self.explicit_params)
         if epsilon is not None:
             explicit["epsilon"] = epsilon
-        if self._needs_size():
+        if self._needs_policy():
             policy = default_params(self._given.task, self._given.epsilon,
                                     PRIOR_RECORDS if records is None else records,
                                     self.schema.n_classes, n_numeric=self.schema.n_numeric)
             explicit = policy | explicit
         params = SGBDTParams(**explicit)
-        warn_unread(self.explicit_params, params.feature_selection)
+        if records is not None or not self._needs_size():  # not on a provisional size: the
+            warn_unread(self.explicit_params, params.feature_selection)  # fit's may differ
         return params
 
     # ------------------------------------------------------------------ training
@@ -436,9 +459,6 @@ class SGBDT(MarginModel):
             # here, before an accountant is charged (cached, so the booster's is free)
             self.params.calibrate()
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
-        check_privacy_inputs(self._given.epsilon, self._given.delta,
-                             len(y) if self.expected_records is None else self.expected_records,
-                             counted=self.expected_records is None)
         self.size_estimate_epsilon = self.size_estimate_ = None
         self.stated_guarantee = None  # a new fit is neither the release read nor the choice
         noise = noise_source(self.seed)
@@ -450,6 +470,12 @@ class SGBDT(MarginModel):
                 self.params = self._resolve(self.size_estimate_, split.rest_epsilon)
             else:
                 self.params = self._resolve(y.size)
+        # δ against the public hint, else the noisy count, else the prior: never the exact
+        # count, which a warning (logs keep it) would give away
+        records = self.expected_records if self.expected_records is not None else (
+            self.size_estimate_)
+        check_privacy_inputs(self._given.epsilon, self._given.delta, records,
+                             counted=self.expected_records is None and records is not None)
         booster = SGBDTBooster(self.params, self.schema, self.seed, noise=noise)
         pool = RecordPool.from_arrays(X, booster.loss.scale(y), n_outputs=booster.n_outputs)
         score, pool.spent = booster.initial_score(pool)

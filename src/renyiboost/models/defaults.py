@@ -397,17 +397,18 @@ def check_privacy_inputs(epsilon: Any, delta: Any, records: float | None, *,
     """Check ε (:func:`check_epsilon`) and δ (:func:`check_delta`) before the policy reads
     them, and raise a :class:`~renyiboost.exceptions.PrivacyLeakWarning` when a private
     model's δ is not below 1/n for the size it expects: ``records``, a public hint or a
-    batch's rows (``counted``: the private count of its rows, which the warning must not
-    print, since logs keep it; it printed "n = 151 records"), or ``None`` for a stream
-    without a hint (its prior, :data:`PRIOR_RECORDS`). δ · n ≥ 1 admits a mechanism that
+    batch's noisy count of its rows (``counted``: which the warning does not print; it
+    printed "n = 151 records", and judged by the exact count, whether it warned told
+    whether n ≥ 1/δ: review R), or ``None`` without either (the prior,
+    :data:`PRIOR_RECORDS`). δ · n ≥ 1 admits a mechanism that
     publishes a key's records verbatim; δ should be far below 1/n.
     """
     private = check_epsilon(epsilon) is not None
     delta = check_delta(delta)
     n = PRIOR_RECORDS if records is None else records
     if private and delta * n >= 1:
-        where = (f"the {PRIOR_RECORDS:,} records a stream without an expected_records hint "
-                 "assumes" if records is None else "the rows given" if counted
+        where = (f"the {PRIOR_RECORDS:,} records assumed without an expected_records hint"
+                 if records is None else "the rows given" if counted
                  else f"n = {n:,.0f} records")
         product = " >= 1" if counted else f" = {delta * n:.3g} >= 1"
         warnings.warn(
@@ -502,6 +503,15 @@ def warn_unread(explicit: dict[str, Any], feature_selection: str) -> None:
 def policy_fields(task: str) -> frozenset[str]:
     """The parameters the policy decides for ``task`` (regression has no hessian clip)."""
     return POLICY_FIELDS - {"hess_clip"} if task == "regression" else POLICY_FIELDS
+
+
+def size_fields(task: str) -> frozenset[str]:
+    """The parameters :func:`default_params` reads the number of records for (the rest are
+    constants, or functions of ε and the schema): a batch fit buys a size only when the
+    caller left one of these out. It bought one, with 5 % of ε, whenever any policy field
+    was left out, and then used the size for nothing (review R, 29 November)."""
+    return frozenset({"depth", "rounds"} | (
+        {"feature_selection", "logistic_gradient"} if task == "classification" else set()))
 
 
 def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:
@@ -770,6 +780,7 @@ __all__ = [
     "noise_stages",
     "policy_fields",
     "recalibration_policy",
+    "size_fields",
     "stream_rounds",
     "stream_schedule",
     "supported_depth",

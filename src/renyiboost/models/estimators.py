@@ -255,8 +255,9 @@ class _SGBDTEstimator:
         frame without its column, usually a misspelt name, made every row's value missing
         without a word)."""
         columns, n = self._columns(X)
-        absent = [name for name in self._engine.schema.names if name not in columns]
-        if absent and n:
+        given = set(map(str, columns))  # River's integer names read as the schema's text
+        absent = [name for name in self._engine.schema.names if name not in given]
+        if absent and n and not self._engine.validator.strict:  # strict: columns() refuses
             warnings.warn(f"X has no column for features {absent} of the public schema: every "
                           "row is answered as if their values were missing; check that the "
                           "column names match the schema's", SchemaMismatchWarning,

@@ -38,7 +38,7 @@ import socket
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
 from renyiboost.stream.store import NEVER_IMPLICIT, SNAPSHOT_RATIO, SQLStateStore, StoreIdentity
@@ -126,7 +126,14 @@ def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
     name = schema or (named[-1] if named else "renyiboost")
     if not _SCHEMA_NAME.fullmatch(name):
         raise ValueError(f"schema must be a lower-case SQL name (letters, digits, _), got {name!r}")
-    return urlunsplit(parts._replace(query=urlencode(rest))), name
+    return _joined(parts.scheme, parts.netloc, parts.path, urlencode(rest)), name
+
+
+def _joined(scheme: str, netloc: str, path: str, query: str) -> str:
+    """A PostgreSQL URL from its parts, ``//`` kept when the host is empty
+    (``postgresql:///db?host=/run/postgresql``, libpq's Unix socket: ``urlunsplit`` wrote
+    ``postgresql:/db``, which libpq refuses: review C)."""
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
 
 
 def stores_in(url: str, prefix: str, *, live: bool = False) -> list[str]:
@@ -152,11 +159,22 @@ def stores_in(url: str, prefix: str, *, live: bool = False) -> list[str]:
 
 
 def without_password(url: str) -> str:
+    """``url`` for a message or a log: a password shown as ``***``, in ``user:password@``
+    and in libpq's ``password=`` parameter (which was printed whole: review C).
+
+    >>> without_password("postgresql://u:pw@db/s?password=pw2&schema=x")
+    'postgresql://u:***@db/s?password=***&schema=x'
+    """
     parts = urlsplit(url)
-    if parts.password is None:
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.password is None and all(key != "password" for key, _ in pairs):
         return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username}:***@{netloc.rsplit('@', 1)[1]}"
+    query = urlencode([(key, "***" if key == "password" else value) for key, value in pairs],
+                      safe="*")
+    return _joined(parts.scheme, netloc, parts.path, query)
 
 
 class PostgresStore(SQLStateStore):

@@ -183,7 +183,8 @@ def test_a_report_path_is_checked_before_the_run_and_never_replaces_a_store(tmp_
     # that refuses an older copy of the store (review C, 29 November)
     epoch = tmp_path / "trained.db.epoch"
     record = epoch.read_bytes()
-    for beside in (epoch, tmp_path / "trained.db-wal"):
+    (tmp_path / "report.json").symlink_to(epoch)  # a link to it too (review D3)
+    for beside in (epoch, tmp_path / "trained.db-wal", tmp_path / "report.json"):
         assert main(["tune", "--dataset", "abalone", "--epsilon", "1", "--json",
                      str(beside)]) == 2
         assert "file of the state store" in capsys.readouterr().err

@@ -1203,8 +1203,11 @@ def test_integer_column_labels_are_matched_to_the_features_by_name() -> None:
     against 0.99 for the same rows named as strings), while a stream's ``predict_many``
     matched the same frame by name, and warned that its columns were missing."""
     rng = np.random.default_rng(0)
-    schema = PublicSchema(features={1: (0.0, 1.0), 0: (0.0, 1.0)}, target_bounds=(0.0, 10.0))
-    frame = pd.DataFrame({0: rng.uniform(size=3_000), 1: rng.uniform(size=3_000)})
+    schema = PublicSchema(features={2: (0.0, 1.0), 0: (0.0, 1.0), 1: (0.0, 1.0)},
+                          target_bounds=(0.0, 10.0))
+    frame = pd.DataFrame({k: rng.uniform(size=3_000) for k in (1, 2, 0)})
+    with pytest.raises(ValueError, match="neither as the features"):  # 0, 1, 2: an unnamed
+        schema.in_schema_order(frame[[0, 1, 2]])  # frame's too: name and position disagree
     y = 10 * frame[1].to_numpy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -1212,7 +1215,7 @@ def test_integer_column_labels_are_matched_to_the_features_by_name() -> None:
     np.testing.assert_array_equal(model.predict(frame),
                                   model.predict(frame.rename(columns=str)))
     assert np.corrcoef(model.predict(frame), y)[0, 1] > 0.9
-    with pytest.raises(ValueError, match="do not read as the features"):
+    with pytest.raises(ValueError, match="neither as the features"):
         PublicSchema(features={"x": (0, 1), "0": (0, 1)}).in_schema_order(
             pd.DataFrame({0: [0.5], 1: [0.5]}))
     assert PublicSchema(features={"x": (0, 1), "y": (0, 1)}).in_schema_order(

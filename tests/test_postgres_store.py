@@ -419,6 +419,8 @@ def test_a_store_url_keeps_libpqs_socket_form_and_hides_every_password() -> None
         "postgresql:///db?host=%2Fvar%2Frun%2Fpostgresql", "s")
     assert without_password("postgresql://u:pw@h/db?password=pw2&sslmode=require") == (
         "postgresql://u:***@h/db?password=***&sslmode=require")
+    assert without_password("postgresql://h/db?sslpassword=k&PASSWORD=p") == (
+        "postgresql://h/db?sslpassword=***&PASSWORD=***")
     with pytest.raises(StateStoreError) as refused:
         PostgresStore("postgresql://alice@127.0.0.1:1/db?password=S3cretPW&schema=s",
                       create=True)

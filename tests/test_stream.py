@@ -674,14 +674,14 @@ def test_a_reader_on_another_thread_never_sees_a_round_installed_after_its_wait(
     rows = np.random.default_rng(3).uniform(0, 1, (5, 3))
     committed = engine.predict_margin(rows)
     waited, go = threading.Event(), threading.Event()
-    real_wait = engine.wait_durable
+    real_check = engine._refuse_in_group
 
-    def wait_then_pause() -> None:  # a reader preempted between its wait and its read
-        real_wait()
+    def wait_then_pause(what: str) -> None:  # a reader preempted after its wait, before
+        real_check(what)  # its read (the check runs between them)
         waited.set()
         assert go.wait(10)
 
-    engine.wait_durable = wait_then_pause
+    engine._refuse_in_group = wait_then_pause
     seen: dict[str, np.ndarray] = {}
     reader = threading.Thread(target=lambda: seen.update(p=engine.predict_margin(rows)))
     reader.start()
@@ -693,7 +693,7 @@ def test_a_reader_on_another_thread_never_sees_a_round_installed_after_its_wait(
     assert learner.is_alive()  # its round waits for the read
     go.set()
     reader.join(10)
-    del engine.wait_durable
+    del engine._refuse_in_group
     np.testing.assert_array_equal(seen["p"], committed)
     store.gate.set()
     learner.join(10)
@@ -749,6 +749,66 @@ def test_a_listener_error_is_raised_after_the_call_whose_rounds_all_ran(tmp_path
     assert engine.recalibration is before
 
 
+def test_a_listener_may_hand_a_read_to_another_thread_and_a_group_holds_other_readers(
+        tmp_path) -> None:
+    """Review D3 (29 November): listeners ran under the lock a reader now holds, so one that
+    handed ``release()`` to another thread and waited for it hung for good; a reader on
+    another thread that came between two rounds of a group commit read a round the group
+    had not committed; a listener's error held back by a call that raised its own reached
+    a later, unrelated caller. Now listeners run outside the lock, a group holds readers of
+    other threads until its commit, and the held error goes with the call's own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    for store in (None, SQLiteStore(tmp_path / "l.db", create=True)):
+        engine = _regressor(store=store, train_every=10**6, warmup=1).engine
+        pool, versions = ThreadPoolExecutor(1), []
+        engine.listeners.append(
+            lambda event, engine=engine, pool=pool, versions=versions: versions.append(
+                pool.submit(engine.release, "m").result(10).version))
+        rows = np.random.default_rng(2).uniform(0, 1, (40, 3))
+        engine.add(rows, np.ones(40), [f"k{i}" for i in range(40)])
+        engine.train(2)
+        engine.wait_durable()
+        assert versions == [1, 2, 3]
+        pool.shutdown()
+        engine.close()
+    engine = _regressor(store=_GatedStore(tmp_path / "g.db"), train_every=10**6,
+                        warmup=1).engine
+    engine.store.gate.set()
+    engine.add(np.random.default_rng(3).uniform(0, 1, (40, 3)), np.ones(40),
+               [f"k{i}" for i in range(40)])
+    engine.train(1)
+    seen: dict[str, int] = {}
+    reader = threading.Thread(target=lambda: seen.update(v=engine.release_version))
+    with engine.group_commit():
+        engine.train(1)
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive()  # it waits for the group's commit
+        with pytest.raises(RuntimeError, match="group commit"):
+            engine.release_version  # noqa: B018 - the group's own thread is refused
+    reader.join(10)
+    assert seen["v"] == 3
+    engine.close()
+    # a listener's error in a call that raised its own goes with it, and only with it
+    engine = _regressor(train_every=10, warmup=10).engine
+    heard: list[object] = []
+
+    def failing(event) -> None:
+        heard.append(event)
+        raise RuntimeError("listener failed (injected)")
+
+    engine.listeners.append(failing)
+    labels = np.ones(30)
+    labels[-1] = np.nan
+    with pytest.raises(InvalidRecord, match="1 of 30 rows") as raised:
+        engine.add(np.random.default_rng(4).uniform(0, 1, (30, 3)), labels,
+                   [f"n{i}" for i in range(30)])
+    assert heard and any("listener failed" in note for note in raised.value.__notes__)
+    engine.wait_durable()  # nothing left for another caller
+    assert engine.release_version >= 2
+
+
 def test_the_engines_add_one_refuses_bad_input_whole_and_counts_its_position() -> None:
     """``add_one`` registered the key before its row or label failed to convert: the next
     record then joined the previous key's ledger and the buffers went out of step; a NaN
@@ -762,7 +822,9 @@ def test_the_engines_add_one_refuses_bad_input_whole_and_counts_its_position() -
                             ([0.5], 2.0, "bob"), ([0.5, 0.5, 0.0], 2.0, 1.5)):
         with pytest.raises((ValueError, TypeError)):
             engine.add_one(row, label, key)
-    assert engine.positions == 5 and engine.n_pending == 1 and "bob" not in engine._keys
+    # the NaN label and the float key count their positions; the malformed rows (the
+    # caller's error, as add() treats a wrong shape) do not
+    assert engine.positions == 3 and engine.n_pending == 1 and "bob" not in engine._keys
     engine.add_one(np.array([0.9, 0.9, 1.0]), 3.0, "carol")
     for i in range(20):
         engine.add_one(np.array([0.5, 0.5, 2.0]), 1.0, f"k{i}")

@@ -58,12 +58,13 @@ class OutputFile(click.ParamType):
         if path.is_file() and is_sqlite_database(path):
             self.fail(f"{value} is a SQLite database (a state store?); a report never "
                       "replaces one: give another path", param, ctx)
+        real = os.path.realpath(value)  # a link to one too, as the store resolves its own
         beside = next((suffix for suffix in STORE_FILE_SUFFIXES
-                       if value.endswith(suffix) and is_sqlite_database(
-                           Path(value.removesuffix(suffix)))), None)
+                       if real.endswith(suffix) and is_sqlite_database(
+                           Path(real.removesuffix(suffix)))), None)
         if beside is not None:  # a report over the .epoch record turned off the check
             self.fail(f"{value} is the {beside} file of the state store "  # of old copies
-                      f"{value.removesuffix(beside)}; a report never replaces one: give "
+                      f"{real.removesuffix(beside)}; a report never replaces one: give "
                       "another path", param, ctx)
         if os.path.lexists(path):  # a file, a device (/dev/stdout), a pipe: never touched
             if not os.access(path, os.W_OK):

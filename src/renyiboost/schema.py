@@ -621,7 +621,8 @@ class PublicSchema(BaseModel):
         integer labels were the names in another order was taken by position, the
         features silently swapped, review R); 0, 1, … that name none of the features are an
         unnamed frame's, taken by position; others are refused (labels naming some
-        features but not all, a MultiIndex), which position could swap.
+        features but not all, 0, 1, … where the features are named "1", "0", …: by name and
+        by position they disagree; a MultiIndex), which position could swap.
 
         >>> schema = PublicSchema(features={"a": (0, 1), "b": (0, 10)})
         >>> import pandas as pd
@@ -637,15 +638,18 @@ class PublicSchema(BaseModel):
             if len(set(texts)) == len(texts) and set(texts) == set(self.names):
                 if texts == list(self.names):
                     return X
-                return X[[labels[texts.index(name)] for name in self.names]]
+                if labels != list(range(len(labels))):
+                    return X[[labels[texts.index(name)] for name in self.names]]
+                # 0, 1, … are also an unnamed frame's (an array in the schema's order): with
+                # digit names in another order, name and position disagree (review D3)
             if labels == list(range(len(labels))) and not set(texts) & set(self.names):
                 return X  # an unnamed frame's 0, 1, …: taken by position
             raise ValueError(
-                f"X's column labels {labels!r:.120} are not all strings and do not read as "
-                f"the features {list(self.names)!r:.120}, so they cannot be matched by "
-                "name, and taken by position they could feed a feature another's values: "
-                "name the columns with the features' names, or pass an array (columns in "
-                "the schema's order)")
+                f"X's column labels {labels!r:.120} are not all strings, and they read "
+                f"neither as the features {list(self.names)!r:.120} alone nor as an unnamed "
+                "frame's 0, 1, … (by name and by position they would feed a feature "
+                "different values): name the columns with the features' names as strings, "
+                "or pass an array (columns in the schema's order)")
         given = list(columns)
         if given == list(self.names):
             return X

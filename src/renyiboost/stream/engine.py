@@ -787,6 +787,14 @@ def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 with self.validator.warnings_at_end():
                     result = method(self, *args, **kwargs)
+        except BaseException as error:
+            # a listener's error held back by the call goes with the call's own, never to a
+            # later caller or nobody (review D3)
+            if self._learning_calls == 1 and self._listener_error is not None:
+                error.add_note(f"a listener of the engine also raised "
+                               f"{self._listener_error!r} on an output of this call")
+                self._listener_error = None
+            raise
         finally:
             self._learning_calls -= 1
         self._raise_listener_error()
@@ -894,6 +902,10 @@ class StreamEngine(OwesRounds):
         self._planned: dict[str, Any] | None = None  # a round's pool side (shard_sums)
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
+        #: Held while an output is committed and installed (and through a group commit), and
+        #: by a reader from the end of its wait to the end of its read (:meth:`_durable_view`);
+        #: never while a listener runs (a listener may hand a read to another thread).
+        self._view_lock = threading.RLock()
         #: Learning calls running (:func:`_warnings_at_end`), and the first error a
         #: listener raised inside them, raised when the outermost ends (:meth:`_drain`).
         self._learning_calls = 0
@@ -943,7 +955,7 @@ class StreamEngine(OwesRounds):
                 "elsewhere.")
         self._drain()
         state = self.__dict__.copy()
-        state["_committer"], state["_drain_lock"] = None, None
+        state["_committer"], state["_drain_lock"], state["_view_lock"] = None, None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -952,7 +964,7 @@ class StreamEngine(OwesRounds):
         key two budgets (invariant 5). A copy of an engine that has seen nothing is a new
         model, as River's ``clone`` gives."""
         self.__dict__.update(state)
-        self._drain_lock = threading.RLock()
+        self._drain_lock, self._view_lock = threading.RLock(), threading.RLock()
         self._pid = os.getpid()
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
@@ -1019,16 +1031,24 @@ class StreamEngine(OwesRounds):
 
     @contextmanager
     def _durable_view(self, what: str) -> Iterator[None]:
-        """A block in which the model and version read are the committed ones: it waits for
-        the commit in flight and holds the lock under which a round is committed and
-        installed, so a learning call on another thread cannot install its round between
-        the wait and the read. (Without it, a reader that had waited then read a round
-        whose write-behind commit was still running, and whose commit then failed: review
-        E, 29 November.) Refused inside a group commit (:meth:`_refuse_in_group`)."""
-        self._refuse_in_group(what)
-        with self._drain_lock:
+        """A block in which the model and version read are the committed ones: it holds the
+        lock under which an output is committed and installed (:attr:`_view_lock`) with no
+        commit in flight, so a learning call on another thread cannot install its round
+        between the wait and the read (a reader that had waited then read a round whose
+        write-behind commit was still running, and whose commit then failed: review E, 29
+        November). The wait, which announces outputs to the listeners, runs outside the
+        lock: a listener that handed a read to another thread and waited for it hung
+        (review D3). A reader on another thread waits out a group commit; inside one, on
+        its own thread, it is refused (:meth:`_refuse_in_group`)."""
+        while True:
             self.wait_durable()
-            yield
+            with self._view_lock:
+                if self._in_flight is not None:  # a commit handed over since: wait again
+                    continue
+                self._refuse_in_group(what)
+                self._usable()
+                yield
+                return
 
     def _refuse_in_group(self, what: str) -> None:
         """Refuse to show ``what`` inside :meth:`group_commit`: its rounds are not durable
@@ -1270,22 +1290,24 @@ class StreamEngine(OwesRounds):
     ) -> None:
         """One encoded row with its validated label at the next position (``learn_one``).
 
-        A row, label or key this cannot take (``ValueError``, ``TypeError`` or
-        :class:`InvalidRecord`) changes nothing but the position, which counts as an empty
-        one, as every refused record's does: a key registered before its row failed to
-        convert once left the buffers out of step (the next record joined the previous
-        key's ledger), and a NaN label made every later release fail (review E)."""
+        A row that is no encoded row of the schema (``ValueError``, ``TypeError``: the
+        caller's error, as :meth:`add` treats a wrong shape) changes nothing; a label or key
+        the record cannot be learned with (:class:`InvalidRecord`: NaN, a key of another
+        type) changes nothing but its position, which counts as an empty one, as every
+        refused record's does. A key registered before its row failed to convert once left
+        the buffers out of step (the next record joined the previous key's ledger), and a
+        NaN label made every later release fail (review E)."""
         self._learn_gate()
+        values = np.array(row, dtype=float, ndmin=2)  # a caller's error: no position, as
+        target = float(label)  # add() raises for a wrong shape before it counts one
+        if values.shape != (1, self.schema.n_features):
+            raise ValueError(f"row must have {self.schema.n_features} values, got "
+                             f"{values.size}")
         try:
-            values = np.array(row, dtype=float, ndmin=2)
-            target = float(label)
-            if values.shape != (1, self.schema.n_features):
-                raise ValueError(f"row must have {self.schema.n_features} values, got "
-                                 f"{values.size}")
             if not math.isfinite(target):
                 raise InvalidRecord("label", f"a label must be a finite number, got {target}")
             uid = self._uid_for(key, None if position is None else position[0])
-        except (ValueError, TypeError, InvalidRecord):
+        except InvalidRecord:  # the record's content: its position counts, empty
             self.empty_event(position)
             raise
         if position is not None:
@@ -1465,16 +1487,21 @@ class StreamEngine(OwesRounds):
         before it is handed to the store leaves the engine's map as it was (a listener's
         error in the commit's first wait once left the release's map new and the answers'
         old: review E)."""
+        self._drain()  # earlier outputs announced outside the view lock
         previous, self.recalibration = self.recalibration, state  # the commit records it
-        with self._drain_lock:
-            try:
+        try:
+            with self._view_lock:
                 self._commit(None, self.pool)
-                self._drain()
-            except BaseException:
-                if self._broken is None:  # nothing of it reached the store
-                    self.recalibration = previous
-                raise
-            self.booster.ensemble.answer_map = state.answer_map
+        except BaseException:
+            if self._broken is None:  # nothing of it reached the store
+                self.recalibration = previous
+            raise
+        with self._view_lock:
+            try:
+                self._drain()  # this commit announces nothing: no listener runs here
+            finally:
+                if self._broken is None:  # committed: answer with it, whatever is raised
+                    self.booster.ensemble.answer_map = state.answer_map
         log.info("answers recalibrated at stream position %d: a = %.3f, b = %.3f",
                  self._positions, state.scale, state.offset)
 
@@ -1623,7 +1650,8 @@ class StreamEngine(OwesRounds):
         """Commit ``event`` with the pool ``after`` it, then make it visible (under the lock
         a reader holds: :meth:`_durable_view`)."""
         newly = self._newly_retired(after)
-        with self._drain_lock:
+        self._drain()  # listeners outside the view lock
+        with self._view_lock:
             self._commit(event, after, newly)
             self._install(event, after, newly)
         if not self.write_behind:
@@ -1708,7 +1736,8 @@ class StreamEngine(OwesRounds):
                            outcome.leaves, outcome.codes_digest, self.n_active, dropped, stage)
         after = self._round_state(event, outcome)
         newly = self._newly_retired(after)
-        with self._drain_lock:  # a reader never sees the round between commit and install
+        self._drain()  # listeners outside the view lock
+        with self._view_lock:  # a reader never sees the round between commit and install
             self._commit(event, after, newly)
             self._install(event, after, newly)
         if not self.write_behind:
@@ -1825,7 +1854,8 @@ class StreamEngine(OwesRounds):
         """Commit every output of the block in one transaction at its end (then notify).
 
         Rounds inside still run one after the other on the in-memory state, but nothing is
-        published and :meth:`predict_margin` refuses to answer until the group is durable,
+        published and :meth:`predict_margin` refuses to answer until the group is durable
+        (on the group's own thread; on another it waits for the group's commit),
         so invariant 4 holds with one disk sync per block instead of one per round. A crash
         inside the block loses the whole group, and the source re-reads its records. So does
         an exception out of the block once a round of it ran: the engine then holds rounds
@@ -1838,9 +1868,12 @@ class StreamEngine(OwesRounds):
             self._drain()
             self._deferred, self._deferred_outputs = [], []
             try:
-                yield
-                if self._deferred:
-                    self._store_commit(self._deferred, self._deferred_outputs)
+                # readers on other threads wait for the group's commit (one reading between
+                # two of its rounds saw a round the group then failed to commit: review D3)
+                with self._view_lock:
+                    yield
+                    if self._deferred:
+                        self._store_commit(self._deferred, self._deferred_outputs)
             except BaseException as error:
                 if self._deferred and self._broken is None:
                     # Rounds of the group ran and will never commit: the engine is ahead of

@@ -167,13 +167,14 @@ def without_password(url: str) -> str:
     """
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if parts.password is None and all(key != "password" for key, _ in pairs):
+    secret = [("password" in key.lower()) for key, _ in pairs]  # sslpassword, PASSWORD too
+    if parts.password is None and not any(secret):
         return url
     netloc = parts.netloc
     if parts.password is not None:
         netloc = f"{parts.username}:***@{netloc.rsplit('@', 1)[1]}"
-    query = urlencode([(key, "***" if key == "password" else value) for key, value in pairs],
-                      safe="*")
+    query = urlencode([(key, "***" if hidden else value)
+                       for (key, value), hidden in zip(pairs, secret, strict=True)], safe="*")
     return _joined(parts.scheme, netloc, parts.path, query)
 
 

@@ -931,13 +931,23 @@ def test_a_publisher_behind_its_tree_cap_sends_the_current_version_whole() -> No
                 for version in range(1, published + 1):
                     follower._apply(engine.release("model", after=version - 1, upto=version))
             follower._apply(producer.messages[0])
-            assert follower.version == current and follower.lacking_trees() == 0
-            np.testing.assert_allclose(follower.ensemble.predict_margin(rows),
-                                       engine.booster.ensemble.predict_margin(rows))
+            _holds_the_engines_model(follower, engine, current, rows)
         finally:
             follower.consumer.close()
+    _one_message_a_version_within_the_cap(settings, engine, current, 2)
+
+
+def _holds_the_engines_model(follower: ModelFollower, engine: StreamEngine, version: int,
+                             rows: np.ndarray) -> None:
+    assert follower.version == version and follower.lacking_trees() == 0
+    np.testing.assert_allclose(follower.ensemble.predict_margin(rows),
+                               engine.booster.ensemble.predict_margin(rows))
+
+
+def _one_message_a_version_within_the_cap(settings: KafkaSettings, engine: StreamEngine,
+                                          current: int, max_trees: int) -> None:
     within = _RefusingProducer(-1, None)
-    publish_versions(within, settings, engine.release, current - 2, current, 2)
+    publish_versions(within, settings, engine.release, current - 2, current, max_trees)
     assert within.sent == [current - 1, current]
 
 
@@ -1004,15 +1014,10 @@ def test_a_catch_up_too_large_for_one_message_goes_in_parts_a_follower_joins() -
         assert follower._take(message(3)) == 0 and follower._take(message(4)) == 0
         assert follower._parts == [] and follower.not_releases == skipped + 1
         assert [follower._take(message(i)) for i in range(3)] == [0, 0, 1]
-        assert follower.version == current and follower.lacking_trees() == 0
-        np.testing.assert_allclose(follower.ensemble.predict_margin(rows),
-                                   engine.booster.ensemble.predict_margin(rows))
+        _holds_the_engines_model(follower, engine, current, rows)
     finally:
         follower.consumer.close()
-    # within the limit, one message a release as before
-    small = _RefusingProducer(-1, None)
-    publish_versions(small, settings, engine.release, current - 2, current, 8)
-    assert small.sent == [current - 1, current]
+    _one_message_a_version_within_the_cap(settings, engine, current, 8)  # as before
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False))

@@ -473,10 +473,10 @@ def _train_from_memory(engine: StreamEngine, source: Any, name: str, as_json: bo
             if stopping:
                 log.info("interrupted (signal %d): committing the records read", stopping[0])
                 break
+        engine.flush()  # under the handlers: a second signal does not cut the commit short
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    engine.flush()
     _print_telemetry({"channel": "operator-telemetry", "consumed": consumed,
                       "engine": engine.operator_telemetry().model_dump()}, as_json)
     return 0

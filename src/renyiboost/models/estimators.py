@@ -450,9 +450,11 @@ class _SGBDTEstimator:
         call does nothing."""
         engine = self._engine
         if not engine.closed:
-            if engine.may_learn:  # a forked child or a copy has nothing of its own to commit
-                engine.flush()
-            engine.close()
+            try:
+                if engine.may_learn:  # a forked child or a copy has nothing of its own
+                    engine.flush()  # to commit
+            finally:  # a listener's error raised by the flush left the store locked
+                engine.close()  # (review D4)
 
     # ------------------------------------------------------------------ public release
     def privacy_guarantee(self) -> PrivacyGuarantee:

@@ -55,6 +55,7 @@ are public (see :mod:`renyiboost.release`); :meth:`StreamEngine.operator_telemet
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -1032,23 +1033,33 @@ class StreamEngine(OwesRounds):
     @contextmanager
     def _durable_view(self, what: str) -> Iterator[None]:
         """A block in which the model and version read are the committed ones: it holds the
-        lock under which an output is committed and installed (:attr:`_view_lock`) with no
-        commit in flight, so a learning call on another thread cannot install its round
-        between the wait and the read (a reader that had waited then read a round whose
-        write-behind commit was still running, and whose commit then failed: review E, 29
-        November). The wait, which announces outputs to the listeners, runs outside the
-        lock: a listener that handed a read to another thread and waited for it hung
-        (review D3). A reader on another thread waits out a group commit; inside one, on
-        its own thread, it is refused (:meth:`_refuse_in_group`)."""
+        lock under which an output is committed and installed (:attr:`_view_lock`) once the
+        commit in flight is done, so a learning call on another thread cannot install its
+        round between the wait and the read (a reader that had waited then read a round
+        whose write-behind commit was still running, and whose commit then failed: review
+        E, 29 November). A reader announces the outputs to the listeners (:meth:`_drain`)
+        only when no other thread is doing so, and never under the lock; else it waits for
+        the commit's future alone (a reader that waited for another's announcing, whose
+        listener had handed a read to it, or that met a refit holding the lock, hung:
+        reviews D3, D4). Inside a group commit with rounds not yet committed a reader is
+        refused, on any thread (:meth:`_refuse_in_group`)."""
         while True:
-            self.wait_durable()
+            if self._drain_lock.acquire(blocking=False):  # announce here when no other
+                try:  # thread does (waiting for one that does hung: its listener may wait
+                    self._drain()  # for this very read)
+                finally:
+                    self._drain_lock.release()
             with self._view_lock:
-                if self._in_flight is not None:  # a commit handed over since: wait again
-                    continue
-                self._refuse_in_group(what)
-                self._usable()
-                yield
-                return
+                flight = self._in_flight
+                if flight is None or flight.done.done():
+                    if flight is not None and (failed := flight.done.exception()) is not None:
+                        self._broken = self._broken or failed
+                    self._refuse_in_group(what)
+                    self._usable()
+                    yield
+                    return
+            with contextlib.suppress(Exception):  # its error is read under the lock above
+                flight.done.result()  # outside the lock; the announcing is the learner's
 
     def _refuse_in_group(self, what: str) -> None:
         """Refuse to show ``what`` inside :meth:`group_commit`: its rounds are not durable
@@ -1489,19 +1500,15 @@ class StreamEngine(OwesRounds):
         old: review E)."""
         self._drain()  # earlier outputs announced outside the view lock
         previous, self.recalibration = self.recalibration, state  # the commit records it
-        try:
-            with self._view_lock:
+        with self._view_lock:  # installed with its commit, as a round is (readers wait for
+            try:  # the commit in flight before they read it)
                 self._commit(None, self.pool)
-        except BaseException:
-            if self._broken is None:  # nothing of it reached the store
-                self.recalibration = previous
-            raise
-        with self._view_lock:
-            try:
-                self._drain()  # this commit announces nothing: no listener runs here
-            finally:
-                if self._broken is None:  # committed: answer with it, whatever is raised
-                    self.booster.ensemble.answer_map = state.answer_map
+            except BaseException:
+                if self._broken is None:  # nothing of it reached the store
+                    self.recalibration = previous
+                raise
+            self.booster.ensemble.answer_map = state.answer_map
+        self._drain()
         log.info("answers recalibrated at stream position %d: a = %.3f, b = %.3f",
                  self._positions, state.scale, state.offset)
 
@@ -1855,7 +1862,9 @@ class StreamEngine(OwesRounds):
 
         Rounds inside still run one after the other on the in-memory state, but nothing is
         published and :meth:`predict_margin` refuses to answer until the group is durable
-        (on the group's own thread; on another it waits for the group's commit),
+        (on any thread, once a round of it is installed: the check and the install hold
+        one lock, so a reader on another thread between two of its rounds is refused too,
+        not answered with a round the group may never commit: review D3),
         so invariant 4 holds with one disk sync per block instead of one per round. A crash
         inside the block loses the whole group, and the source re-reads its records. So does
         an exception out of the block once a round of it ran: the engine then holds rounds
@@ -1868,12 +1877,11 @@ class StreamEngine(OwesRounds):
             self._drain()
             self._deferred, self._deferred_outputs = [], []
             try:
-                # readers on other threads wait for the group's commit (one reading between
-                # two of its rounds saw a round the group then failed to commit: review D3)
-                with self._view_lock:
-                    yield
-                    if self._deferred:
+                yield
+                if self._deferred:
+                    with self._view_lock:  # readers check the group under it
                         self._store_commit(self._deferred, self._deferred_outputs)
+                        self._deferred = None
             except BaseException as error:
                 if self._deferred and self._broken is None:
                     # Rounds of the group ran and will never commit: the engine is ahead of
@@ -2230,16 +2238,19 @@ class StreamEngine(OwesRounds):
         self._closed = True
         if os.getpid() != self._pid:  # a forked child: the store, its lock and any commit
             return  # in flight are the parent's (check_forked)
+        self._learning_calls += 1  # a listener's error after the snapshot, not instead of it
         try:
             self._drain()
             if self._broken is None and self._deferred is None and self._store.durable:
                 self._commit(None, self.pool, snapshot=True)
                 self._drain()
         finally:
+            self._learning_calls -= 1
             if self._committer is not None:  # no commit may still use the store
                 self._committer.shutdown(wait=True)
             self._store.unclaim(self)
             self._store.close()  # the lock is released even when that commit fails
+        self._raise_listener_error()
 
 
 def privacy_guarantee_of(config: EngineConfig, booster: SGBDTBooster) -> PrivacyGuarantee:

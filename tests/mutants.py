@@ -422,8 +422,10 @@ MUTATIONS = [
              "                flight.done.done()\n", WRITE_BEHIND),
     Mutation("readers of the model do not wait for the commit in flight",
              "src/renyiboost/stream/engine.py",
-             "        with self._drain_lock:\n            self.wait_durable()\n            yield",
-             "        with self._drain_lock:\n            yield", WRITE_BEHIND),
+             "                if flight is None or flight.done.done():\n"
+             "                    if flight is not None and (failed := flight.done.exception())",
+             "                if True:\n"
+             "                    if False and (failed := flight.done.exception())", WRITE_BEHIND),
     Mutation("a second reader skips the wait for the commit in flight",
              "src/renyiboost/stream/engine.py",
              "            flight = self._in_flight\n            if flight is None:\n",
@@ -895,7 +897,7 @@ MUTATIONS = [
                "_predictions")]),
     Mutation("a round installed while a reader on another thread reads the model",
              "src/renyiboost/stream/engine.py",
-             "        with self._drain_lock:  # a reader never sees the round between commit and install",
+             "        with self._view_lock:  # a reader never sees the round between commit and install",
              "        if True:  # a reader never sees the round between commit and install",
              [("tests/test_stream.py::test_a_reader_on_another_thread_never_sees_a_round_installed"
                "_after_its_wait")]),

@@ -903,9 +903,10 @@ class StreamEngine(OwesRounds):
         self._planned: dict[str, Any] | None = None  # a round's pool side (shard_sums)
         self._committer: ThreadPoolExecutor | None = None
         self._drain_lock = threading.RLock()
-        #: Held while an output is committed and installed (and through a group commit), and
-        #: by a reader from the end of its wait to the end of its read (:meth:`_durable_view`);
-        #: never while a listener runs (a listener may hand a read to another thread).
+        #: Held while an output is committed and installed (and while a group's outputs are
+        #: handed to the store), and by a reader from the end of its wait to the end of its
+        #: read (:meth:`_durable_view`); never while a listener runs (a listener may hand a
+        #: read to another thread).
         self._view_lock = threading.RLock()
         #: Learning calls running (:func:`_warnings_at_end`), and the first error a
         #: listener raised inside them, raised when the outermost ends (:meth:`_drain`).

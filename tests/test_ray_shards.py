@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,6 +108,9 @@ def test_a_failed_start_closes_the_shards_that_opened(ray_cluster, tmp_path):
     holder = ShardWorker(config, locations[1], 1, 2, seed=6)  # shard 1's store is held
     with pytest.raises(StoreLocked):
         RayShards(config, locations, seed=5)
+    # A closed SQLite store has checkpointed and removed its -wal; a killed one leaves it
+    # (the kill's timing decides whether its lock is gone yet, the -wal does not).
+    assert not Path(f"{locations[0]}-wal").exists()
     holder.close()
     again = ShardedEngine(config, locations, seed=5)  # shard 0's lock is already gone
     again.close()

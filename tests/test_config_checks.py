@@ -484,6 +484,44 @@ def test_the_kafka_table_names_the_producers_partitioner(tmp_path) -> None:
         load_config(_toml(tmp_path, "", '[kafka]\npartitioner = "random"\n'), source)
 
 
+@pytest.mark.parametrize(("top", "kafka", "message"), [
+    ("", "connect_timeout = inf", "kafka.connect_timeout: .*finite"),
+    ("", 'extra = {"bootstrap.servers" = "127.0.0.1:1"}', "kafka.extra: .*sets itself"),
+    ("", 'group_id = " "', "kafka.group_id: must not be empty"),
+    ('model_topic = ""', "", "model_topic: must not be empty"),
+    ('model_name = "  "', "", "model_name: must not be empty"),
+])
+@pytest.mark.parametrize("source", ["memory:abalone", "kafka://127.0.0.1:1/events"])
+def test_a_bad_kafka_table_or_blank_name_is_the_files_error_whatever_the_source(
+        tmp_path, capsys, top, kafka, message, source) -> None:
+    """The ``[kafka]`` table was judged only when a Kafka trainer started: ``state init``
+    (and a ``memory:`` source) accepted what ``train`` then refused, and the error did not
+    name the file. A blank model name or topic was sent to the broker (review C, 29
+    November). Now the file is refused when read, naming itself, and no store is made."""
+    config = tmp_path / "bad.toml"
+    config.write_text(f'source = "{source}"\n{top}\n[kafka]\n{kafka}\n[model]\n'
+                      "target_bounds = [0, 30]\n[model.features]\na = [0, 1]\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(config))}: {message}"):
+        load_config(config)
+    for command in (["state", "init"], ["train", "--new-state"]):
+        assert main([*command, "--config", str(config), "--state",
+                     str(tmp_path / "x.db")]) == 1
+        assert capsys.readouterr().err.startswith(f"renyiboost: error: {config}: ")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+
+
+@pytest.mark.parametrize("option", ["--model-topic", "--model-name"])
+def test_train_refuses_a_blank_model_topic_or_name_as_a_usage_error(tmp_path, capsys,
+                                                                      option) -> None:
+    config = tmp_path / "ok.toml"
+    config.write_text('source = "kafka://127.0.0.1:1/events"\n[model]\n'
+                      "target_bounds = [0, 30]\n[model.features]\na = [0, 1]\n")
+    assert main(["train", "--config", str(config), "--state", str(tmp_path / "x.db"),
+                 "--new-state", option, " "]) == 2
+    assert f"Invalid value for '{option}': must not be empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.toml"]
+
+
 def test_the_json_schema_states_the_privacy_ranges() -> None:
     """The shared ε / δ checks run before pydantic's own, which left a config's JSON schema
     without any range; the ranges are stated again as constraints."""

@@ -167,9 +167,10 @@ def _mean_runs(ctx: click.Context, param: click.Parameter, value: float | None) 
     return value
 
 
-def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A name that must say something (``serve --bootstrap ''`` waited without a reason)."""
-    if not value.strip():
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name that must say something (``serve --bootstrap ''`` waited without a reason);
+    ``None`` is an option left to the config."""
+    if value is not None and not value.strip():
         raise click.BadParameter("must not be empty", ctx, param)
     return value
 
@@ -284,9 +285,9 @@ def _load_config(path: str, overrides: dict[str, Any]) -> Any:
               "postgresql://…[?schema=name] URL (must exist, see --new-state)")
 @click.option("--new-state", is_flag=True, help="create the state file first (refused if it "
               "exists): only for a model that was never published")
-@click.option("--model-topic", default=None, help="topic the releases go to (default: the "
+@click.option("--model-topic", default=None, callback=_not_blank, help="topic the releases go to (default: the "
               "config's)")
-@click.option("--model-name", default=None, help="the releases' message key (default: the "
+@click.option("--model-name", default=None, callback=_not_blank, help="the releases' message key (default: the "
               "config's)")
 @click.option("--max-idle", type=click.FloatRange(min=0, min_open=True), default=None,
               callback=_finite,

@@ -68,7 +68,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from confluent_kafka import (
@@ -80,7 +80,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ValidationError
 
 from renyiboost.connectors.events import (
     EventFormat,
@@ -89,6 +89,10 @@ from renyiboost.connectors.events import (
     Rejected,
     cycle_collector_paused,
     event_json,
+)
+from renyiboost.connectors.kafka_settings import (
+    KafkaSettings,
+    refuse_managed,
 )
 from renyiboost.exceptions import (
     BrokerUnavailable,
@@ -197,23 +201,6 @@ CLIENT_ERROR_FRESH = 30.0
 #: name the cluster's internal addresses or an authentication failure (operator telemetry).
 CLIENT_ERROR_LOGGED = "the Kafka client's error is in the server's log"
 
-#: librdkafka settings the trainer, the publisher and the follower set themselves
-#: (:class:`KafkaSettings` refuses them in ``extra``).
-MANAGED_CLIENT_SETTINGS = frozenset({
-    "bootstrap.servers", "metadata.broker.list", "group.id", "enable.auto.commit", "enable.auto.offset.store",
-    "auto.offset.reset", "isolation.level", "transactional.id", "enable.idempotence",
-    "enable.partition.eof", "logger", "error_cb", "on_delivery", "stats_cb", "throttle_cb"})
-
-
-def refuse_managed(settings: dict[str, str], where: str, why: str = "") -> dict[str, str]:
-    """``settings`` unless they set one of :data:`MANAGED_CLIENT_SETTINGS` (``ValueError``
-    naming ``where`` they came from): one there once replaced renyiboost's own silently."""
-    managed = sorted(settings.keys() & MANAGED_CLIENT_SETTINGS)
-    if managed:
-        raise ValueError(f"{where} sets {managed}, which renyiboost sets itself{why}")
-    return settings
-
-
 def read_client_config(path: str | Path) -> dict[str, str]:
     """librdkafka settings from a ``key=value`` file (``#`` comments; the format of kcat's
     ``-F``), for the commands without a renyiboost config (``serve``, ``replay``): a
@@ -232,52 +219,6 @@ def read_client_config(path: str | Path) -> dict[str, str]:
             raise ValueError(f"{path}:{number}: expected key=value (a line without '=')")
         settings[name.strip()] = value.strip()
     return refuse_managed(settings, str(path))
-
-
-class KafkaSettings(BaseModel):
-    """Connection and topics. ``extra`` is passed through to librdkafka (security etc.)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    bootstrap_servers: str
-    topics: list[str]
-    group_id: str = "renyiboost"
-    model_topic: str = "renyiboost.models"
-    model_name: str = "model"
-    batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
-    poll_timeout: float = Field(0.5, gt=0)
-    partitioner: Literal["consistent_random", "murmur2_random"] = Field(
-        "consistent_random", description="the producers' partitioner (librdkafka's names): "
-        "with several shards an event must be in the partition it gives its message key, "
-        "else dead-lettered (reason 'partition'). consistent_random (CRC-32) is librdkafka's "
-        "default, so confluent-kafka's; murmur2_random is the Java client's")
-    connect_timeout: float = Field(
-        30.0, gt=0, description="seconds the cluster may stay unreachable (at start or while "
-        "running) before the trainer stops with an error")
-    dlq_timeout: float = Field(
-        30.0, gt=0, description="seconds to wait for a batch's dead letters to be delivered")
-    extra: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("poll_timeout", "connect_timeout", "dlq_timeout")
-    @classmethod
-    def _finite(cls, value: float, info: ValidationInfo) -> float:
-        if not math.isfinite(value):
-            raise ValueError(f"{info.field_name} must be a finite number of seconds")
-        return value
-
-    @field_validator("extra")
-    @classmethod
-    def _not_managed(cls, value: dict[str, str]) -> dict[str, str]:
-        """librdkafka settings renyiboost sets itself are refused in ``extra``: one there
-        once replaced them silently (``bootstrap.servers`` connected elsewhere than
-        ``--source`` named, and the error then named the wrong broker)."""
-        return refuse_managed(value, "extra", " (the broker from bootstrap_servers or "
-                              "--source, the group from group_id, offsets committed with the "
-                              "state, fenced transactions); remove them from [kafka] extra")
-
-    def client(self, **more: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, "logger": log, **self.extra,
-                **more}
 
 
 #: The part of librdkafka's error texts that changes between repeats of one error.
@@ -1357,7 +1298,7 @@ def publish_versions(producer: Producer, settings: KafkaSettings,
         if failed is not None:  # librdkafka reports it after its own retries
             raise PublishFailed(version, record, failed.str())
         result = results[-1]
-        if None in results or result is None:  # still queued when the flush timed out
+        if None in results:  # still queued when the flush timed out
             break  # sent again next time
         record = {"version": version, "partition": result[0], "offset": result[1],
                   "topic": settings.model_topic, "model": settings.model_name}

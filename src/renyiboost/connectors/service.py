@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, c
 
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.connectors.events import EventFormat
+from renyiboost.connectors.kafka_settings import KafkaClientTable, Name
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_errors
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.recalibration import RecalibrationPolicy
@@ -119,22 +120,6 @@ def engine_config(model: Any) -> EngineConfig:
         raise ValueError(f"model: {error}") from None
 
 
-class KafkaTable(BaseModel):
-    """The optional ``[kafka]`` table."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    group_id: str = "renyiboost"
-    batch_size: int = Field(1000, ge=1)
-    connect_timeout: float = Field(30.0, gt=0)
-    #: Seconds a batch's dead letters may take to be delivered before the trainer stops
-    #: with nothing of the batch committed (it was only settable from Python before).
-    dlq_timeout: float = Field(30.0, gt=0)
-    #: The producers' partitioner, checked by each shard (``KafkaSettings.partitioner``).
-    partitioner: Literal["consistent_random", "murmur2_random"] = "consistent_random"
-    extra: dict[str, str] = Field(default_factory=dict)
-
-
 class ServiceConfig(BaseModel):
     """A whole ``renyiboost train`` config file."""
 
@@ -142,9 +127,9 @@ class ServiceConfig(BaseModel):
 
     source: str
     state: str = "state.db"
-    model_topic: str = "renyiboost.models"
-    model_name: str = "model"
-    kafka: KafkaTable = Field(default_factory=KafkaTable)
+    model_topic: Name = "renyiboost.models"
+    model_name: Name = "model"
+    kafka: KafkaClientTable = Field(default_factory=KafkaClientTable)
     events: EventFormat = Field(default_factory=EventFormat)
     model: ModelConfig  # type: ignore[valid-type]
 

@@ -1500,9 +1500,9 @@ class StreamEngine(OwesRounds):
         error in the commit's first wait once left the release's map new and the answers'
         old: review E)."""
         self._drain()  # earlier outputs announced outside the view lock
-        previous, self.recalibration = self.recalibration, state  # the commit records it
         with self._view_lock:  # installed with its commit, as a round is (readers wait for
-            try:  # the commit in flight before they read it)
+            previous, self.recalibration = self.recalibration, state  # the commit in flight
+            try:  # before they read it; the commit records the state)
                 self._commit(None, self.pool)
             except BaseException:
                 if self._broken is None:  # nothing of it reached the store

@@ -26,6 +26,7 @@ from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
 from renyiboost.models.defaults import (
     PRIOR_RECORDS,
     check_privacy_inputs,
+    covering_selection,
     default_params,
     expected_records_hint,
     policy_fields,
@@ -433,6 +434,9 @@ class SGBDT(MarginModel):
                                     PRIOR_RECORDS if records is None else records,
                                     self.schema.n_classes, n_numeric=self.schema.n_numeric)
             explicit = policy | explicit
+            if "feature_selection" not in self.explicit_params:  # judged on the final rounds
+                explicit["feature_selection"] = covering_selection(explicit,
+                                                                   self.schema.n_features)
         params = SGBDTParams(**explicit)
         if records is not None or not self._needs_size():  # not on a provisional size: the
             warn_unread(self.explicit_params, params.feature_selection)  # fit's may differ

@@ -99,6 +99,7 @@ from renyiboost.models.defaults import (
     PRIOR_RECORDS,
     beyond_end_every,
     check_privacy_inputs,
+    covering_selection,
     default_params,
     expected_records_hint,
     final_burst,
@@ -321,6 +322,9 @@ class EngineConfig(BaseModel):
         if kept is not None and "trees_per_trigger" not in overrides:
             triggers["trees_per_trigger"] = min(triggers["trees_per_trigger"], kept)
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
+        if "feature_selection" not in learner:  # judged on the final rounds
+            policy["feature_selection"] = covering_selection(policy | learner,
+                                                             public_schema.n_features)
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
         warn_unread(learner, params.feature_selection)

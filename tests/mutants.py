@@ -249,6 +249,11 @@ MUTATIONS = [
              'pass  # raise TypeError("a date or duration is no number")',
              [("tests/test_input_checks.py::test_a_batch_model_reads_series_labels_lists_"
                "and_dates_as_they_are_meant")]),
+    Mutation("a wide schema's one-feature trees never reach its last columns",
+             "src/renyiboost/models/defaults.py",
+             'return "random" if n_features > one_feature_trees else selection',
+             "return selection",
+             ["tests/test_defaults.py::test_a_wide_schema_reaches_its_last_column"]),
     Mutation("a hint within the warmup gets a burst after every key is spent",
              "src/renyiboost/models/defaults.py",
              "all_at_end is None else all_at_end:\n        share = 0.0",

@@ -193,6 +193,27 @@ MUTATIONS = [
     Mutation("a shard restarted by Ray is not reconciled", "src/renyiboost/stream/sharded.py",
              "                self._reconcile()\n                return\n",
              "                return\n", RAY_KILLS),
+    Mutation("a sharded round is installed without the view lock",
+             "src/renyiboost/stream/sharded.py",
+             "        with self._view_lock:\n            ens = self.booster.ensemble",
+             "        if True:\n            ens = self.booster.ensemble",
+             ["tests/test_sharded.py::test_a_reader_on_another_thread_waits_for_the_round_being_"
+              "installed"]),
+    Mutation("a sharded listener's error stops the coordinator mid-call",
+             "src/renyiboost/stream/sharded.py", "        self._tell(self._announced)",
+             "        for listener in self.listeners:\n            listener(self._announced)",
+             ["tests/test_sharded.py::test_a_listeners_error_comes_after_the_call_and_stops_"
+              "nothing"]),
+    Mutation("rows a recovered shard lost are passed over in silence",
+             "src/renyiboost/stream/sharded.py", "            self._refuse_lost_rows(expected)",
+             "            pass",
+             [("tests/test_sharded.py::test_a_shard_death_inside_add_is_told_and_a_replayed_"
+               "round_announced")]),
+    Mutation("a Ray shard's failed close kills the others mid-close",
+             "src/renyiboost/stream/ray_shards.py",
+             "                    errors.append(error)\n", "                    raise\n",
+             [("tests/test_ray_shards.py::test_a_shards_failed_close_waits_for_the_others_"
+               "before_the_actors_end")]),
     Mutation("a failed Ray start kills the shards that opened with their stores open",
              "src/renyiboost/stream/ray_shards.py",
              "            self._close_opened([", "            ([",

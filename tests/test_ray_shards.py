@@ -285,3 +285,39 @@ def test_the_command_line_trains_a_sharded_deployment_on_ray(
     # either backend: the stores of another shard count are found (PostgreSQL's schemas
     # were once not looked at, and a 3-shard deployment could be created beside them)
     assert "holds the stores of a deployment of 2 shards" in capsys.readouterr().err
+
+
+def test_a_shards_failed_close_waits_for_the_others_before_the_actors_end(ray_cluster,
+                                                                          tmp_path):
+    """Shard 0's close raises: the first error ended the loop, and the actors still closing
+    were killed with their stores open (review S, 29 November). Every other shard's close
+    now returns first (its -wal gone), then the first error is raised."""
+
+    class SlowOrBrokenSource:
+        """A shard's source whose close fails on shard 0 and takes a second on the others
+        (defined here: Ray pickles a local class by value; this module is not on the path
+        of Ray's workers)."""
+
+        def __init__(self, engine: StreamEngine, k: int, n: int) -> None:
+            self.k = k
+
+        def poll_once(self, max_messages: int | None = None,
+                      timeout: float | None = None) -> int:
+            return 0
+
+        def telemetry(self) -> dict:
+            return {}
+
+        def close(self) -> None:
+            if self.k == 0:
+                raise OSError("the source's close failed (injected)")
+            time.sleep(1.0)
+
+    config = _config("classification")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    shards = RayShards(config, locations, seed=5, source=SlowOrBrokenSource)
+    with pytest.raises(OSError, match="injected"):
+        shards.close()
+    assert not Path(f"{locations[1]}-wal").exists()
+    ShardedEngine(config, locations, seed=5).close()

@@ -871,3 +871,169 @@ def test_a_seed_on_a_production_deployment_is_refused(tmp_path) -> None:
     again = ShardedEngine(config, locations)
     assert not again.privacy_guarantee().seeded_for_testing
     again.close()
+
+
+def _rows(records) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    rows, labels, keys = zip(*records, strict=True)
+    return np.array(rows), np.array(labels), list(keys)
+
+
+def test_a_reader_on_another_thread_waits_for_the_round_being_installed(monkeypatch) -> None:
+    """A round becomes the model in several steps (its tree appended, the version counted,
+    the oldest tree dropped under ``max_trees``); a reader on another thread between them
+    got a torn release, a tree's splits with another round's leaves, that validated and
+    would have been published (review S, 29 November). Readers now wait for the install."""
+    import threading
+
+    from renyiboost.models.trees import Ensemble
+
+    config = EngineConfig.from_defaults(SCHEMA, "regression", 1.0, sampling_rate=1.0,
+                                        depth=3, rounds=20, train_every=40, warmup=40,
+                                        trees_per_trigger=2, noise_stages=(), max_trees=4)
+    records = _records("regression", 200, seed=2)
+    reference, released = ShardedEngine(config, [None, None], seed=3), {}
+    reference.listeners.append(lambda version: released.update(
+        {version: reference.release(after=2)}))  # read on the learner's thread: whole
+    reference.add(*_rows(records[:160]))
+    sharded = ShardedEngine(config, [None, None], seed=3)
+    sharded.add(*_rows(records[:120]))
+    append, seen = Ensemble.append, {}
+
+    def read() -> None:
+        seen["release"] = sharded.release(after=2)
+        seen["margin"] = sharded.predict_margin(np.array([records[0][0]]))
+
+    def append_then_look(self, *args) -> None:
+        append(self, *args)
+        if self is sharded.booster.ensemble and "reader" not in seen:
+            seen["reader"] = reader = threading.Thread(target=read)
+            reader.start()
+            reader.join(0.5)
+            seen["waited"] = reader.is_alive()  # blocked until the install is whole
+
+    monkeypatch.setattr(Ensemble, "append", append_then_look)
+    sharded.add(*_rows(records[120:160]))
+    monkeypatch.undo()
+    seen["reader"].join(10)
+    assert seen["waited"]
+    seen_release, whole = seen["release"], released[seen["release"].version]
+    assert [tree.round for tree in seen_release.trees] == [tree.round for tree in whole.trees]
+    assert [tree.leaves for tree in seen_release.trees] == [tree.leaves for tree in whole.trees]
+    assert [tree.thresholds for tree in seen_release.trees] == [tree.thresholds for tree in whole.trees]
+    sharded.close()
+    reference.close()
+
+
+def test_a_listeners_error_comes_after_the_call_and_stops_nothing() -> None:
+    """A listener that raised once stopped the coordinator for good, as a failed commit
+    does, in the middle of an ``add`` (40 of 100 positions counted, the trigger's other
+    round dropped: review S, 29 November). Its error now comes when the call has counted
+    every position and run every round, and the engine goes on."""
+    records = _records("regression", 300, seed=2)
+    reference = ShardedEngine(_config("regression"), [None, None], seed=3)
+    reference.add(*_rows(records[:100]))
+    sharded = ShardedEngine(_config("regression"), [None, None], seed=3)
+    heard: list[int] = []
+
+    def flaky(version: int) -> None:
+        heard.append(version)
+        if len(heard) == 2:
+            raise ConnectionError("publisher hiccup (injected)")
+
+    sharded.listeners.append(flaky)
+    with pytest.raises(ConnectionError, match="injected"):
+        sharded.add(*_rows(records[:100]))
+    assert sharded.positions == 100
+    assert sharded.release_version == reference.release_version
+    assert heard == list(range(1, reference.release_version + 1))
+    sharded.add(*_rows(records[100:101]))  # not stopped
+    sharded.close()
+    reference.close()
+
+
+def test_a_refused_deployment_releases_the_stores_it_opened(tmp_path) -> None:
+    """Shard 0 of one deployment beside shard 1 of another is refused when the shards are
+    reconciled; the stores the refused coordinator had opened stayed locked while its
+    exception was held (a notebook, a logger), so its own deployment was then refused too
+    (review S, 29 November)."""
+    config = _config("regression")
+    deployments = []
+    for name in ("a", "b"):
+        locations = shard_locations(str(tmp_path / name), 2)
+        create_shard_stores(config, locations)
+        ShardedEngine(config, locations).close()
+        deployments.append(locations)
+    with pytest.raises(LedgerConflict, match="another store") as refused:
+        ShardedEngine(config, [deployments[0][0], deployments[1][1]])
+    assert refused.value is not None  # held, with its traceback
+    ShardedEngine(config, deployments[0]).close()
+
+
+class _DiesInRound(LocalShards):
+    """Local shards whose shard 1 dies once at ``method`` (after the others ran it) and comes
+    back from its store without what it had not committed, as a restarted actor does."""
+
+    def __init__(self, config: EngineConfig, locations: list[str], method: str) -> None:
+        super().__init__(LocalShards.open(config, locations).workers)
+        self.config, self.locations, self.method = config, locations, method
+
+    def all(self, method: str, *args):
+        from renyiboost.exceptions import ShardUnavailable
+
+        if method != self.method:
+            return super().all(method, *args)
+        self.method = None
+        for worker in self.workers[:1]:
+            getattr(worker, method)(*args)
+        dead = self.workers[1].engine
+        dead._broken = RuntimeError("killed")  # its close commits nothing
+        dead.close()
+        self.workers[1] = ShardWorker(self.config, self.locations[1], 1, 2)
+        raise ShardUnavailable(1, "killed (injected)")
+
+
+@pytest.mark.parametrize("method", ["round_sums", "commit_round"])
+def test_a_shard_death_inside_add_is_told_and_a_replayed_round_announced(tmp_path,
+                                                                        method) -> None:
+    """Shard 1 dies inside a round that ``add`` triggered. Before its sums: it comes back
+    without its uncommitted rows, and ``add`` returned as if they were learned (the count
+    went back by the rows that hashed to it: review S, 29 November); it now raises, naming
+    how many. Before its commit of a round shard 0 committed: the recovery replays the round
+    and the listeners now hear of that version too."""
+    from renyiboost.exceptions import ShardUnavailable
+
+    config = _config("regression")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    sharded = ShardedEngine(config, _DiesInRound(config, locations, "-"), seed=3,
+                            recover_timeout=5)
+    heard: list[int] = []
+    sharded.listeners.append(heard.append)
+    records = _records("regression", 200, seed=2)
+    sharded.add(*_rows(records[:100]))
+    sharded.shards.method = method
+    if method == "round_sums":
+        with pytest.raises(ShardUnavailable, match=r"without \d+ rows of this call"):
+            sharded.add(*_rows(records[100:120]))
+        assert sharded.positions < 120
+    else:
+        sharded.add(*_rows(records[100:120]))  # shard 1 replays the round shard 0 committed
+        assert sharded.positions == 120
+    assert heard == list(range(1, sharded.release_version + 1))
+    sharded.close()
+
+
+def test_flush_commits_the_rows_given_since_the_last_round(tmp_path) -> None:
+    """A sharded engine had no ``flush()``, so rows given to ``add`` after the last round
+    were lost at ``close()`` with no way to keep them (review S, 29 November); a single
+    engine offers one."""
+    config = _config("regression")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    sharded = ShardedEngine(config, locations, seed=3)
+    sharded.add(*_rows(_records("regression", 30, seed=2)))  # before the warmup's round
+    sharded.flush()
+    sharded.close()
+    again = ShardedEngine(config, locations, seed=3)
+    assert again.positions == 30
+    again.close()

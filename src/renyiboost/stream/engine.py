@@ -746,6 +746,59 @@ class OwesRounds:
         return self.train(rounds)
 
 
+class AnnouncesOutputs:
+    """The listeners of both engines, told of each output once it is durable. A listener's
+    error is held back to the end of the learning call (:func:`learning_call`): raised where
+    the output was announced, it stopped the call between a trigger and its rounds (the
+    rounds were owed until a restart) and dropped the rest of its batch (review E, 29
+    November); on the sharded engine it also stopped the coordinator for good as if a
+    commit had failed (review S, 29 November). Every listener hears of every output."""
+
+    listeners: list[Callable[[Any], None]]
+    _learning_calls: int = 0
+    _listener_error: Exception | None = None
+
+    def _tell(self, output: Any) -> None:
+        for listener in self.listeners:
+            try:
+                listener(output)
+            except Exception as error:  # noqa: BLE001 - kept, raised after the call
+                log.error("a listener of the engine raised %r on an output (%s)", error,
+                          type(output).__name__)
+                self._listener_error = self._listener_error or error
+
+    def _raise_listener_error(self) -> None:
+        """Raise the first error a listener raised, once no learning call is running."""
+        if self._listener_error is not None and not self._learning_calls:
+            error, self._listener_error = self._listener_error, None
+            raise error
+
+
+def learning_call(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A public learning call of an engine (:class:`AnnouncesOutputs`): the listeners'
+    errors of its outputs are raised when it ends, or added as a note to its own error."""
+
+    @functools.wraps(method)
+    def call(self: AnnouncesOutputs, *args: Any, **kwargs: Any) -> Any:
+        self._learning_calls += 1
+        try:
+            result = method(self, *args, **kwargs)
+        except BaseException as error:
+            # a listener's error held back by the call goes with the call's own, never to a
+            # later caller or nobody (review D3)
+            if self._learning_calls == 1 and self._listener_error is not None:
+                error.add_note(f"a listener of the engine also raised "
+                               f"{self._listener_error!r} on an output of this call")
+                self._listener_error = None
+            raise
+        finally:
+            self._learning_calls -= 1
+        self._raise_listener_error()
+        return result
+
+    return call
+
+
 def refuse_seeding_production(where: str) -> NoReturn:
     """Refuse a seed on a store that holds an unseeded ledger: opened, it marked the store
     seeded for good with only the generic testing warning, and every later release said
@@ -785,30 +838,15 @@ def _warnings_at_end(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: StreamEngine, *args: Any, **kwargs: Any) -> Any:
-        self._learning_calls += 1
-        try:
-            if self.validator.deferring:  # inside a block already (learn_one's): its end warns
-                result = method(self, *args, **kwargs)
-            else:
-                with self.validator.warnings_at_end():
-                    result = method(self, *args, **kwargs)
-        except BaseException as error:
-            # a listener's error held back by the call goes with the call's own, never to a
-            # later caller or nobody (review D3)
-            if self._learning_calls == 1 and self._listener_error is not None:
-                error.add_note(f"a listener of the engine also raised "
-                               f"{self._listener_error!r} on an output of this call")
-                self._listener_error = None
-            raise
-        finally:
-            self._learning_calls -= 1
-        self._raise_listener_error()
-        return result
+        if self.validator.deferring:  # inside a block already (learn_one's): its end warns
+            return method(self, *args, **kwargs)
+        with self.validator.warnings_at_end():
+            return method(self, *args, **kwargs)
 
-    return call
+    return learning_call(call)
 
 
-class StreamEngine(OwesRounds):
+class StreamEngine(OwesRounds, AnnouncesOutputs):
     """Online S-GBDT over keyed records with per-key Rényi budgets and a state store.
 
     Parameters
@@ -915,7 +953,7 @@ class StreamEngine(OwesRounds):
         #: Learning calls running (:func:`_warnings_at_end`), and the first error a
         #: listener raised inside them, raised when the outermost ends (:meth:`_drain`).
         self._learning_calls = 0
-        self._listener_error: Exception | None = None
+        self._listener_error = None
         self._store = open_store(store)
         self.write_behind = self._store.durable if write_behind is None else write_behind
         self._store.claim(self)  # before the try: a refused claim leaves the store to its engine
@@ -1837,23 +1875,8 @@ class StreamEngine(OwesRounds):
             self._offsets = dict(flight.state["offsets"])
             self._committed_positions = int(flight.state["positions"])
             for event in flight.outputs:  # a listener may read the model: the lock re-enters
-                for listener in self.listeners:
-                    try:
-                        listener(event)
-                    except Exception as error:  # noqa: BLE001 - kept, raised after the call
-                        log.error("a listener of the engine raised %r on an output (%s)",
-                                  error, type(event).__name__)
-                        self._listener_error = self._listener_error or error
+                self._tell(event)
         self._raise_listener_error()
-
-    def _raise_listener_error(self) -> None:
-        """Raise the first error a listener raised, once no learning call is running: raised
-        where a learning call's commit waited, it stopped the call between a trigger and its
-        rounds (the rounds were owed until a restart) and dropped the rest of its batch
-        (review E, 29 November). Every listener hears of every output either way."""
-        if self._listener_error is not None and not self._learning_calls:
-            error, self._listener_error = self._listener_error, None
-            raise error
 
     def wait_durable(self) -> None:
         """Return once every output computed so far is committed and announced (a no-op

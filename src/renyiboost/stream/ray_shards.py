@@ -218,7 +218,11 @@ class RayShards:
         A shard killed just before (Ray is restarting it from its store) answers
         ``ActorUnavailableError`` for a moment; its close is asked again once it answers,
         within ``call_timeout``. Nothing is lost either way: its store holds every commit,
-        and closing an engine twice is harmless."""
+        and closing an engine twice is harmless. A shard's own error (a store that failed,
+        a shard that never opened) is raised once every other shard's close has returned:
+        the first one ended the loop, and the actors still closing were killed with their
+        stores open (review S, 29 November)."""
+        errors: list[Exception] = []
         try:
             refs = [actor.call.remote("close") for actor in self.actors]
             failed = []
@@ -227,6 +231,8 @@ class RayShards:
                     self._get([ref], [k])
                 except ShardUnavailable:
                     failed.append(k)
+                except Exception as error:  # noqa: BLE001 - every shard first, then raised
+                    errors.append(error)
             if failed:
                 log.info("closing: shards %s were restarting; asking again", failed)
                 self.wait_available(self.call_timeout)
@@ -234,6 +240,8 @@ class RayShards:
                     self.one(k, "close")
         finally:
             self._kill()
+        if errors:
+            raise errors[0]
 
     def _kill(self) -> None:
         for actor in self.actors:

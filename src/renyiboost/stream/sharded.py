@@ -55,6 +55,7 @@ import functools
 import math
 import os
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -82,6 +83,7 @@ from renyiboost.models.trees import Ensemble
 from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.stream.engine import (
     FINISH_META,
+    AnnouncesOutputs,
     EngineConfig,
     KeyBudget,
     OwesRounds,
@@ -91,6 +93,7 @@ from renyiboost.stream.engine import (
     finish_burst,
     hinted_grid_charge,
     leaf_depth_at,
+    learning_call,
     model_release,
     noise_stage_at,
     note_one_over_delta,
@@ -513,7 +516,7 @@ class LocalShards:
             raise errors[0]
 
 
-class ShardedEngine(OwesRounds):
+class ShardedEngine(OwesRounds, AnnouncesOutputs):
     """A coordinator over key shards, each with its own state store; one global model.
 
     Parameters
@@ -542,7 +545,8 @@ class ShardedEngine(OwesRounds):
             raise ValueError("a multiclass model trains on one engine: the sharded initial "
                              "score sums one label a record, not a class histogram "
                              "(not built yet)")
-        if not isinstance(shards, Sequence):
+        opened_here = isinstance(shards, Sequence)
+        if not opened_here:
             self.shards: ShardGroup = shards
         elif len(shards) < 1:
             raise ValueError("a sharded engine needs at least one store")
@@ -567,14 +571,34 @@ class ShardedEngine(OwesRounds):
         self.released_grid: GridEvent | None = None
         #: Called after every version that became durable on all shards (e.g. to publish it).
         self.listeners: list[Callable[[int], None]] = []
-        self._reconcile()
-        self.identity: StoreIdentity = self.shards.one(0, "identity")
+        #: Held while an output becomes the model (its trees, version, grid and answer map
+        #: change in several steps) and by every public reader: a reader on another thread
+        #: once got a torn release, a tree's splits paired with another round's leaves, that
+        #: validated and would have been published (review S, 29 November). Listeners run
+        #: outside it.
+        self._view_lock = threading.RLock()
+        self._announced = 0  # the last version the listeners were told of
+        self._recovered: ShardUnavailable | None = None  # the last death recovered from
+        try:
+            self._reconcile()
+            self.identity: StoreIdentity = self.shards.one(0, "identity")
+        except BaseException:
+            if opened_here:  # refused: the stores it opened are released now, not at exit
+                with contextlib.suppress(Exception):
+                    self.shards.close()
+            raise
 
     # ------------------------------------------------------------------ opening
     def _reconcile(self) -> None:
         """Bring every shard to the furthest shard's round (see the module docstring). A
         shard is at most one round behind: a round starts only after every shard committed
-        the one before."""
+        the one before. Readers wait for it (:attr:`_view_lock`)."""
+        with self._view_lock:
+            self._reconcile_shards()
+        if self.release_version > self._announced:  # the version the replay completed
+            self._released()
+
+    def _reconcile_shards(self) -> None:
         self._pin_members()
         states: list[ShardState] = self.shards.all("state")
         # The furthest shard: most rounds, then initialised. Shards commit in parallel
@@ -690,7 +714,8 @@ class ShardedEngine(OwesRounds):
                 and opens(policy, positions, self.config.final_at)):
             window = opening_window(policy, positions)
             self.shards.all("open_recalibration", window)
-            self.recalibration = self.recalibration.opened(window)
+            with self._view_lock:
+                self.recalibration = self.recalibration.opened(window)
 
     def _refit_answers(self) -> None:
         """A refit over all shards: each commits its merged records and sends its exact
@@ -701,14 +726,16 @@ class ShardedEngine(OwesRounds):
                       self.booster.calibration, self.booster.noise, self._positions,
                       refit_versions(self.booster, self.release_version))
         self.shards.all("commit_recalibration", state)
-        self.recalibration = state
-        self.booster.ensemble.answer_map = state.answer_map
+        with self._view_lock:
+            self.recalibration = state
+            self.booster.ensemble.answer_map = state.answer_map
 
     def recover(self, error: ShardUnavailable) -> None:
         """A shard died mid-operation: the round is aborted (nothing released), the shard
         comes back from its store (its committed charges stay spent), and the shards are
         reconciled to one round."""
         self.aborted_rounds += 1
+        self._recovered = error
         deadline = time.monotonic() + self.recover_timeout
         while True:
             try:
@@ -769,6 +796,7 @@ class ShardedEngine(OwesRounds):
         self.shards.all("set_meta", KEY_ROUTING_META, "hash")
         self._hash_routing_checked = True
 
+    @learning_call
     def empty_event(self) -> None:
         """A stream position without a usable record (a dead letter): it counts like any
         other (its shard commits it with its positions)."""
@@ -781,6 +809,7 @@ class ShardedEngine(OwesRounds):
                             np.zeros(0), [], 1, np.zeros(0, dtype=np.int64))
         self._advance(self._positions + 1)
 
+    @learning_call
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
         """Encoded rows, each at the next position, to the shards that own their keys (rows
         without a key go to the shards in turn); triggers fire at the same positions as in a
@@ -833,9 +862,34 @@ class ShardedEngine(OwesRounds):
                              None if names is None else names[mine].tolist()))
             with self._stale_on_failure():
                 self.shards.each("add", args)
-            self._advance(self._positions + stop - start)
+            expected = self._positions + stop - start
+            self._advance(expected)
+            self._refuse_lost_rows(expected)
             start = stop
 
+    def _refuse_lost_rows(self, expected: int) -> None:
+        """A shard that died inside a round this call triggered came back from its store
+        without the rows it had not committed, and the recovery counted only what the
+        stores hold. A Kafka shard reads its rows again; rows given to :meth:`add` have no
+        source, and the call once returned as if they were learned (review S, 29
+        November): it now stops and says how many were lost."""
+        if self._positions < expected:
+            lost = expected - self._positions
+            shard = -1 if self._recovered is None else self._recovered.shard
+            raise ShardUnavailable(
+                shard, f"it died and came back from its store without {lost} rows of this "
+                "call that it had not committed: they were not learned (no budget was spent "
+                f"on them), and the deployment is at position {self._positions}. Give them "
+                "again; rows of this call after them were not given to the shards")
+
+    def flush(self) -> None:
+        """Every shard commits the rows it holds (:meth:`StreamEngine.flush`): rows given to
+        :meth:`add` since the last round are otherwise lost at :meth:`close`, as a single
+        engine's are."""
+        self._usable()
+        self.shards.all("flush")
+
+    @learning_call
     def poll(self) -> int:
         """Every shard reads one bounded batch from its own source (in parallel on a
         cluster); then the trigger the new total of positions reached fires. Returns the
@@ -922,6 +976,7 @@ class ShardedEngine(OwesRounds):
             self.train(trees_due(self.config, self.schedule, trigger))
 
     # ------------------------------------------------------------------ rounds
+    @learning_call
     def train(self, rounds: int = 1) -> int:
         """Run ``rounds`` rounds over all shards (the initial score first, once ``warmup``
         positions have passed); returns the trees added. A shard that dies aborts the round
@@ -950,6 +1005,7 @@ class ShardedEngine(OwesRounds):
             self._stop_on(error)
             raise
 
+    @learning_call
     def finish(self, split_grid: bool | None = None) -> int:
         """The stream ends here: the split grid and the end burst of
         :meth:`StreamEngine.finish <renyiboost.stream.engine.StreamEngine.finish>` over all
@@ -992,8 +1048,9 @@ class ShardedEngine(OwesRounds):
             score = self.booster.score_over_public_count(total, self._positions)
         self.shards.all("install_initial", score)
         self.shards.all("wait_durable")
-        self.booster.ensemble.init_score = score
-        self._initialized = True
+        with self._view_lock:
+            self.booster.ensemble.init_score = score
+            self._initialized = True
         self._released()
 
     def _release_split_grid(self, charge: float) -> None:
@@ -1005,8 +1062,9 @@ class ShardedEngine(OwesRounds):
         grid = self.booster.split_grid_of(counts, charge)
         event = GridEvent(charge, grid.cdf, grid.mapped, self.release_version + 1)
         self.shards.all("commit_grid", event)
-        self.booster.install_split_grid(grid)  # announced with the next version's tree
-        self.released_grid = event
+        with self._view_lock:  # announced with the next version's tree
+            self.booster.install_split_grid(grid)
+            self.released_grid = event
 
     def _round(self) -> None:
         stage = noise_stage_at(self.config, self._positions)
@@ -1019,37 +1077,45 @@ class ShardedEngine(OwesRounds):
         tree = self.booster.release_round(features, thresholds, sums, levels, stage)
         self.shards.all("commit_round", tree, stage)
         # Step 3: every commit returned, so the tree is the model's.
-        ens = self.booster.ensemble
-        ens.append(tree.features, tree.thresholds, tree.leaves)
-        self.booster.rounds_done += 1
-        max_trees = self.config.max_trees
-        if max_trees is not None and ens.n_trees > max_trees:
-            ens.keep_last(max_trees)
+        with self._view_lock:
+            ens = self.booster.ensemble
+            ens.append(tree.features, tree.thresholds, tree.leaves)
+            self.booster.rounds_done += 1
+            max_trees = self.config.max_trees
+            if max_trees is not None and ens.n_trees > max_trees:
+                ens.keep_last(max_trees)
         self._released()
 
     def _released(self) -> None:
-        for listener in self.listeners:
-            listener(self.release_version)
+        """Tell the listeners of the version now durable on every shard (never under
+        :attr:`_view_lock`: a listener may hand a read to another thread)."""
+        self._announced = self.release_version
+        self._tell(self._announced)
 
     # ------------------------------------------------------------------ reading
     @property
     def release_version(self) -> int:
-        return self.booster.rounds_done + int(self._initialized)
+        with self._view_lock:
+            return self.booster.rounds_done + int(self._initialized)
 
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """The model's margin for encoded rows (only trees every shard committed)."""
-        return self.booster.ensemble.predict_margin(np.asarray(X, dtype=float))
+        with self._view_lock:
+            return self.booster.ensemble.predict_margin(np.asarray(X, dtype=float))
 
     def privacy_guarantee(self) -> PrivacyGuarantee:
-        return privacy_guarantee_of(self.config, self.booster)
+        with self._view_lock:
+            return privacy_guarantee_of(self.config, self.booster)
 
     def release(self, model: str = "model", after: int = 0,
                 upto: int | None = None) -> ModelRelease:
         """The committed model as a public release (see :meth:`StreamEngine.release`); it
         names shard 0's store, whose epoch grows with every start of the deployment."""
-        version = self.release_version if upto is None else min(upto, self.release_version)
-        return model_release(self.config, self.booster, self.identity, model, after, version,
-                             self.recalibration, self.released_grid)
+        with self._view_lock:
+            version = self.release_version if upto is None else min(upto,
+                                                                     self.release_version)
+            return model_release(self.config, self.booster, self.identity, model, after,
+                                 version, self.recalibration, self.released_grid)
 
     def spent_rdp(self) -> np.ndarray:
         """Spent RDP of every key of every shard (operator telemetry)."""

@@ -197,13 +197,13 @@ MUTATIONS = [
              "src/renyiboost/stream/sharded.py",
              "        with self._view_lock:\n            ens = self.booster.ensemble",
              "        if True:\n            ens = self.booster.ensemble",
-             ["tests/test_sharded.py::test_a_reader_on_another_thread_waits_for_the_round_being_"
-              "installed"]),
+             [("tests/test_sharded.py::test_a_reader_on_another_thread_waits_for_the_round_being_"
+              "installed")]),
     Mutation("a sharded listener's error stops the coordinator mid-call",
              "src/renyiboost/stream/sharded.py", "        self._tell(self._announced)",
              "        for listener in self.listeners:\n            listener(self._announced)",
-             ["tests/test_sharded.py::test_a_listeners_error_comes_after_the_call_and_stops_"
-              "nothing"]),
+             [("tests/test_sharded.py::test_a_listeners_error_comes_after_the_call_and_stops_"
+              "nothing")]),
     Mutation("rows a recovered shard lost are passed over in silence",
              "src/renyiboost/stream/sharded.py", "            self._refuse_lost_rows(expected)",
              "            pass",

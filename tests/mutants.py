@@ -193,6 +193,12 @@ MUTATIONS = [
     Mutation("a shard restarted by Ray is not reconciled", "src/renyiboost/stream/sharded.py",
              "                self._reconcile()\n                return\n",
              "                return\n", RAY_KILLS),
+    Mutation("a round reads a pool narrower than the schema",
+             "src/renyiboost/models/booster.py",
+             "        pool.check(self.schema.n_features)\n        margin = ",
+             "        margin = ",
+             [("tests/test_models.py::test_a_round_refuses_arrays_that_do_not_fit_before_"
+               "anything_changes")]),
     Mutation("a sharded round is installed without the view lock",
              "src/renyiboost/stream/sharded.py",
              "        with self._view_lock:\n            ens = self.booster.ensemble",

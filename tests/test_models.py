@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -410,3 +411,52 @@ def test_json_round_trip_predicts_identically() -> None:
     # the public release, nothing else (the policy's split grid adds its smoothing spans;
     # a batch fit has no answer map)
     assert set(exported) == set(ModelRelease.model_fields) - {"answer_map", "part"}
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_round_refuses_arrays_that_do_not_fit_before_anything_changes(compiled) -> None:
+    """Review B (29 November): a pool of one column for a three-feature schema was routed
+    by the compiled round on its neighbours' values and on memory past its end; leaf sums
+    of a shallower round than the one released, and a leaf depth past the tree's, were
+    released; leaves of another shape changed the pool's margins before the ensemble
+    refused them."""
+    X, y = _data(300)
+    params = SGBDTParams(epsilon=2.0, rounds=5, depth=3, sampling_rate=1.0)
+    booster = SGBDTBooster(params, SCHEMA, seed=5, compiled=compiled)
+    narrow = RecordPool.from_arrays(SCHEMA.clip_encoded(X)[:, :1], booster.loss.scale(y))
+    features, thresholds = booster.grow_tree()
+    with pytest.raises(ValueError, match=r"X must have shape \(300, 3\)"):
+        booster.shard_round(narrow, features, thresholds)
+    pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), booster.loss.scale(y))
+    with pytest.raises(ValueError, match="leaf_depth must be in"):
+        booster.shard_round(pool, features, thresholds, levels=4)
+    sums, _ = booster.shard_round(pool, features, thresholds, levels=2)
+    with pytest.raises(ValueError, match="leaf sums of 4 leaves for a round that releases 8"):
+        booster.release_round(features, thresholds, sums, levels=3)
+    outcome = booster.plan_round(pool)
+    wrong = dataclasses.replace(outcome, leaves=outcome.leaves[:4])
+    before = pool.margin.copy()
+    with pytest.raises(ValueError, match="leaves have shape"):
+        booster.apply_round(pool, wrong)
+    np.testing.assert_array_equal(pool.margin, before)
+    assert booster.ensemble.n_trees == 0
+
+
+def test_a_depth_zero_ensemble_round_trips_and_keep_last_keeps_what_it_says() -> None:
+    """Review B: ``from_dict`` reshaped to ``(-1, 0)``, which a depth-0 ensemble cannot
+    give; ``keep_last(0)`` kept every tree (``[-0:]``) and ``keep_last(-1)`` dropped one."""
+    booster = SGBDTBooster(SGBDTParams(epsilon=None, rounds=3, depth=0), SCHEMA, seed=1)
+    X, y = _data(200)
+    pool = RecordPool.from_arrays(SCHEMA.clip_encoded(X), booster.loss.scale(y))
+    for _ in range(3):
+        booster.apply_round(pool, booster.plan_round(pool))
+    ens = booster.ensemble
+    again = Ensemble.from_dict(json.loads(json.dumps(ens.to_dict())))
+    np.testing.assert_array_equal(again.leaves, ens.leaves)
+    assert again.n_trees == 3
+    with pytest.raises(ValueError, match="n_trees must be >= 0"):
+        ens.keep_last(-1)
+    ens.keep_last(1)
+    assert ens.n_trees == 1
+    ens.keep_last(0)
+    assert ens.n_trees == 0

@@ -122,7 +122,7 @@ class SGBDTParams(BaseModel):
         description="'mains_then_pairs': at most this many one-feature trees for each "
         "feature before the pair trees (models.trees.mains_tree_count). None: half the "
         "nominal rounds alone; the default policy's is models.defaults.MAINS_CYCLES")
-    split_candidates: int | None = Field(None, ge=1)
+    split_candidates: int | None = Field(None, ge=1, le=65_536)
     smoothing: float = Field(
         0.0, ge=0, lt=1,
         description="answers average the trees over shifted copies of a row, each numeric "
@@ -238,6 +238,20 @@ class RecordPool:
 
     def __len__(self) -> int:
         return int(self.target.shape[0])
+
+    def check(self, n_features: int) -> None:
+        """Refuse a pool whose arrays do not fit together or the schema: the compiled round
+        reads them without bounds checks, and a pool of one column for a three-feature
+        schema was routed on its neighbours' values and on memory past its end (the numpy
+        round raised ``IndexError``: review B, 29 November)."""
+        n = len(self)
+        if self.X.ndim != 2 or self.X.shape[0] != n or self.X.shape[1] < n_features:
+            raise ValueError(f"the pool's X must have shape ({n}, {n_features}), got "
+                             f"{self.X.shape}")
+        for name in ("margin", "spent", "retired"):
+            if getattr(self, name).shape[0] != n:
+                raise ValueError(f"the pool's {name} holds {getattr(self, name).shape[0]} "
+                                 f"rows, its target {n}")
 
 
 @dataclass(frozen=True)
@@ -472,6 +486,7 @@ class SGBDTBooster:
         histograms are exact and nothing is charged. A smoothed ensemble's windows then
         follow the grid (:meth:`~renyiboost.models.grid.QuantileMap.smoothing_spans`).
         """
+        pool.check(self.schema.n_features)
         active = ~pool.retired
         spent = pool.spent.copy()
         if self.calibration is not None:
@@ -588,14 +603,21 @@ class SGBDTBooster:
         (:meth:`grow_tree`), each shard's exact leaf sums and charges over its own records
         (:meth:`shard_round`), and the noise added once to the summed leaf sums
         (:meth:`release_round`)."""
-        levels = self.params.depth if leaf_depth is None else int(leaf_depth)
-        if not 0 <= levels <= self.params.depth:
-            raise ValueError(f"leaf_depth must be in [0, {self.params.depth}], got {leaf_depth!r}")
+        levels = self._levels(leaf_depth)
         features, thresholds = self.grow_tree()
         sums, pool_side = self.shard_round(pool, features, thresholds, levels, gradient_margin,
                                            stage)
         return RoundOutcome.of(self.release_round(features, thresholds, sums, levels, stage),
                                **pool_side)
+
+    def _levels(self, leaf_depth: int | None) -> int:
+        """The levels whose leaves a round releases: ``depth``, or ``leaf_depth`` within
+        [0, depth] (checked on every path of a round: beyond it the leaf grouping's shift
+        went negative without an error: review B)."""
+        levels = self.params.depth if leaf_depth is None else int(leaf_depth)
+        if not 0 <= levels <= self.params.depth:
+            raise ValueError(f"leaf_depth must be in [0, {self.params.depth}], got {leaf_depth!r}")
+        return levels
 
     def grow_tree(self) -> tuple[np.ndarray, np.ndarray]:
         """The next round's random complete tree, from the public schema and this booster's
@@ -613,7 +635,8 @@ class SGBDTBooster:
         Pools that partition the records give leaf sums that add up to the whole pool's
         (up to floating-point summation order) and the same per-record charges: a record's
         charge reads only its own row, margin and spent budget."""
-        levels = self.params.depth if levels is None else int(levels)
+        levels = self._levels(levels)
+        pool.check(self.schema.n_features)
         margin = pool.margin if gradient_margin is None else gradient_margin
         noise_stage = self.stage(stage)
         if not self.compiled:
@@ -632,7 +655,10 @@ class SGBDTBooster:
                       levels: int | None = None, stage: int | None = None) -> ReleasedTree:
         """The round's DP leaves from its exact leaf sums (summed over shards): the noise of
         noise stage ``stage`` is drawn once here (step 5, Alg. 4)."""
-        levels = self.params.depth if levels is None else int(levels)
+        levels = self._levels(levels)
+        if sums.grad_sum.shape[0] != 2**levels:
+            raise ValueError(f"leaf sums of {sums.grad_sum.shape[0]} leaves for a round that "
+                             f"releases {2**levels}")
         noise_stage = self.stage(stage)
         leaves, noisy_grad_sum, noisy_count = self._leaf_values(
             sums.grad_sum.copy(), sums.den_sum.copy(), levels,
@@ -729,6 +755,7 @@ class SGBDTBooster:
         refuses a replay that differs. No noise is drawn and the leaves are the committed ones.
         ``stage`` is the noise stage the round ran at.
         """
+        pool.check(self.schema.n_features)
         if self.compiled:
             _, pool_side = self._charge_pass(pool, features, thresholds, pool.margin,
                                              np.empty(0), 1.0, self.params.depth,
@@ -852,7 +879,12 @@ class SGBDTBooster:
         self.rounds_done += 1
 
     def apply_round(self, pool: RecordPool, outcome: RoundOutcome) -> None:
-        """Make a planned round visible: append the tree, update margins and budgets."""
+        """Make a planned round visible: append the tree, update margins and budgets. Leaves
+        of another shape are refused before the pool changes (the compiled margin pass read
+        past them, and the pool kept margins of that read: review B)."""
+        if outcome.leaves.shape != self.ensemble.leaf_shape:
+            raise ValueError(f"the round's leaves have shape {outcome.leaves.shape}, the "
+                             f"ensemble's trees {self.ensemble.leaf_shape}")
         after = self.advance(pool, outcome)
         pool.margin, pool.spent, pool.retired = after.margin, after.spent, after.retired
         self.append_tree(outcome)

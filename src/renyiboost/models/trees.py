@@ -363,11 +363,15 @@ class Ensemble:
         return state
 
     def keep_last(self, n_trees: int) -> None:
-        """Drop all but the newest ``n_trees`` trees (free post-processing)."""
+        """Drop all but the newest ``n_trees`` trees (free post-processing). ``n_trees`` of
+        0 keeps none (``[-0:]`` kept them all) and a negative one is refused (review B)."""
+        if n_trees < 0:
+            raise ValueError(f"n_trees must be >= 0, got {n_trees}")
         if self.n_trees > n_trees:
-            self.features = self.features[-n_trees:]
-            self.thresholds = self.thresholds[-n_trees:]
-            self.leaves = self.leaves[-n_trees:]
+            first = self.n_trees - n_trees
+            self.features = self.features[first:]
+            self.thresholds = self.thresholds[first:]
+            self.leaves = self.leaves[first:]
 
     def _routed_blocks(
         self, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray
@@ -561,13 +565,14 @@ class Ensemble:
         n_outputs = int(data.get("n_outputs", 1))
         init = np.asarray(data["init_score"], dtype=float)
         leaf_shape = (2**depth,) if n_outputs == 1 else (2**depth, n_outputs)
+        n_trees = len(data["leaves"])  # not -1: a depth-0 tree has no splits to count by
         return cls(
             depth=depth,
             is_categorical=np.asarray(data["is_categorical"], dtype=bool),
             init_score=float(init) if n_outputs == 1 else init,
-            features=np.asarray(data["features"], dtype=np.int64).reshape(-1, n_internal),
-            thresholds=np.asarray(data["thresholds"], dtype=float).reshape(-1, n_internal),
-            leaves=np.asarray(data["leaves"], dtype=float).reshape(-1, *leaf_shape),
+            features=np.asarray(data["features"], dtype=np.int64).reshape(n_trees, n_internal),
+            thresholds=np.asarray(data["thresholds"], dtype=float).reshape(n_trees, n_internal),
+            leaves=np.asarray(data["leaves"], dtype=float).reshape(n_trees, *leaf_shape),
             n_outputs=n_outputs,
             shifts=None if data.get("shifts") is None else np.asarray(data["shifts"]),
             answer_map=None if data.get("answer_map") is None

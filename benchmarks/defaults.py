@@ -690,12 +690,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _commit() -> str | None:
-    """The commit the table was measured at (``None`` outside a git checkout)."""
+    """The commit the table was measured at, ``-dirty`` when the work tree differed from it
+    (``None`` outside a git checkout): a bare hash once named a commit that lacked the very
+    code the table ran (review X, 29 November)."""
     import subprocess
 
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
+                              capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -704,19 +707,26 @@ def _commit() -> str | None:
 TEST_OVER_TRAIN = 0.3 / 0.7
 
 
-def _paired(cells: list[dict[str, Any]], ours: str, *theirs: str) -> tuple[float, float]:
+def _paired(cells: list[dict[str, Any]], ours: str, *theirs: str
+            ) -> tuple[float, float, float]:
     """Mean and standard error of ``ours`` minus the best of ``theirs`` over the runs of one
-    cell. Held-out shuffles overlap (each pair shares about 70 % of its training rows), so
+    cell, and the two-sided 95 % critical value of Student's t with k − 1 degrees of
+    freedom. Held-out shuffles overlap (each pair shares about 70 % of its training rows), so
     their differences are correlated and the plain s/√k is too small: the variance is
     corrected as Nadeau and Bengio propose (Machine Learning 52, 2003: s²·(1/k + n_test /
-    n_train)). Prequential runs differ only in their noise and are independent."""
+    n_train), with the t test they pair it with). Prequential runs differ only in their
+    noise and are independent. (The critical value was 2 whatever k: at 6 shuffles, 5
+    degrees of freedom, it is 2.57, so cells between 2 and 2.57 standard errors were called
+    beyond noise: review X, 29 November.)"""
+    from scipy.stats import t
+
     differences = np.array([c[ours] - max(c[column] for column in theirs) for c in cells])
     k = differences.size
     if k < 2:
-        return float(differences.mean()), float("nan")
+        return float(differences.mean()), float("nan"), float("nan")
     overlap = TEST_OVER_TRAIN if cells[0]["protocol"] == "held-out" else 0.0
     error = float(np.std(differences, ddof=1) * np.sqrt(1 / k + overlap))
-    return float(differences.mean()), error
+    return float(differences.mean()), error, float(t.ppf(0.975, k - 1))
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> str:
@@ -729,18 +739,19 @@ def _verdicts(rows: list[dict[str, Any]]) -> str:
     missed: list[str] = []
     level: list[str] = []
 
-    def check(label: str, difference: tuple[float, float], floor: float = 0.0) -> None:
-        """Met beyond noise (the mean more than 2 s.e. above the floor), missed beyond
-        noise (more than 2 s.e. below), or level with it (within 2 s.e. either way)."""
+    def check(label: str, difference: tuple[float, float, float], floor: float = 0.0) -> None:
+        """Met beyond noise (the mean more than t s.e. above the floor, t the 95 % critical
+        value of :func:`_paired`), missed beyond noise (more than t s.e. below), or level
+        with it (within t s.e. either way)."""
         nonlocal checks
         checks += 1
-        mean, error = difference
+        mean, error, critical = difference
         line = f"- {label}: {mean:+.3f} ± {error:.3f}"
         if np.isnan(error):  # one run has no standard error: it cannot be beyond noise
             level.append(line)
-        elif mean < floor - 2 * error:
+        elif mean < floor - critical * error:
             missed.append(line)
-        elif mean <= floor + 2 * error:
+        elif mean <= floor + critical * error:
             level.append(line)
 
     for (protocol, name, epsilon), cells in groups.items():
@@ -760,7 +771,8 @@ def _verdicts(rows: list[dict[str, Any]]) -> str:
     head = (f"Targets, cell by cell (paired over the runs: mean difference ± its standard "
             "error, corrected for overlapping shuffles): "
             f"{checks - len(missed) - len(level)} of {checks} met beyond noise, "
-            f"{len(level)} level (within 2 s.e. of the target), {len(missed)} missed beyond "
+            f"{len(level)} level (within t s.e. of the target, t the 95 % critical value at "
+            f"k − 1 degrees of freedom), {len(missed)} missed beyond "
             "noise.")
     return "\n".join(["", "", head, "", "Missed beyond noise:", "", *(missed or ["- none"]),
                       "", "Level:", "", *(level or ["- none"])])

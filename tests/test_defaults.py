@@ -885,7 +885,8 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
     """The verdicts of ``make defaults``: a column below the better of DP-EBM and the trivial
     baseline, or a hinted stream more than 0.01 below the batch fit, is named with its mean
     paired difference and standard error, as missed beyond noise or level with the target
-    (within 2 s.e., a tie once counted as a win); a cell that meets every target beyond
+    (within t s.e., t Student's 95 % value at k − 1 degrees of freedom; a tie once counted as
+    a win, and 2 s.e. in place of t called 2.2 s.e. beyond noise); a cell that meets every target beyond
     noise is not named."""
     bench = _defaults_benchmark()
 
@@ -901,9 +902,12 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
         [{k: v for k, v in row.items() if k != "learn_one_finish"} for row in met])
     # hint 0.02 below batch on every shuffle (paired: no noise); DP-EBM above the batch fit
     # and the hinted stream, below learn_one
-    missed = [shuffle(seed, 0.88, 0.91 + seed / 100) for seed in range(3)]
+    missed = [shuffle(seed, 0.88, 0.91 + seed / 100)
+              | {"learn_one": 0.95 + seed / 100, "learn_one_finish": 0.96 + seed / 100}
+              for seed in range(3)]
     text = bench._verdicts(missed)
-    assert "2 of 5 met beyond noise, 0 level (within 2 s.e. of the target), 3 missed" in text
+    assert "2 of 5 met beyond noise, 0 level (within t s.e. of the target" in text
+    assert "3 missed" in text
     assert "s ε = 1, learn_one −" not in text and "s ε = 1, learn_one_finish −" not in text
     assert "s ε = 1, batch − max(DP-EBM, trivial): -0.010 ± 0.000\n" in text
     assert "learn_one_hint − batch (tolerance 0.01): -0.020 ± 0.000\n\nLevel:\n\n- none" in text
@@ -916,9 +920,19 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
     # overlapping 70 / 30 shuffles: s · √(1/k + 3/7) (Nadeau and Bengio), not s / √k
     varied = [shuffle(seed, 0.895, 0.80) | {"learn_one": 0.95 + 0.01 * (-1) ** seed}
               for seed in range(4)]
-    mean, error = bench._paired(varied, "learn_one", "dpebm", "prior")
+    mean, error, critical = bench._paired(varied, "learn_one", "dpebm", "prior")
     spread = np.std([0.01 * (-1) ** seed for seed in range(4)], ddof=1)
     assert mean == pytest.approx(0.15) and error == pytest.approx(spread * np.sqrt(1 / 4 + 3 / 7))
+    assert critical == pytest.approx(3.182, abs=1e-3)  # Student's t, 3 degrees of freedom
+    # 2.2 standard errors above the baseline over 6 shuffles: level (t = 2.571 at 5 degrees
+    # of freedom), where a fixed 2 called it met beyond noise (review X)
+    steps = np.array([1, -1, 1, -1, 1, -1]) * 0.01
+    close = [shuffle(seed, 0.895, 0.80) for seed in range(6)]
+    se = np.std(steps, ddof=1) * np.sqrt(1 / 6 + 3 / 7)
+    for row, step in zip(close, steps, strict=True):
+        row["learn_one"] = 0.80 + 2.2 * se + step
+    assert "learn_one − max(DP-EBM, trivial): +" in text_after(bench._verdicts(close),
+                                                                 "Level:")
     # one run has no standard error: far below DP-EBM it is level, not met (it was met)
     one = [shuffle(0, 0.895, 0.80) | {"learn_one": 0.6, "dpebm": 0.9}]
     assert "- s ε = 1, learn_one − max(DP-EBM, trivial): -0.300 ± nan" in text_after(

@@ -45,8 +45,8 @@ field: $(VENV)/.installed
 	$(VENV)/bin/renyiboost experiment --preset field --out results/field
 
 # The defaults table: our defaults beside DP-EBM's and the trivial baseline on the
-# development suite (about 6 minutes on 2 cores), then on the validation sets, which chose
-# no constant (20 s); writes benchmarks/results/defaults.md and validation.md.
+# development suite (about 8 minutes on 2 cores), then on the validation sets, written after
+# the policy (20 s); writes benchmarks/results/defaults.md and validation.md.
 defaults: $(VENV)/.installed
 	$(PY) benchmarks/defaults.py
 	$(PY) benchmarks/defaults.py --validation

@@ -6,9 +6,9 @@ interpret's DP-EBM with its defaults and the trivial baseline, on the developmen
     .venv/bin/python benchmarks/defaults.py --validation
 
 ``--validation`` runs the same held-out protocol and checks on the validation sets
-(:data:`renyiboost.experiments.suite.VALIDATION`: river generators that chose no constant of
-the policy), so its table estimates what a user's unseen data gets; it has no extras and
-writes ``benchmarks/results/validation.*``.
+(:data:`renyiboost.experiments.suite.VALIDATION`: river generators written after the policy;
+two have since prompted a rule each, see README), the closest this table comes to what a
+user's unseen data gets; it has no extras and writes ``benchmarks/results/validation.*``.
 
 Protocols (issue 12), δ = 1e-6, production noise (``seed=None``) for our models:
 
@@ -43,7 +43,9 @@ level) or missed beyond noise; the level and missed ones are
 named with their mean paired difference and its standard error, corrected for the
 overlap of the shuffles (Nadeau and Bengio 2003). The shuffles and noise runs start at
 ``--seed-offset`` (:data:`REPORT_SEEDS`): the explorations that chose the policy's
-constants used lower seeds, so the table is not scored on the rows that chose them.
+constants used lower seeds, so no cell repeats an exploration's shuffle; but the shuffles
+are of the same rows, which the explorations trained and scored on, so the development
+table measures the defaults on the data that chose them (review X, 29 November).
 
 Prints one table and writes ``benchmarks/results/defaults.json`` and ``defaults.md``.
 """

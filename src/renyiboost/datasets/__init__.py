@@ -110,6 +110,10 @@ def load_abalone() -> Dataset:
 # --------------------------------------------------------------------------- Adult
 #: The category lists are the UCI codebook's (adult.names); numeric bounds follow the
 #: census: ages 16–100, top-codes 99,999 (capital gain) and 99 (hours), 16 education levels.
+#: Two bounds have no documented source: fnlwgt's 1,500,000 (the CPS weight has no cap;
+#: the training rows reach 1,484,705) and capital-loss's 5,000 (the rows reach 4,356). They
+#: were written by someone who had seen the rows, so they are not a pattern for private
+#: data; both learners of the comparisons get them alike (review X, 29 November).
 ADULT_SCHEMA = PublicSchema(
     features={
         "age": (16.0, 100.0),

@@ -199,6 +199,11 @@ MUTATIONS = [
              "        margin = ",
              [("tests/test_models.py::test_a_round_refuses_arrays_that_do_not_fit_before_"
                "anything_changes")]),
+    Mutation("a merge replaces the pool without the view lock",
+             "src/renyiboost/stream/engine.py",
+             "        with self._view_lock:\n            self._merge_rows(event)",
+             "        if True:\n            self._merge_rows(event)",
+             ["tests/test_stream.py::test_an_operator_reader_on_another_thread_waits_for_a_merge"]),
     Mutation("a sharded round is installed without the view lock",
              "src/renyiboost/stream/sharded.py",
              "        with self._view_lock:\n            ens = self.booster.ensemble",

@@ -1436,3 +1436,43 @@ def test_a_crash_inside_a_trigger_after_an_end_still_owes_its_rounds(tmp_path) -
     np.testing.assert_allclose(again.ensemble.leaves, reference.ensemble.leaves, rtol=1e-9)
     np.testing.assert_allclose(again.spent_rdp(), reference.spent_rdp(), rtol=1e-9)
     again.close()
+
+
+def test_an_operator_reader_on_another_thread_waits_for_a_merge(monkeypatch) -> None:
+    """A merge replaces the pool, its slots and statuses in several steps; an operator
+    reader on another thread (a metrics endpoint) read ``pool.spent`` and ``pool.retired``
+    of two different pools, or a status without its slot (review D4 #4, 29 November). The
+    merge and the operator readers now hold the view lock."""
+    from renyiboost.stream import engine as engine_module
+
+    model = _regressor(train_every=10**6, warmup=10**6)
+    engine = model.engine
+    for i, (x, y) in enumerate(_stream(30)):
+        model.learn_one(x, y, key=i)
+    engine.flush()
+    real_pool, seen = engine_module.RecordPool, {}
+
+    def read() -> None:
+        seen["spent"] = engine.spent_rdp()
+        seen["telemetry"] = engine.operator_telemetry()
+        seen["key"] = engine.operator_budget_of(35)
+
+    def pool_then_look(*args, **kwargs):
+        pool = real_pool(*args, **kwargs)
+        if "reader" not in seen:
+            seen["reader"] = reader = threading.Thread(target=read)
+            reader.start()
+            reader.join(0.5)
+            seen["waited"] = reader.is_alive()  # blocked until the merge is whole
+        return pool
+
+    for i, (x, y) in enumerate(_stream(10, seed=1)):
+        model.learn_one(x, y, key=30 + i)
+    monkeypatch.setattr(engine_module, "RecordPool", pool_then_look)
+    engine.flush()  # the merge of the ten new keys
+    monkeypatch.undo()
+    seen["reader"].join(10)
+    assert seen["waited"]
+    assert seen["spent"].size == seen["telemetry"].n_active == 40
+    assert seen["key"].status == "active"
+    engine.close()

@@ -1462,6 +1462,14 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
             self.recalibration = self.recalibration.opened(window)
 
     def _apply_merge(self, event: MergeEvent) -> None:
+        """Upsert and append the event's records under :attr:`_view_lock`, so that an
+        operator reader on another thread (:meth:`spent_rdp`, :meth:`operator_telemetry`,
+        :meth:`operator_budget_of`) never meets a pool half replaced: it read ``pool.spent``
+        and ``pool.retired`` of two pools (review D4 #4, 29 November)."""
+        with self._view_lock:
+            self._merge_rows(event)
+
+    def _merge_rows(self, event: MergeEvent) -> None:
         slots = self._slot[event.uids]
         upsert = slots >= 0
         pool = self.pool
@@ -2201,22 +2209,27 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         name = normalise_key(key)
         cal = self.booster.calibration
         budget = cal.budget_rdp if cal else None
-        uid = self._keys.get(name)
-        if uid is None:
-            return KeyBudget(key=name, status="unknown", spent_rdp=0.0, budget_rdp=budget)
-        status = int(self._status[uid])
-        if status == ACTIVE:
-            spent = float(self.pool.spent[self._slot[uid]])
-        elif status == RETIRED:
-            spent = float(self._ledger_spent[uid])
-        else:
-            spent = 0.0
+        with self._view_lock:  # the pool of one merge (:meth:`_apply_merge`)
+            uid = self._keys.get(name)
+            if uid is None:
+                return KeyBudget(key=name, status="unknown", spent_rdp=0.0, budget_rdp=budget)
+            status = int(self._status[uid])
+            if status == ACTIVE:
+                spent = float(self.pool.spent[self._slot[uid]])
+            elif status == RETIRED:
+                spent = float(self._ledger_spent[uid])
+            else:
+                spent = 0.0
         return KeyBudget(key=name, status=KEY_STATUS[status], spent_rdp=spent, budget_rdp=budget)
 
     def spent_rdp(self) -> np.ndarray:
         """Spent RDP of every key that ever trained: the active pool, then the retired
         (operator telemetry)."""
         self._drain()
+        with self._view_lock:  # the pool of one merge (:meth:`_apply_merge`)
+            return self._spent_now()
+
+    def _spent_now(self) -> np.ndarray:
         retired = self._status[: self._next_uid] == RETIRED
         active = self.pool.spent[~self.pool.retired]
         return np.concatenate([active, self._ledger_spent[: self._next_uid][retired]])
@@ -2224,8 +2237,12 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     def operator_telemetry(self) -> OperatorTelemetry:
         """Exact counts, spent quantiles and offsets (see :class:`OperatorTelemetry`)."""
         self._drain()
+        with self._view_lock:  # counts of one pool (:meth:`_apply_merge`) and one round
+            return self._telemetry_now()
+
+    def _telemetry_now(self) -> OperatorTelemetry:
         cal = self.booster.calibration
-        spent = self.spent_rdp()
+        spent = self._spent_now()
         quantiles: dict[str, float] = {}
         if cal is not None and spent.size:
             levels = (0.5, 0.9, 0.99, 1.0)

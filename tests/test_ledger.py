@@ -424,6 +424,20 @@ def test_a_copy_of_a_model_that_learned_answers_but_never_learns(tmp_path) -> No
     durable.engine.close()
 
 
+def test_a_copy_inside_a_group_commit_is_refused() -> None:
+    """A copy taken inside a ``group_commit`` block kept the block's deferral and refused
+    every read for good (review D4 #5); it is refused at once, and a copy after the block
+    answers as the original does."""
+    model = _model(None)
+    _feed(model, 100)
+    x = {"a": 0.3, "b": 1.0, "c": "y"}
+    with model.engine.group_commit():
+        _feed(model, 20, start=100)
+        with pytest.raises(RuntimeError, match="inside a group_commit block cannot be copied"):
+            copy.deepcopy(model)
+    assert copy.deepcopy(model).predict_one(x) == model.predict_one(x)
+
+
 def test_copies_of_a_model_draw_from_the_one_budget() -> None:
     """A copy of a model keeps the very accountant it draws from: the copies' fits are
     charged to one total, and the accountant itself cannot leave the process."""

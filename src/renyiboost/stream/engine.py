@@ -997,6 +997,10 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
                 "would be a second. Reopen the store by its location in another process (its "
                 "lock admits one engine), or publish the model with release() to answer "
                 "elsewhere.")
+        if self._deferred is not None:  # the copy kept the block's deferral, and with it
+            raise RuntimeError(  # refused every read for good (review D4 #5)
+                "an engine inside a group_commit block cannot be copied: the block's outputs "
+                "are not committed yet; copy it after the block")
         self._drain()
         state = self.__dict__.copy()
         state["_committer"], state["_drain_lock"], state["_view_lock"] = None, None, None

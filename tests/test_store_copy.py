@@ -95,6 +95,17 @@ def test_the_memory_store_and_its_estimator_copy_as_before() -> None:
     assert isinstance(model.clone(), SGBDTClassifier)
 
 
+def _wait_for_child(child: int, what: str, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail(f"the forked child hung: {what}")
+    return os.waitstatus_to_exitcode(done[1])
+
+
 def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path) -> None:
     """``multiprocessing``'s default start on Linux forks: the child inherits the open
     engine, its store's connection and its lock, and no copy guard runs. A forked child
@@ -131,14 +142,8 @@ def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path
             status = status or 4
         model.close()  # must not commit, nor unlock the parent's store
         os._exit(status)
-    deadline = time.monotonic() + 60  # a child that learned may hang on its dead committer
-    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if done[0] == 0:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
-        pytest.fail("the forked child hung: it went on learning on its parent's store")
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+    # a child that learned may hang on its dead committer
+    assert _wait_for_child(child, "it went on learning on its parent's store") == 0
     for i in range(60, 100):  # the parent goes on, still holding its lock
         model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
     with pytest.raises(StoreLocked, match="this process: another model"):
@@ -150,6 +155,55 @@ def test_a_forked_child_neither_learns_nor_writes_on_its_parents_ledger(tmp_path
                             warmup=20, seed=1)
     assert again.engine.release_version == version
     again.close()
+
+
+def test_a_child_forked_while_a_commit_is_in_flight_is_told_not_left_waiting(tmp_path):
+    """A child forked while the parent's write-behind commit was in flight waited for it
+    for good on its first read: the committer thread stayed in the parent, and so did a lock
+    it might hold (review D4 #6, 29 November). The child's read is now refused at once; the
+    parent's commit lands and the parent reads on."""
+    import threading
+
+    import numpy as np
+
+    class Gated(SQLiteStore):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path, create=True)
+            self.gate, self.entered = threading.Event(), threading.Event()
+
+        def commit(self, change) -> None:
+            self.entered.set()
+            assert self.gate.wait(30)
+            super().commit(change)
+
+    store = Gated(tmp_path / "state.db")
+    store.gate.set()
+    model = SGBDTClassifier({"a": (0.0, 1.0)}, store=store, train_every=10**6, warmup=1,
+                            seed=1)
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        model.learn_one({"a": float(rng.random())}, bool(i % 2), key=f"k{i}")
+    model.engine.wait_durable()
+    store.gate.clear()
+    store.entered.clear()
+    learner = threading.Thread(target=model.engine.train, args=(1,))
+    learner.start()  # its commits wait at the gate, the learner inside the engine's locks
+    assert store.entered.wait(10)
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            model.predict_proba_one({"a": 0.5})
+        except LedgerConflict:
+            status = 0
+        except BaseException:  # noqa: BLE001 - the child reports through its status
+            status = 2
+        os._exit(status)
+    assert _wait_for_child(child, "it waited for its parent's commit", timeout=15) == 0
+    store.gate.set()
+    learner.join(30)
+    assert model.engine.release_version == 2
+    model.close()
 
 
 def test_a_byte_copy_of_a_store_beside_its_original_is_refused(tmp_path) -> None:

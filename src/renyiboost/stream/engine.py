@@ -66,6 +66,7 @@ import numbers
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -799,6 +800,21 @@ def learning_call(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+#: The engines of this process, whose locks a forked child replaces (:func:`_fresh_locks`).
+_ENGINES: weakref.WeakSet[StreamEngine] = weakref.WeakSet()
+
+
+def _fresh_locks() -> None:
+    """In a forked child, give every engine new locks: a lock another thread of the parent
+    held at the fork stays held in the child, where that thread does not exist, and the
+    child's first read waited for it for good (review D4 #6, 29 November)."""
+    for engine in list(_ENGINES):
+        engine._drain_lock, engine._view_lock = threading.RLock(), threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks)
+
+
 def refuse_seeding_production(where: str) -> NoReturn:
     """Refuse a seed on a store that holds an unseeded ledger: opened, it marked the store
     seeded for good with only the generic testing warning, and every later release said
@@ -933,6 +949,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         self._broken: BaseException | None = None
         self._copied_ledger = False  # a copy of a ledger may not learn (__setstate__)
         self._pid = os.getpid()  # a forked child may not learn (check_forked)
+        _ENGINES.add(self)
         self._closed = False
         self._warned_keyless = False
         #: Whether the stream has passed 1/δ positions, and said so (note_one_over_delta).
@@ -1014,6 +1031,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         self.__dict__.update(state)
         self._drain_lock, self._view_lock = threading.RLock(), threading.RLock()
         self._pid = os.getpid()
+        _ENGINES.add(self)
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
 
@@ -1873,6 +1891,12 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         then broken: it holds state the store does not)."""
         if self._in_flight is None:
             return
+        if os.getpid() != self._pid:  # its committer thread stayed in the parent
+            raise LedgerConflict(
+                f"this engine was forked from process {self._pid} while a commit was in "
+                "flight there: whether it landed is known to that process only, so the "
+                "child cannot tell which model is committed (it waited for that commit "
+                "forever). Read the model in the parent, or pass the child a release.")
         with self._drain_lock:  # a second reader waits here, it never skips the wait
             flight = self._in_flight
             if flight is None:

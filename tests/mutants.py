@@ -210,6 +210,12 @@ MUTATIONS = [
              "        if False:  # its committer thread stayed in the parent",
              [("tests/test_store_copy.py::test_a_child_forked_while_a_commit_is_in_flight_is_"
                "told_not_left_waiting")]),
+    Mutation("a reader raises the listener's error the learner never hears of",
+             "src/renyiboost/stream/engine.py",
+             "        if not reader:\n            self._raise_listener_error()",
+             "        if True:\n            self._raise_listener_error()",
+             [("tests/test_stream.py::test_a_listeners_error_met_by_a_reader_goes_to_the_next_"
+              "learning_call")]),
     Mutation("a sharded round is installed without the view lock",
              "src/renyiboost/stream/sharded.py",
              "        with self._view_lock:\n            ens = self.booster.ensemble",

@@ -749,6 +749,35 @@ def test_a_listener_error_is_raised_after_the_call_whose_rounds_all_ran(tmp_path
     assert engine.recalibration is before
 
 
+def test_a_listeners_error_met_by_a_reader_goes_to_the_next_learning_call(tmp_path) -> None:
+    """A prediction that announced the last commit's outputs raised the listener's error (a
+    publisher's, on a serving thread) while the learner never heard of it (review D4 #7).
+    The reader now answers, and the next learning call raises the error once it is done."""
+    engine = StreamEngine(EngineConfig(
+        public_schema=PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)},
+                                   target_bounds=(0.0, 3.0)),
+        params=SGBDTParams(epsilon=1.0, rounds=30, depth=2, learning_rate=0.5,
+                           grad_clip=0.5),
+        train_every=10, warmup=10), store=SQLiteStore(tmp_path / "l.db", create=True), seed=1)
+    armed = threading.Event()
+
+    def listener(event) -> None:
+        if armed.is_set():
+            armed.clear()
+            raise RuntimeError("the publisher failed (injected)")
+
+    engine.listeners.append(listener)
+    rows = np.random.default_rng(0).uniform(size=(80, 2))
+    engine.add(rows[:60], np.ones(60), [f"k{i}" for i in range(60)])  # a round at 60
+    armed.set()
+    engine.predict_margin(rows[:5])  # announces that round: the reader answers
+    assert not armed.is_set()  # the listener did raise
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.add(rows[60:], np.ones(20), [f"k{i}" for i in range(60, 80)])
+    assert engine.positions == 80
+    engine.close()
+
+
 def test_a_listener_may_hand_a_read_to_another_thread_and_a_group_refuses_other_readers(
         tmp_path) -> None:
     """Review D3 (29 November): listeners ran under the lock a reader now holds, so one that

@@ -1111,7 +1111,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         while True:
             if self._drain_lock.acquire(blocking=False):  # announce here when no other
                 try:  # thread does (waiting for one that does hung: its listener may wait
-                    self._drain()  # for this very read)
+                    self._drain(reader=True)  # for this very read)
                 finally:
                     self._drain_lock.release()
             with self._view_lock:
@@ -1885,10 +1885,14 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         last = change[-1] if isinstance(change, list) else change
         self._in_flight = _InFlight(done, last.meta["state"], outputs)
 
-    def _drain(self) -> None:
+    def _drain(self, reader: bool = False) -> None:
         """Wait for the commit in flight; then its outputs are durable: record its offsets
         and announce them to the listeners. Raises what the commit raised (the engine is
-        then broken: it holds state the store does not)."""
+        then broken: it holds state the store does not). A ``reader`` (a prediction or a
+        release, :meth:`_durable_view`) that announced keeps a listener's error for the next
+        learning call or :meth:`close`: raised in the reader, a publisher's error reached a
+        prediction on a serving thread while the learner never heard of it (review D4
+        #7)."""
         if self._in_flight is None:
             return
         if os.getpid() != self._pid:  # its committer thread stayed in the parent
@@ -1912,7 +1916,8 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
             self._committed_positions = int(flight.state["positions"])
             for event in flight.outputs:  # a listener may read the model: the lock re-enters
                 self._tell(event)
-        self._raise_listener_error()
+        if not reader:
+            self._raise_listener_error()
 
     def wait_durable(self) -> None:
         """Return once every output computed so far is committed and announced (a no-op

@@ -816,7 +816,13 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         single engine. A row with a bad label or key is not learned but keeps its position
         (an empty event), the others are learned, and then an ``InvalidRecord`` names the
         first bad row, as a single engine does (a bad label or key once lost the whole
-        call's positions)."""
+        call's positions).
+
+        A call that fails part-way (a shard died while the rows were handed out) leaves
+        the rows the other shards took with them: do not give the same keyless rows again,
+        since each keyless row is its own key and a repeated one would train under a second
+        budget (keyed rows given again are upserts of their one ledger). ``positions`` after
+        the failure says how many rows of the stream the shards hold (review S #7)."""
         self._usable()
         self._refresh_if_stale()
         if bad := self.validator.bad_rows(targets, keys):

@@ -625,12 +625,13 @@ def _extras(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet()
+    commit = _commit()  # the code that runs: read before the run, not after it
     from renyiboost.experiments.suite import SUITE, VALIDATION
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--validation", action="store_true",
-                        help="the validation sets (experiments.suite.VALIDATION), which chose "
-                             "no constant, instead of the development suite; held-out "
+                        help="the validation sets (experiments.suite.VALIDATION), written "
+                             "after the policy, instead of the development suite; held-out "
                              "protocol only, no extras")
     parser.add_argument("--sets", default=None, help="comma-separated (default: every set)")
     parser.add_argument("--epsilons", default=",".join(str(e) for e in EPSILONS))
@@ -695,22 +696,27 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
         {"machine": platform.platform(), "cores": os.cpu_count(), "load_at_start": load,
-         "seconds": elapsed, "delta": DELTA, "seed_offset": first, "commit": _commit(),
+         "seconds": elapsed, "delta": DELTA, "seed_offset": first, "commit": commit,
          "rows": rows, "table": table}, indent=1))
     out.with_suffix(".md").write_text(text + "\n")
     return 0
 
 
 def _commit() -> str | None:
-    """The commit the table was measured at, ``-dirty`` when the work tree differed from it
-    (``None`` outside a git checkout): a bare hash once named a commit that lacked the very
-    code the table ran (review X, 29 November)."""
+    """The commit the table is measured at, ``-dirty`` when the work tree differs from it
+    outside ``benchmarks/results`` (``None`` outside a git checkout): a bare hash once named
+    a commit that lacked the very code the table ran (review X, 29 November). Read at the
+    start: read at the end, the results the first table of ``make defaults`` had just
+    written made the second one's record dirty (review D5)."""
     import subprocess
 
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
-                              capture_output=True, text=True, check=True,
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).parent).stdout.strip()
+
+    try:
+        changed = git("status", "--porcelain", "--", ":/", ":(exclude,top)benchmarks/results")
+        return git("rev-parse", "--short=7", "HEAD") + ("-dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 

@@ -1072,6 +1072,12 @@ def test_a_wide_schema_reaches_its_last_column() -> None:
     assert EngineConfig.from_defaults(schema, "classification", 1.0, 1e-6, 2_100,
                                       feature_selection="cyclic").params.feature_selection == (
         "cyclic")
+    # a tree cap keeps the last trees only: 10 of 54 cyclic rounds split on 10 of 30 columns
+    thirty, _, _ = _wide_classification(30, 10, signal=29, seed=4)
+    assert EngineConfig.from_defaults(thirty, "classification", 0.5, 1e-6,
+                                      1_000).params.feature_selection == "cyclic"
+    assert EngineConfig.from_defaults(thirty, "classification", 0.5, 1e-6, 1_000,
+                                      max_trees=10).params.feature_selection == "random"
     narrow, _, _ = _wide_classification(10, 10, signal=9, seed=4)
     assert EngineConfig.from_defaults(narrow, "classification", 1.0, 1e-6,
                                       2_100).params.feature_selection == "mains_then_pairs"

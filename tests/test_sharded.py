@@ -1013,7 +1013,7 @@ def test_a_shard_death_inside_add_is_told_and_a_replayed_round_announced(tmp_pat
     sharded.add(*_rows(records[:100]))
     sharded.shards.method = method
     if method == "round_sums":
-        with pytest.raises(ShardUnavailable, match=r"without \d+ rows of this call"):
+        with pytest.raises(ShardUnavailable, match=r"without \d+ rows given to add\(\)"):
             sharded.add(*_rows(records[100:120]))
         assert sharded.positions < 120
     else:
@@ -1037,3 +1037,54 @@ def test_flush_commits_the_rows_given_since_the_last_round(tmp_path) -> None:
     again = ShardedEngine(config, locations, seed=3)
     assert again.positions == 30
     again.close()
+
+
+def test_a_shard_death_inside_flush_is_recovered_and_told(tmp_path) -> None:
+    """``flush()`` called the shards without marking the count stale or recovering: a shard
+    that died in it came back without its uncommitted rows, the coordinator went on
+    counting them, and the next triggers fired at positions no store held (review D5). The
+    death is now recovered and the lost rows are named."""
+    from renyiboost.exceptions import ShardUnavailable
+
+    config = _config("regression")
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    sharded = ShardedEngine(config, _DiesInRound(config, locations, "flush"), seed=3,
+                            recover_timeout=5)
+    sharded.add(*_rows(_records("regression", 30, seed=2)))  # before the warmup's round
+    with pytest.raises(ShardUnavailable, match=r"without \d+ rows given to add\(\)"):
+        sharded.flush()
+    held = sum(state.positions for state in sharded.shards.all("state"))
+    assert sharded.positions == held < 30
+    sharded.close()
+
+
+def test_a_forked_childs_coordinator_does_not_wait_for_a_lock_its_parent_held() -> None:
+    """A child forked while the coordinator's thread held its view lock (a long
+    reconciliation, an install) waited for it for good on its first read (review D5). The
+    fork hook gives the coordinator a fresh lock, as it gives an engine (run here as the
+    child would run it, with the parent's thread holding the old lock)."""
+    import threading
+
+    from renyiboost.stream import engine as engine_module
+
+    sharded = ShardedEngine(_config("regression"), [None, None], seed=3)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with sharded._view_lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    assert sharded in engine_module._ENGINES  # what the fork hook renews in the child
+    sharded._fresh_locks()  # the hook's call for it (the others' locks are left alone here)
+    reader = threading.Thread(target=lambda: sharded.release_version)
+    reader.start()
+    reader.join(2)
+    assert not reader.is_alive()
+    release.set()
+    holder.join(10)
+    sharded.close()

@@ -751,8 +751,9 @@ def test_a_listener_error_is_raised_after_the_call_whose_rounds_all_ran(tmp_path
 
 def test_a_listeners_error_met_by_a_reader_goes_to_the_next_learning_call(tmp_path) -> None:
     """A prediction that announced the last commit's outputs raised the listener's error (a
-    publisher's, on a serving thread) while the learner never heard of it (review D4 #7).
-    The reader now answers, and the next learning call raises the error once it is done."""
+    publisher's, on a serving thread) while the learner never heard of it (review D4 #7),
+    and so did operator telemetry (review D5). The reader now answers, and the next learning
+    call (or ``close()``) raises the error once it is done."""
     engine = StreamEngine(EngineConfig(
         public_schema=PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)},
                                    target_bounds=(0.0, 3.0)),
@@ -775,7 +776,11 @@ def test_a_listeners_error_met_by_a_reader_goes_to_the_next_learning_call(tmp_pa
     with pytest.raises(RuntimeError, match="injected"):
         engine.add(rows[60:], np.ones(20), [f"k{i}" for i in range(60, 80)])
     assert engine.positions == 80
-    engine.close()
+    armed.set()  # operator telemetry (a metrics thread) announces the round at 80 likewise
+    assert engine.operator_telemetry().positions == 80
+    assert not armed.is_set()
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.close()  # the store is released, then the kept error is raised
 
 
 def test_a_listener_may_hand_a_read_to_another_thread_and_a_group_refuses_other_readers(

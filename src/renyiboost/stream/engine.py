@@ -323,9 +323,11 @@ class EngineConfig(BaseModel):
         if kept is not None and "trees_per_trigger" not in overrides:
             triggers["trees_per_trigger"] = min(triggers["trees_per_trigger"], kept)
         policy["rounds"] = stream_rounds(records, schedule, triggers["trees_per_trigger"])
-        if "feature_selection" not in learner:  # judged on the final rounds
-            policy["feature_selection"] = covering_selection(policy | learner,
-                                                             public_schema.n_features)
+        if "feature_selection" not in learner:  # judged on the final rounds, and on the
+            held = policy | learner  # trees a cap keeps (review D5: max_trees = 10 of 54
+            if kept is not None:  # cyclic rounds split on 10 of 30 columns, in schema order)
+                held = held | {"rounds": min(int(held["rounds"]), int(kept))}
+            policy["feature_selection"] = covering_selection(held, public_schema.n_features)
         params = SGBDTParams(**(policy | {"task": task, "epsilon": epsilon, "delta": delta}
                                 | learner))
         warn_unread(learner, params.feature_selection)
@@ -800,19 +802,26 @@ def learning_call(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-#: The engines of this process, whose locks a forked child replaces (:func:`_fresh_locks`).
-_ENGINES: weakref.WeakSet[StreamEngine] = weakref.WeakSet()
+#: The engines and sharded coordinators of this process, whose locks a forked child
+#: replaces (:func:`_fresh_locks`).
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _fresh_locks() -> None:
-    """In a forked child, give every engine new locks: a lock another thread of the parent
-    held at the fork stays held in the child, where that thread does not exist, and the
-    child's first read waited for it for good (review D4 #6, 29 November)."""
+    """In a forked child, give every engine (and coordinator) new locks: a lock another
+    thread of the parent held at the fork stays held in the child, where that thread does
+    not exist, and the child's first read waited for it for good (review D4 #6, 29
+    November; the coordinator's too: review D5)."""
     for engine in list(_ENGINES):
-        engine._drain_lock, engine._view_lock = threading.RLock(), threading.RLock()
+        engine._fresh_locks()
 
 
 os.register_at_fork(after_in_child=_fresh_locks)
+
+
+def renew_locks_after_fork(owner: Any) -> None:
+    """Have a forked child call ``owner._fresh_locks()`` (an engine, a coordinator)."""
+    _ENGINES.add(owner)
 
 
 def refuse_seeding_production(where: str) -> NoReturn:
@@ -949,7 +958,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         self._broken: BaseException | None = None
         self._copied_ledger = False  # a copy of a ledger may not learn (__setstate__)
         self._pid = os.getpid()  # a forked child may not learn (check_forked)
-        _ENGINES.add(self)
+        renew_locks_after_fork(self)
         self._closed = False
         self._warned_keyless = False
         #: Whether the stream has passed 1/δ positions, and said so (note_one_over_delta).
@@ -1029,11 +1038,14 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         key two budgets (invariant 5). A copy of an engine that has seen nothing is a new
         model, as River's ``clone`` gives."""
         self.__dict__.update(state)
-        self._drain_lock, self._view_lock = threading.RLock(), threading.RLock()
+        self._fresh_locks()
         self._pid = os.getpid()
-        _ENGINES.add(self)
+        renew_locks_after_fork(self)
         self._copied_ledger = bool(self._positions or self._next_uid)
         self._store.claim(self)  # the copy's own store
+
+    def _fresh_locks(self) -> None:
+        self._drain_lock, self._view_lock = threading.RLock(), threading.RLock()
 
     def _learn_gate(self) -> None:
         """:meth:`_may_learn`, then the rounds a crash left owed (:meth:`catch_up`)."""
@@ -1109,11 +1121,12 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         reviews D3, D4). Inside a group commit with rounds not yet committed a reader is
         refused, on any thread (:meth:`_refuse_in_group`)."""
         while True:
-            if self._drain_lock.acquire(blocking=False):  # announce here when no other
-                try:  # thread does (waiting for one that does hung: its listener may wait
-                    self._drain(reader=True)  # for this very read)
+            drain_lock = self._drain_lock  # the one acquired (a fork replaces the attribute)
+            if drain_lock.acquire(blocking=False):  # announce here when no other thread
+                try:  # does (waiting for one that does hung: its listener may wait for this
+                    self._drain(reader=True)  # very read)
                 finally:
-                    self._drain_lock.release()
+                    drain_lock.release()
             with self._view_lock:
                 flight = self._in_flight
                 if flight is None or flight.done.done():
@@ -1137,13 +1150,13 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     @property
     def store(self) -> StateStore:
         """The state store, once no commit is in flight on it."""
-        self._drain()
+        self._drain(reader=True)
         return self._store
 
     @property
     def offsets(self) -> dict[str, Any]:
         """Source offsets covered by the last durable commit."""
-        self._drain()
+        self._drain(reader=True)
         return self._offsets
 
     @property
@@ -1798,13 +1811,13 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     @property
     def rounds_done(self) -> int:
         """Rounds committed and installed (waits for the commit in flight)."""
-        self._drain()
+        self._drain(reader=True)
         return self.booster.rounds_done
 
     @property
     def initialized(self) -> bool:
         """Whether the initial score is committed and installed."""
-        self._drain()
+        self._drain(reader=True)
         return self._initialized
 
     def _commit_round(self, outcome: RoundOutcome, stage: int | None) -> None:
@@ -1888,11 +1901,11 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     def _drain(self, reader: bool = False) -> None:
         """Wait for the commit in flight; then its outputs are durable: record its offsets
         and announce them to the listeners. Raises what the commit raised (the engine is
-        then broken: it holds state the store does not). A ``reader`` (a prediction or a
-        release, :meth:`_durable_view`) that announced keeps a listener's error for the next
-        learning call or :meth:`close`: raised in the reader, a publisher's error reached a
-        prediction on a serving thread while the learner never heard of it (review D4
-        #7)."""
+        then broken: it holds state the store does not). A ``reader`` (a prediction, a
+        release, :meth:`_durable_view`, or operator telemetry) that announced keeps a
+        listener's error for the next learning call or :meth:`close`: raised in the reader,
+        a publisher's error reached a prediction or a metrics thread while the learner never
+        heard of it (reviews D4 #7, D5)."""
         if self._in_flight is None:
             return
         if os.getpid() != self._pid:  # its committer thread stayed in the parent
@@ -2238,7 +2251,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     def operator_budget_of(self, key: Any) -> KeyBudget:
         """Spent RDP and status of a key. Operator telemetry: it answers "is this key in
         the data?", so it must never be served to the public."""
-        self._drain()
+        self._drain(reader=True)
         name = normalise_key(key)
         cal = self.booster.calibration
         budget = cal.budget_rdp if cal else None
@@ -2258,7 +2271,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
     def spent_rdp(self) -> np.ndarray:
         """Spent RDP of every key that ever trained: the active pool, then the retired
         (operator telemetry)."""
-        self._drain()
+        self._drain(reader=True)
         with self._view_lock:  # the pool of one merge (:meth:`_apply_merge`)
             return self._spent_now()
 
@@ -2269,7 +2282,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
 
     def operator_telemetry(self) -> OperatorTelemetry:
         """Exact counts, spent quantiles and offsets (see :class:`OperatorTelemetry`)."""
-        self._drain()
+        self._drain(reader=True)
         with self._view_lock:  # counts of one pool (:meth:`_apply_merge`) and one round
             return self._telemetry_now()
 

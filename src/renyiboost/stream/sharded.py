@@ -102,6 +102,7 @@ from renyiboost.stream.engine import (
     record_end,
     refit_versions,
     refuse_seeding_production,
+    renew_locks_after_fork,
     rounds_left,
     rounds_owed,
     run_rounds,
@@ -578,7 +579,10 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         #: outside it.
         self._view_lock = threading.RLock()
         self._announced = 0  # the last version the listeners were told of
-        self._recovered: ShardUnavailable | None = None  # the last death recovered from
+        #: Rows were given to :meth:`add` (no source of their own re-reads what a dead
+        #: shard had not committed: :meth:`recover` says so).
+        self._fed_by_add = False
+        renew_locks_after_fork(self)  # a forked child gets a fresh lock (review D5)
         try:
             self._reconcile()
             self.identity: StoreIdentity = self.shards.one(0, "identity")
@@ -735,13 +739,13 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         comes back from its store (its committed charges stay spent), and the shards are
         reconciled to one round."""
         self.aborted_rounds += 1
-        self._recovered = error
+        counted = self._positions
         deadline = time.monotonic() + self.recover_timeout
         while True:
             try:
                 self.shards.wait_available(max(0.0, deadline - time.monotonic()))
                 self._reconcile()
-                return
+                break
             except ShardUnavailable as again:  # a shard died again while coming back
                 if time.monotonic() > deadline:
                     self._stop_on(again)  # the shards may stay a round apart
@@ -749,6 +753,19 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
             except BaseException as failed:  # a reconciliation that failed: the same
                 self._stop_on(failed)
                 raise
+        if self._fed_by_add and self._positions < counted:
+            # rows given to add() have no source to read them again: the call that met the
+            # death once returned as if they were learned, and the positions went back by the
+            # rows that hashed to the dead shard (reviews S #2, D5)
+            raise ShardUnavailable(
+                error.shard, f"it died and came back from its store without "
+                f"{counted - self._positions} rows given to add() since its last commit: they "
+                "were not learned (no budget was spent on them), and the deployment holds "
+                f"{self._positions} positions where it had counted {counted}; rows of this "
+                "call after the death were not given to the shards either")
+
+    def _fresh_locks(self) -> None:
+        self._view_lock = threading.RLock()
 
     def _usable(self) -> None:
         """Refuse to go on after a commit phase failed with anything but a shard's death
@@ -800,6 +817,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
     def empty_event(self) -> None:
         """A stream position without a usable record (a dead letter): it counts like any
         other (its shard commits it with its positions)."""
+        self._fed_by_add = True
         self._usable()
         self._refresh_if_stale()
         k = self._keyless % self.shards.n
@@ -823,6 +841,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         since each keyless row is its own key and a repeated one would train under a second
         budget (keyed rows given again are upserts of their one ledger). ``positions`` after
         the failure says how many rows of the stream the shards hold (review S #7)."""
+        self._fed_by_add = True
         self._usable()
         self._refresh_if_stale()
         if bad := self.validator.bad_rows(targets, keys):
@@ -868,32 +887,22 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
                              None if names is None else names[mine].tolist()))
             with self._stale_on_failure():
                 self.shards.each("add", args)
-            expected = self._positions + stop - start
-            self._advance(expected)
-            self._refuse_lost_rows(expected)
+            self._advance(self._positions + stop - start)
             start = stop
 
-    def _refuse_lost_rows(self, expected: int) -> None:
-        """A shard that died inside a round this call triggered came back from its store
-        without the rows it had not committed, and the recovery counted only what the
-        stores hold. A Kafka shard reads its rows again; rows given to :meth:`add` have no
-        source, and the call once returned as if they were learned (review S, 29
-        November): it now stops and says how many were lost."""
-        if self._positions < expected:
-            lost = expected - self._positions
-            shard = -1 if self._recovered is None else self._recovered.shard
-            raise ShardUnavailable(
-                shard, f"it died and came back from its store without {lost} rows of this "
-                "call that it had not committed: they were not learned (no budget was spent "
-                f"on them), and the deployment is at position {self._positions}. Give them "
-                "again; rows of this call after them were not given to the shards")
-
+    @learning_call
     def flush(self) -> None:
         """Every shard commits the rows it holds (:meth:`StreamEngine.flush`): rows given to
         :meth:`add` since the last round are otherwise lost at :meth:`close`, as a single
-        engine's are."""
+        engine's are. A shard that dies meanwhile is recovered, which says what it lost."""
         self._usable()
-        self.shards.all("flush")
+        self._refresh_if_stale()
+        try:
+            with self._stale_on_failure():
+                self.shards.all("flush")
+        except ShardUnavailable as error:
+            self.recover(error)  # raises if rows given to add() were lost
+            self.shards.all("flush")
 
     @learning_call
     def poll(self) -> int:

@@ -626,6 +626,12 @@ def test_the_default_candidates_fit_the_schemas_labels_and_features() -> None:
         SGBDTBooster(SGBDTParams(task="classification", epsilon=1.0, **params), three)
     assert {params["grid_share"] for params in default_candidates("regression", 1.0, 0)} == {
         0.0}
+    # a wide schema's candidates cover its features as the policy's fits do (explicit, a
+    # candidate's cyclic trees were kept and split on the first columns only)
+    wide = default_candidates("classification", 1.0, n_numeric=300, n_features=300)
+    assert {params["feature_selection"] for params in wide} == {"random"}
+    assert {params["feature_selection"] for params in default_candidates(
+        "classification", 1.0, n_numeric=6, n_features=6)} == {"mains_then_pairs"}
 
 
 def test_the_cli_runs_a_private_selection(capsys) -> None:

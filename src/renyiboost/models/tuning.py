@@ -40,21 +40,25 @@ import numpy as np
 from renyiboost.accounting.selection import SelectionBudget
 from renyiboost.models.batch import SGBDT
 from renyiboost.models.booster import SGBDTParams
-from renyiboost.models.defaults import default_params, policy_fields
+from renyiboost.models.defaults import covering_selection, default_params, policy_fields
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
 
 
 def default_candidates(task: str, epsilon: float, n_numeric: int = 1,
-                       n_classes: int = 2) -> list[dict[str, Any]]:
+                       n_classes: int = 2, n_features: int | None = None
+                       ) -> list[dict[str, Any]]:
     """Nine public candidates: the default policy at 1,000 / 10,000 / 100,000 records, each
     with learning rates 0.1 / 0.2 / 0.4 (what a user unsure of the size would try), for a
-    schema of ``n_numeric`` numeric features and ``n_classes`` labels."""
+    schema of ``n_numeric`` numeric features (``n_features`` in all: the policy's feature
+    choice covers them, :func:`~renyiboost.models.defaults.covering_selection`; a candidate
+    is explicit, so a fit would not apply it) and ``n_classes`` labels."""
     out = []
     for records in (1_000, 10_000, 100_000):
-        for rate in (0.1, 0.2, 0.4):
-            out.append(default_params(task, epsilon, records, n_classes, n_numeric=n_numeric)
-                       | {"learning_rate": rate})
+        policy = default_params(task, epsilon, records, n_classes, n_numeric=n_numeric)
+        if n_features is not None and "feature_selection" in policy:
+            policy["feature_selection"] = covering_selection(policy, n_features)
+        out.extend(policy | {"learning_rate": rate} for rate in (0.1, 0.2, 0.4))
     return out
 
 
@@ -209,7 +213,7 @@ def private_tune(
     docstring). Candidates must give every policy parameter (no run may buy a size
     estimate: its Laplace count is not Rényi-accounted at α̂)."""
     pool = list(candidates) if candidates is not None else default_candidates(
-        task, epsilon, schema.n_numeric, schema.n_classes)
+        task, epsilon, schema.n_numeric, schema.n_classes, schema.n_features)
     if not pool:
         raise ValueError("need at least one candidate")
     for index, params in enumerate(pool):

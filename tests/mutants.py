@@ -229,10 +229,22 @@ MUTATIONS = [
               "nothing")]),
     Mutation("rows a recovered shard lost are passed over in silence",
              "src/renyiboost/stream/sharded.py",
-             "        if self._fed_by_add and self._positions < counted:",
+             "        if self._fed_by_add and lost:",
              "        if False:",
              [("tests/test_sharded.py::test_a_shard_death_inside_add_is_told_and_a_replayed_"
                "round_announced")]),
+    Mutation("rows a shard lost are counted in total, not shard by shard",
+             "src/renyiboost/stream/sharded.py",
+             "            held, self._held, strict=True)) if after < before}",
+             "            held, self._held, strict=True)) if sum(self._held) < sum(held)}",
+             [("tests/test_ray_shards.py::test_a_shard_restarted_between_calls_refuses_them_"
+               "until_a_recovery_names_its_loss")]),
+    Mutation("a Ray shard restarted between calls answers them",
+             "src/renyiboost/stream/ray_shards.py",
+             "        if incarnation not in (None, self.id) and method not in ANY_INCARNATION:",
+             "        if False:",
+             [("tests/test_ray_shards.py::test_a_shard_restarted_between_calls_refuses_them_"
+               "until_a_recovery_names_its_loss")]),
     Mutation("a Ray shard's failed close kills the others mid-close",
              "src/renyiboost/stream/ray_shards.py",
              "                    errors.append(error)\n", "                    raise\n",

@@ -5,6 +5,7 @@ topic lose and repeat nothing; a changed partition map and a second coordinator 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -321,3 +322,47 @@ def test_a_shards_failed_close_waits_for_the_others_before_the_actors_end(ray_cl
         shards.close()
     assert not Path(f"{locations[1]}-wal").exists()
     ShardedEngine(config, locations, seed=5).close()
+
+
+def _restarted(shards: RayShards, k: int, pid: int, timeout: float = 60.0) -> None:
+    """Wait until Ray has brought shard ``k`` back in a process other than ``pid``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # still restarting
+            if ray.get(shards.actors[k].pid.remote(), timeout=5) != pid:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"shard {k} was not restarted within {timeout} s")
+
+
+def test_a_shard_restarted_between_calls_refuses_them_until_a_recovery_names_its_loss(
+        ray_cluster, tmp_path):
+    """Shard 1 is killed while idle and Ray restarts it from its store, without the rows
+    given to ``add`` it had not committed. The next ``add`` ran on the new actor as if
+    nothing had happened, and the loss went unsaid (review S #8): the total did not even go
+    back, since the new rows outnumbered the lost. The new incarnation now refuses a call
+    from a coordinator that does not know it; the coordinator recovers, names the rows lost
+    on shard 1 and counts what the stores hold."""
+    from renyiboost.exceptions import ShardUnavailable
+
+    config = _config("regression")
+    records = _records("regression", 80, seed=2)
+    rows = np.array([r for r, _, _ in records])
+    labels, keys = [y for _, y, _ in records], [k for _, _, k in records]
+    locations = shard_locations(str(tmp_path), 2)
+    create_shard_stores(config, locations)
+    sharded = ShardedEngine(config, RayShards(config, locations, seed=5), seed=5,
+                            recover_timeout=60)
+    sharded.add(rows[:20], labels[:20], keys[:20])  # before the warmup: nothing committed
+    on_shard_1 = sharded._held[1]
+    assert on_shard_1 > 0
+    pid = sharded.shards.pids()[1]
+    os.kill(pid, signal.SIGKILL)
+    _restarted(sharded.shards, 1, pid)
+    with pytest.raises(ShardUnavailable, match=(
+            rf"without {on_shard_1} rows given to add\(\) since its last commit "
+            rf"\(shard 1: {on_shard_1}\)")):
+        sharded.add(rows[20:80], labels[20:80], keys[20:80])
+    held = [state.positions for state in sharded.shards.all("state")]
+    assert held[1] == 0 and sharded.positions == sum(held)
+    sharded.close()

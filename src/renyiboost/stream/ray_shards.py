@@ -17,6 +17,16 @@ waits here for the actor to answer again, and reconciles the shards
 round's calls are not idempotent (a retried ``install_released`` after a commit would be
 refused, and a retried ``poll`` would skip a batch).
 
+A shard Ray restarted *between* two calls (killed while idle) is noticed too: every actor
+draws an incarnation id when its constructor runs, every call names the id the coordinator
+knows, and an actor asked under another id refuses before doing anything, with the same
+:class:`~renyiboost.exceptions.ShardUnavailable`. The coordinator learns the new id only
+by waiting for the shard (:meth:`RayShards.wait_available`, which its recovery does), so
+a restarted shard never silently answers for the process whose uncommitted rows it lost
+(review S #8: a call after such a restart used to run on the new actor as if nothing had
+happened). Operator readers of the committed ledger (:data:`ANY_INCARNATION`) are answered
+by any incarnation.
+
 An error the shard raises (a locked store, a refused shard map) is re-raised in the driver
 as itself; a shard that cannot open its store keeps the error and raises it on every call
 instead of dying, so Ray does not restart it in a loop.
@@ -27,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +54,9 @@ log = logging.getLogger("renyiboost.shards")
 LOCK_WAIT_ON_RESTART = 30.0
 #: Seconds a failed start waits for the shards that opened to close their stores.
 CLOSE_ON_FAILED_START = 30.0
+#: Worker methods any incarnation of a shard answers: reads of its committed ledger
+#: (operator telemetry), which a restart does not change.
+ANY_INCARNATION = frozenset({"spent_rdp", "operator_budget_of", "telemetry"})
 
 
 class _ShardActor:
@@ -54,6 +68,9 @@ class _ShardActor:
                  source: Callable[[StreamEngine, int, int], ShardSource] | None) -> None:
         self.worker: ShardWorker | None = None
         self.error: BaseException | None = None
+        self.k = k
+        #: New each time the constructor runs, that is on every restart.
+        self.id = uuid.uuid4().hex
         # A restart after a crash may find the dead process's lock not yet dropped (a
         # PostgreSQL server notices a vanished client within moments): wait for it then,
         # and only then (a first start refuses a held store at once).
@@ -72,7 +89,13 @@ class _ShardActor:
                 self.error = error
                 return
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, incarnation: str | None, method: str, *args: Any) -> Any:
+        """``method`` of the worker, if the caller knows this incarnation (``None``:
+        whichever; only a failed start's close uses it)."""
+        if incarnation not in (None, self.id) and method not in ANY_INCARNATION:
+            raise ShardUnavailable(self.k, (
+                "it was restarted since the coordinator last called it (Ray re-created the "
+                "actor from its store, without what it had not committed)"))
         if self.worker is None:
             assert self.error is not None
             raise self.error
@@ -81,6 +104,10 @@ class _ShardActor:
     def pid(self) -> int:
         """The actor's process (tests kill it)."""
         return os.getpid()
+
+    def incarnation(self) -> str:
+        """This incarnation's id (see :meth:`call`)."""
+        return self.id
 
 
 class RayShards:
@@ -133,7 +160,7 @@ class RayShards:
         self.actors = [actor.remote(config, None if location is None else str(location), k, self.n,
                                     None if seed is None else seed + 1 + k, source)
                        for k, location in enumerate(locations)]
-        started = [actor.pid.remote() for actor in self.actors]
+        started = [actor.incarnation.remote() for actor in self.actors]
         ready: list[Any] = []
         try:
             ready, _ = ray.wait(started, num_returns=self.n, timeout=start_timeout)
@@ -141,6 +168,8 @@ class RayShards:
                 raise ShardUnavailable(len(ready), (
                     f"only {len(ready)} of {self.n} shard actors started within "
                     f"{start_timeout:g} s; the cluster needs {num_cpus:g} free CPUs a shard"))
+            #: The incarnation of every shard this coordinator knows (see :meth:`call`).
+            self.incarnations: list[str] = ray.get(started)
             self.all("state")  # an error opening any shard, here and as itself
         except BaseException:
             try:
@@ -157,7 +186,7 @@ class RayShards:
         shard that did not open answers its error, which is ignored here (the caller raises
         the first one). ``actors``: those that started (one not scheduled is not waited
         for)."""
-        refs = [actor.call.remote("close") for actor in actors]
+        refs = [actor.call.remote(None, "close") for actor in actors]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=CLOSE_ON_FAILED_START)
 
@@ -182,16 +211,17 @@ class RayShards:
                 return k
         return shards[0]
 
+    def _call(self, k: int, method: str, *args: Any) -> Any:
+        return self.actors[k].call.remote(self.incarnations[k], method, *args)
+
     def all(self, method: str, *args: Any) -> list[Any]:
-        refs = [actor.call.remote(method, *args) for actor in self.actors]
-        return self._get(refs, range(self.n))
+        return self._get([self._call(k, method, *args) for k in range(self.n)], range(self.n))
 
     def one(self, k: int, method: str, *args: Any) -> Any:
-        return self._get([self.actors[k].call.remote(method, *args)], [k])[0]
+        return self._get([self._call(k, method, *args)], [k])[0]
 
     def each(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        refs = [actor.call.remote(method, *a) for actor, a in zip(self.actors, args,
-                                                                  strict=True)]
+        refs = [self._call(k, method, *a) for k, a in zip(range(self.n), args, strict=True)]
         return self._get(refs, range(self.n))
 
     def pids(self) -> list[int]:
@@ -199,12 +229,16 @@ class RayShards:
         return ray.get([actor.pid.remote() for actor in self.actors], timeout=self.call_timeout)
 
     def wait_available(self, timeout: float) -> None:
-        """Wait until every shard answers again (Ray restarts a dead actor)."""
+        """Wait until every shard answers again (Ray restarts a dead actor), and learn the
+        incarnation each answers as: the caller (a recovery, which then reconciles the
+        shards) accepts the restarts."""
         deadline = time.monotonic() + timeout
         for k, actor in enumerate(self.actors):
             while True:
                 try:
-                    ray.get(actor.pid.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                    self.incarnations[k] = ray.get(
+                        actor.incarnation.remote(),
+                        timeout=max(0.1, deadline - time.monotonic()))
                     break
                 except (RayActorError, GetTimeoutError) as error:
                     if time.monotonic() > deadline:
@@ -224,7 +258,7 @@ class RayShards:
         stores open (review S, 29 November)."""
         errors: list[Exception] = []
         try:
-            refs = [actor.call.remote("close") for actor in self.actors]
+            refs = [self._call(k, "close") for k in range(self.n)]
             failed = []
             for k, ref in enumerate(refs):
                 try:

@@ -60,7 +60,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -127,6 +127,8 @@ from renyiboost.validation import (
     normalise_keys,
     rows_not_learned,
 )
+
+_T = TypeVar("_T")
 
 
 def shard_of(key: Any, n_shards: int) -> int:
@@ -582,6 +584,10 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         #: Rows were given to :meth:`add` (no source of their own re-reads what a dead
         #: shard had not committed: :meth:`recover` says so).
         self._fed_by_add = False
+        #: The positions each shard holds as far as this coordinator knows (its last answer,
+        #: or the reconciliation's count): a recovery compares them shard by shard, since a
+        #: total can hide one shard's loss behind another's new rows.
+        self._held: list[int] = [0] * self.shards.n
         renew_locks_after_fork(self)  # a forked child gets a fresh lock (review D5)
         try:
             self._reconcile()
@@ -645,6 +651,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self.booster.rounds_done = leader.rounds_done
         self._initialized = leader.initialized
         self._positions = positions
+        self._held = [state.positions for state in states]
         self._next_trigger = self.schedule.next_after(positions)
         # a crash (or a shard's death) inside a trigger: its other rounds are owed
         self._owed_rounds = rounds_owed(self.config, self.schedule, positions,
@@ -739,7 +746,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         comes back from its store (its committed charges stay spent), and the shards are
         reconciled to one round."""
         self.aborted_rounds += 1
-        counted = self._positions
+        counted, held = self._positions, list(self._held)
         deadline = time.monotonic() + self.recover_timeout
         while True:
             try:
@@ -753,16 +760,21 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
             except BaseException as failed:  # a reconciliation that failed: the same
                 self._stop_on(failed)
                 raise
-        if self._fed_by_add and self._positions < counted:
+        lost = {k: before - after for k, (before, after) in enumerate(zip(
+            held, self._held, strict=True)) if after < before}
+        if self._fed_by_add and lost:
             # rows given to add() have no source to read them again: the call that met the
             # death once returned as if they were learned, and the positions went back by the
-            # rows that hashed to the dead shard (reviews S #2, D5)
+            # rows that hashed to the dead shard (reviews S #2, D5). Counted shard by shard:
+            # a shard restarted between calls takes the next call's rows on top of what it
+            # kept, and the total may not go back (review S #8).
+            shards = ", ".join(f"shard {k}: {n}" for k, n in lost.items())
             raise ShardUnavailable(
                 error.shard, f"it died and came back from its store without "
-                f"{counted - self._positions} rows given to add() since its last commit: they "
-                "were not learned (no budget was spent on them), and the deployment holds "
-                f"{self._positions} positions where it had counted {counted}; rows of this "
-                "call after the death were not given to the shards either")
+                f"{sum(lost.values())} rows given to add() since its last commit ({shards}): "
+                "they were not learned (no budget was spent on them), and the deployment "
+                f"holds {self._positions} positions where it had counted {counted}; rows of "
+                "this call after the death were not given to the shards either")
 
     def _fresh_locks(self) -> None:
         self._view_lock = threading.RLock()
@@ -822,9 +834,9 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self._refresh_if_stale()
         k = self._keyless % self.shards.n
         self._keyless += 1
-        with self._stale_on_failure():
-            self.shards.one(k, "add", np.zeros((0, self.config.public_schema.n_features)),
-                            np.zeros(0), [], 1, np.zeros(0, dtype=np.int64))
+        self._held[k] = self._hand_out(functools.partial(
+            self.shards.one, k, "add", np.zeros((0, self.config.public_schema.n_features)),
+            np.zeros(0), [], 1, np.zeros(0, dtype=np.int64)))
         self._advance(self._positions + 1)
 
     @learning_call
@@ -885,8 +897,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
                              None if names is None else names[mine].tolist()))
-            with self._stale_on_failure():
-                self.shards.each("add", args)
+            self._held = self._hand_out(functools.partial(self.shards.each, "add", args))
             self._advance(self._positions + stop - start)
             start = stop
 
@@ -942,7 +953,8 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         wait = None if idle and self._empty_steps % turn == 0 else 0.0
         try:
             with self._stale_on_failure():
-                total = sum(self.shards.each("poll", [(cap, wait) for cap in caps]))
+                self._held = self.shards.each("poll", [(cap, wait) for cap in caps])
+                total = sum(self._held)
         except ShardUnavailable as error:
             self.recover(error)
             return 0
@@ -950,6 +962,17 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self._empty_steps = 0 if self._flowing else self._empty_steps + 1
         self._advance(total)
         return total - before
+
+    def _hand_out(self, call: Callable[[], _T]) -> _T:
+        """Records to the shards: a shard that died (or was restarted since the last call)
+        is recovered at once, which names the rows given to :meth:`add` it lost, and the
+        error is raised (this call's rows after it were not given out)."""
+        try:
+            with self._stale_on_failure():
+                return call()
+        except ShardUnavailable as error:
+            self.recover(error)
+            raise
 
     @contextlib.contextmanager
     def _stale_on_failure(self) -> Iterator[None]:
@@ -975,7 +998,8 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
                 self._stale = False
                 return
             self._stale = False
-            self._advance(sum(state.positions for state in states))
+            self._held = [state.positions for state in states]
+            self._advance(sum(self._held))
 
     def _advance(self, positions: int) -> None:
         """Count the positions up to ``positions`` and run every trigger they passed (after

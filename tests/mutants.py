@@ -239,6 +239,33 @@ MUTATIONS = [
              "            held, self._held, strict=True)) if sum(self._held) < sum(held)}",
              [("tests/test_ray_shards.py::test_a_shard_restarted_between_calls_refuses_them_"
                "until_a_recovery_names_its_loss")]),
+    Mutation("a release under a guarantee smaller than its params spend is read",
+             "src/renyiboost/models/batch.py",
+             "            check_stated_guarantee(release.guarantee, model.params)\n",
+             "            pass\n",
+             [("tests/test_export.py::test_a_batch_release_whose_guarantee_claims_less_than_"
+               "its_params_is_refused")]),
+    Mutation("a release read by from_json is renumbered as a batch fit's",
+             "src/renyiboost/models/batch.py",
+             "        if (loaded := self.loaded_release) is not None:",
+             "        if (loaded := self.loaded_release) is None and False:",
+             [("tests/test_export.py::test_a_stream_release_with_dropped_trees_exports_the_"
+               "committed_model")]),
+    Mutation("a follower keeps half of a first release that failed",
+             "src/renyiboost/connectors/kafka.py",
+             "            ens = Ensemble.for_schema(schema, release.depth, release.smoothing,\n"
+             "                                      spans=release.smoothing_spans)\n",
+             "            ens = Ensemble.for_schema(schema, release.depth, release.smoothing,\n"
+             "                                      spans=release.smoothing_spans)\n"
+             "            self.validator, self.store_id, self.ensemble = validator, "
+             "release.store_id, ens\n",
+             [("tests/test_connector_faults.py::test_a_first_release_that_fails_part_way_"
+               "leaves_the_follower_without_a_model")]),
+    Mutation("health says ready while every poll fails",
+             "src/renyiboost/connectors/serving.py",
+             "            failing = service.poll_failing\n", "            failing = False\n",
+             [("tests/test_connector_faults.py::test_health_says_degraded_while_every_poll_"
+               "of_the_model_topic_fails")]),
     Mutation("a Ray shard restarted between calls answers them",
              "src/renyiboost/stream/ray_shards.py",
              "        if incarnation not in (None, self.id) and method not in ANY_INCARNATION:",

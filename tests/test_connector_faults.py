@@ -1138,3 +1138,95 @@ def test_a_repeating_client_error_is_logged_once_until_the_cluster_answers(caplo
     assert len(lines) == 3 and "1/1 brokers are down" in lines[1]
     assert "(after" not in lines[0] and "Connection refused" in lines[2]
     assert trainer._down_since is not None
+
+
+def test_a_first_release_that_fails_part_way_leaves_the_follower_without_a_model(
+        monkeypatch) -> None:
+    """A first release that failed after its schema, store and trees were set (a negative
+    tree cap, refused by ``keep_last``) was "skipped", then served as version 0, and every
+    real release was refused as another store's (review P #1). The first release is now
+    taken whole or not at all, and nothing is served at version 0."""
+    from renyiboost.connectors.serving import FollowerService
+    from renyiboost.models.trees import Ensemble
+
+    engine = _follower_model().engine
+    whole = engine.release("model")
+    follower = ModelFollower.without_consumer()
+    calls = {"n": 0}
+    extend = Ensemble.extend
+
+    def fails_once(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ValueError("refused part-way (injected)")
+        return extend(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ensemble, "extend", fails_once)
+    with pytest.raises(ValueError, match="injected"):
+        follower._apply(whole)
+    assert (follower.ensemble, follower.validator, follower.store_id, follower.version) == (
+        None, None, None, 0)
+    service = FollowerService(follower)
+    assert service.refusal() == "no model version received yet"
+    follower._apply(whole)  # the real release is not refused as another store's
+    assert follower.version == whole.version and service.refusal() is None
+    follower.version = 0  # an ensemble at version 0 is never served either
+    assert service.refusal() == "no model version received yet"
+
+
+def test_health_says_degraded_while_every_poll_of_the_model_topic_fails() -> None:
+    """A follower whose every poll raised (a closed consumer, a fatal client error) was
+    only logged, and ``/health`` kept saying "ready" from a version that could no longer
+    move on (review P #5). It now says "degraded" until a poll succeeds again; the
+    client's error text is not answered."""
+    from fastapi.testclient import TestClient
+
+    from renyiboost.connectors.serving import FollowerService, create_app
+
+    engine = _follower_model().engine
+    follower = ModelFollower.without_consumer()
+    follower._apply(engine.release("model"))
+    service = FollowerService(follower)
+    client = TestClient(create_app(service))  # no lifespan: no thread
+
+    class Broken:
+        def consume(self, max_messages: int, timeout: float) -> list[Any]:
+            raise RuntimeError("KafkaError{code=_FATAL, broker 10.0.0.7:9092}")
+
+        def close(self) -> None:
+            pass
+
+    class Empty(Broken):
+        def consume(self, max_messages: int, timeout: float) -> list[Any]:
+            return []
+
+    follower.consumer = Broken()
+    service._poll_once(None)
+    health = client.get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "degraded"
+    assert "10.0.0.7" not in health.text and "FATAL" not in health.text
+    assert client.post("/predict", json={"rows": [{"a": 0.5, "b": 0.0}]}).status_code == 200
+    follower.consumer = Empty()
+    service._poll_once(None)
+    assert client.get("/health").json()["status"] == "ready"
+
+
+def test_the_served_release_is_built_once_a_version() -> None:
+    """``/release`` rebuilt the whole model under the lock every prediction needs, on every
+    request (0.4 s at 5,000 trees; review P #7): it is now built once a version."""
+    from renyiboost.connectors.serving import FollowerService
+
+    engine = _follower_model().engine
+    newest = engine.release_version
+    follower = ModelFollower.without_consumer()
+    follower._apply(engine.release("model", after=0, upto=newest - 1))
+    service = FollowerService(follower)
+    built = []
+    release = follower.release
+    follower.release = lambda: built.append(follower.version) or release()
+    first = service.release()
+    assert service.release() is first and built == [newest - 1]
+    follower._apply(engine.release("model", after=newest - 1, upto=newest))
+    assert service.release()["version"] == newest and built == [newest - 1, newest]
+    assert service.release()["trees"] == engine.release("model").model_dump(mode="json")[
+        "trees"]

@@ -98,9 +98,22 @@ def test_a_release_that_does_not_fit_its_schema_is_refused_whole() -> None:
             # a NaN span answered as if the feature were not there; a short list, too
             ({"smoothing_spans": [float("nan"), 1.0, 1.0]}, "positive finite"),
             ({"smoothing_spans": [1.0]}, "smoothing_spans must be 3"),
-            ({"smoothing_spans": [0.0, 1.0, 1.0]}, "positive finite")):
+            ({"smoothing_spans": [0.0, 1.0, 1.0]}, "positive finite"),
+            # review P: a follower half-applied a negative cap and then served it; a depth
+            # past the learners' cap; trees of one depth under params of another; a text
+            # without the format; a misspelt schema field dropped without a word
+            ({"max_trees": -1}, "max_trees must be None or >= 1"),
+            ({"depth": 13, "params": good["params"] | {"depth": 13}}, r"depth must be in"),
+            ({"params": good["params"] | {"depth": 5}}, "params.depth is 5"),
+            ({"params": good["params"] | {"task": "classification"}}, "params.task is"),
+            ({"format": None}, "format"),
+            ({"public_schema": good["public_schema"] | {"label": ["p", "q"]}},
+             "Extra inputs are not permitted")):
         with pytest.raises(ValidationError, match=message):
             ModelRelease.model_validate(good | change)
+    without_format = {k: v for k, v in good.items() if k != "format"}
+    with pytest.raises(ValidationError, match="format"):
+        ModelRelease.model_validate(without_format)
     # whole or not is counted: a list of the rounds a version claims was as long as it
     import tracemalloc
 
@@ -164,6 +177,13 @@ def test_a_stream_release_with_dropped_trees_exports_the_committed_model() -> No
     with pytest.raises(ValueError, match="it is part of the model"):
         SGBDT.from_json(part.model_dump_json())
     assert release.check_whole() is release
+    # read and written again, it is the same release: its version, rounds, store and
+    # name were renumbered as a batch fit's (review P #2)
+    again = SGBDT.from_json(release.model_dump_json())
+    assert again.release() == release and again.to_json() == release.model_dump_json()
+    assert again.release("other").model == "other"
+    np.testing.assert_allclose(again.predict(encoded[:20]),
+                               [regressor.predict_one(x) for x in rows[:20]], atol=1e-9)
     # a seeded model says it is for testing only where a reader of the file looks first
     assert "SEEDED FOR TESTING ONLY" in to_onnx(release).doc_string
     production = SGBDT(PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0)),
@@ -257,3 +277,24 @@ def test_values_outside_the_bounds_are_clipped_in_the_graph() -> None:
     other = wide.copy()
     other[::7, 2] = 3.0  # the code of "other"
     np.testing.assert_allclose(out[:, 0], model.predict(other), rtol=1e-6, atol=1e-5)
+
+
+def test_a_batch_release_whose_guarantee_claims_less_than_its_params_is_refused() -> None:
+    """A release whose params spend ε = 50 under a stated guarantee of ε = 1 was read, and
+    written again as ε = 1 (review P #3). A batch fit's guarantee follows from its params;
+    a private selection's larger total is kept."""
+    schema = PublicSchema(features=FEATURES, target_bounds=(-1.0, 4.0))
+    X = _rows(600)
+    good = json.loads(SGBDT(schema, seed=0, epsilon=1.0, rounds=3, depth=2).fit(
+        X, _target(X)).to_json())
+    assert SGBDT.from_json(json.dumps(good)).privacy_guarantee().epsilon == pytest.approx(1.0)
+    for change in ({"params": good["params"] | {"epsilon": 50.0}},
+                   {"guarantee": good["guarantee"] | {"sigma": good["guarantee"]["sigma"] / 2}},
+                   {"guarantee": good["guarantee"] | {"epsilon": 0.5}},
+                   {"guarantee": good["guarantee"] | {"private": False, "epsilon": None}}):
+        with pytest.raises(ValueError, match="guarantee"):
+            SGBDT.from_json(json.dumps(good | change))
+    larger = good["guarantee"] | {"epsilon": 1.5, "budget_rdp": good["guarantee"][
+        "budget_rdp"] * 2}
+    assert SGBDT.from_json(json.dumps(good | {"guarantee": larger})).privacy_guarantee(
+        ).epsilon == 1.5

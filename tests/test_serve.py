@@ -225,7 +225,12 @@ def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothi
     refusal names where and why without the input."""
     from fastapi.testclient import TestClient
 
-    from renyiboost.connectors.serving import MAX_BODY_BYTES, MAX_ROWS, create_app
+    from renyiboost.connectors.serving import (
+        ERRORS_SHOWN,
+        MAX_BODY_BYTES,
+        MAX_ROWS,
+        create_app,
+    )
 
     class Idle:  # no model: what /predict would answer is not reached by these requests
         def start(self) -> None: ...
@@ -256,6 +261,18 @@ def test_a_body_too_large_is_refused_before_it_is_parsed_and_refusals_echo_nothi
                              headers={"content-type": "application/json"})
         assert answer.status_code == 422 and len(answer.content) < 1_000, len(answer.content)
         assert "k" * 100 + "…" in str(answer.json()["detail"])
+    # one error a bad row: 10,000 of them in a 20 kB request came back as 900 kB (review P
+    # #8); now the first ERRORS_SHOWN and their total
+    bad = client.post("/predict", json={"rows": [1] * MAX_ROWS})
+    assert bad.status_code == 422 and len(bad.json()["detail"]) == ERRORS_SHOWN
+    assert bad.json()["errors"] == MAX_ROWS and len(bad.content) < 5_000
+    # a JSON body sent as a form (curl -d), as text or without a type was told "Input should
+    # be a valid dictionary" (review P #9)
+    for media in ("application/x-www-form-urlencoded", "text/plain", None):
+        answer = client.post("/predict", content=b'{"rows": [{"a": 0.5}]}',
+                             headers={} if media is None else {"content-type": media})
+        assert answer.status_code == 415, (media, answer.text)
+        assert "Content-Type: application/json" in answer.json()["detail"]
 
 
 def test_a_field_named_twice_in_a_predict_body_is_refused_not_overwritten() -> None:
@@ -334,6 +351,7 @@ def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None
 
     class Ready:
         lock = threading.Lock()
+        poll_failing = False
         follower = SimpleNamespace(version=3, stalled=None, waiting_reason=lambda: None,
                                    unreadable=lambda: False,
                                    guarantee=SimpleNamespace(seeded_for_testing=seeded))

@@ -32,6 +32,8 @@ from renyiboost.accounting import Calibration
 from renyiboost.schema import PublicSchema
 
 RELEASE_FORMAT = "renyiboost.release/1"
+#: The deepest tree a release holds: the learners' own cap (``SGBDTParams.depth``).
+MAX_TREE_DEPTH = 12
 
 
 class PrivacyGuarantee(BaseModel):
@@ -111,7 +113,9 @@ class ModelRelease(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format: Literal["renyiboost.release/1"] = RELEASE_FORMAT
+    #: Required: a text without it is not known to be a release of this format (one was
+    #: read as one: review P #6).
+    format: Literal["renyiboost.release/1"]
     model: str
     store_id: str | None
     epoch: int | None
@@ -150,8 +154,16 @@ class ModelRelease(BaseModel):
         left a follower's arrays inconsistent, and every later answer failed."""
         schema = PublicSchema(**self.public_schema)  # the schema's own reading of its fields
         n_features, outputs = schema.n_features, schema.n_outputs
-        if self.depth < 0:
-            raise ValueError(f"depth must be >= 0, got {self.depth}")
+        if not 0 <= self.depth <= MAX_TREE_DEPTH:
+            raise ValueError(f"depth must be in [0, {MAX_TREE_DEPTH}], got {self.depth}")
+        if self.max_trees is not None and self.max_trees < 1:
+            # a follower applied half of one (its schema, store and trees) before keep_last
+            # refused it, and then served it (review P #1)
+            raise ValueError(f"max_trees must be None or >= 1, got {self.max_trees}")
+        for name in ("task", "depth"):  # a loader built the trees from one, the model from
+            if name in self.params and self.params[name] != getattr(self, name):  # the other
+                raise ValueError(f"params.{name} is {self.params[name]!r} but the release's "
+                                 f"{name} is {getattr(self, name)!r}")
         if self.version < 0:
             raise ValueError(f"version must be >= 0, got {self.version}")
         if any(b.round <= a.round for a, b in pairwise(self.trees)):

@@ -251,7 +251,9 @@ class PublicSchema(BaseModel):
     array([[100.,   2.]])
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    # a misspelt field (``label=``, ``target_bound=``) was dropped without a word: a binary
+    # model of 0/1 instead of the named classes (review P #6)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
 
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None

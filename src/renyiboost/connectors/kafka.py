@@ -1812,15 +1812,18 @@ class ModelFollower:
                        else f"versions {first} to {last} are")
             raise ReleaseGap(f"version {release.version} of model {self.model_name!r} does "
                              f"not follow version {self.version}: {missing} missing")
-        if self.ensemble is None:
+        first = self.ensemble is None
+        if first:
+            # the first release is set up whole or not at all (below): one that failed
+            # part-way once left its schema and store behind, served as version 0, and every
+            # real release was refused as another store's (review P #1)
             schema = PublicSchema(**release.public_schema)
-            self.validator = RecordValidator(schema, release.task)
-            self.task = release.task
-            self.store_id = release.store_id
-            self.ensemble = Ensemble.for_schema(schema, release.depth, release.smoothing,
-                                                spans=release.smoothing_spans)
+            validator = RecordValidator(schema, release.task)
+            ens = Ensemble.for_schema(schema, release.depth, release.smoothing,
+                                      spans=release.smoothing_spans)
             self._spans = release.smoothing_spans
-        ens = self.ensemble
+        else:
+            ens = self.ensemble
         if release.smoothing_spans != self._spans:  # a hinted stream released its grid
             ens.shifts = input_shifts(PublicSchema(**release.public_schema), release.smoothing,
                                       spans=release.smoothing_spans)
@@ -1839,6 +1842,9 @@ class ModelFollower:
             self._rounds = self._rounds[-release.max_trees:]
         # rounds up to version - 2 are in, or dropped by max_trees for good
         self._next_round = max(self._next_round, release.version - 1)
+        if first:
+            self.validator, self.task, self.store_id = validator, release.task, release.store_id
+            self.ensemble = ens
         self.version = release.version
         self.guarantee = release.guarantee
         self._last = release.model_copy(update={"trees": []})

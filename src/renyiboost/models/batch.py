@@ -6,6 +6,7 @@ class is the plain array interface used by the reproduction experiments.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -37,7 +38,12 @@ from renyiboost.models.explain import feature_contributions, feature_importances
 from renyiboost.models.losses import class_codes, class_probabilities, unscale_margin
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import noise_source
-from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
+from renyiboost.release import (
+    RELEASE_FORMAT,
+    ModelRelease,
+    PrivacyGuarantee,
+    released_trees,
+)
 from renyiboost.schema import PublicSchema
 from renyiboost.validation import RecordValidator, require_aligned
 
@@ -405,6 +411,10 @@ class SGBDT(MarginModel):
         #: (:func:`~renyiboost.models.tuning.private_tune`: it paid for the choice as well
         #: as for this run). ``None`` for a model fitted here; a new fit clears it.
         self.stated_guarantee: PrivacyGuarantee | None = None
+        #: The release :meth:`from_json` read, exported as it was until a new fit (a stream's
+        #: release was renumbered as a batch fit's, its version, rounds, store and name lost:
+        #: review P #2).
+        self.loaded_release: ModelRelease | None = None
         #: Per round: records admitted, sampled and retired. Operator telemetry (exact
         #: counts of the training rows): never part of an export.
         self.operator_history_: list[dict[str, int]] = []
@@ -465,6 +475,7 @@ class SGBDT(MarginModel):
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         self.size_estimate_epsilon = self.size_estimate_ = None
         self.stated_guarantee = None  # a new fit is neither the release read nor the choice
+        self.loaded_release = None
         noise = noise_source(self.seed)
         if self.expected_records is None and self._needs_size():
             if self._given.private:
@@ -517,11 +528,16 @@ class SGBDT(MarginModel):
             raise RuntimeError("this SGBDT is not fitted yet; call fit(X, y) first")
         return PrivacyGuarantee.of(cal, "row", self.seed is not None, self.size_estimate_epsilon)
 
-    def release(self, model: str = "sgbdt") -> ModelRelease:
-        """The fitted model as a public release (trees, schema, parameters, guarantee)."""
+    def release(self, model: str | None = None) -> ModelRelease:
+        """The fitted model as a public release (trees, schema, parameters, guarantee),
+        named ``model`` (default ``"sgbdt"``); a model read by :meth:`from_json` gives the
+        release it read (under its own name unless ``model`` is given)."""
+        if (loaded := self.loaded_release) is not None:
+            return loaded if model in (None, loaded.model) else loaded.model_copy(
+                update={"model": model})
         ens = self._ensemble()
         return ModelRelease(
-            model=model, store_id=None, epoch=None, version=ens.n_trees + 1,
+            format=RELEASE_FORMAT, model=model or "sgbdt", store_id=None, epoch=None, version=ens.n_trees + 1,
             task=self.params.task, depth=self.params.depth,
             public_schema=self.schema.model_dump(mode="json"),
             params=self.params.model_dump(mode="json"),
@@ -555,5 +571,33 @@ class SGBDT(MarginModel):
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),
                                   np.asarray(tree.leaves, dtype=float))
+        if release.store_id is None:  # a batch fit's: its guarantee follows from its params
+            check_stated_guarantee(release.guarantee, model.params)
         model.stated_guarantee = release.guarantee
+        model.loaded_release = release
         return model
+
+
+def check_stated_guarantee(stated: PrivacyGuarantee, params: SGBDTParams) -> None:
+    """Refuse a batch release whose guarantee claims less than its parameters spend: its
+    trees' σ, order and budget are those of ``params``' calibration, and its ε and δ at
+    least theirs (a private selection states its larger total: :func:`~renyiboost.models.
+    tuning.private_tune`). A release written by hand with ``params.epsilon = 50`` under a
+    guarantee of ε = 1 was read and exported again as ε = 1 (review P #3)."""
+    if stated.private != params.private or (stated.private and stated.unit != "row"):
+        raise ValueError(f"the release's guarantee (private={stated.private}, unit="
+                         f"{stated.unit!r}) is not that of a batch fit with its params "
+                         f"(epsilon={params.epsilon})")
+    if not params.private:
+        return
+    own = PrivacyGuarantee.of(params.calibrate(), "row", stated.seeded_for_testing,
+                              stated.size_estimate_epsilon)
+    below = [name for name in ("epsilon", "delta", "budget_rdp")
+             if getattr(stated, name) is None
+             or getattr(stated, name) < getattr(own, name) * (1 - 1e-9)]
+    if stated.order != own.order or stated.sigma is None or not math.isclose(
+            stated.sigma, own.sigma, rel_tol=1e-9) or below:
+        raise ValueError(
+            f"the release's guarantee (epsilon={stated.epsilon}, delta={stated.delta}, order="
+            f"{stated.order}, sigma={stated.sigma}) is not what its params spend (epsilon="
+            f"{own.epsilon}, delta={own.delta}, order={own.order}, sigma={own.sigma})")

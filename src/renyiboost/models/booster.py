@@ -58,6 +58,7 @@ from renyiboost.models.trees import (
     mains_tree_count,
 )
 from renyiboost.randomness import NoiseSource, noise_source
+from renyiboost.release import MAX_TREE_DEPTH
 from renyiboost.schema import PublicSchema
 
 Task = Literal["regression", "classification"]
@@ -82,7 +83,7 @@ class SGBDTParams(BaseModel):
     max_rounds: int | None = Field(
         None, ge=1, description="total rounds incl. the filter's extra rounds (None: = rounds)"
     )
-    depth: int = Field(4, ge=0, le=12)
+    depth: int = Field(4, ge=0, le=MAX_TREE_DEPTH)
     learning_rate: float = Field(0.1, gt=0)
     sampling_rate: float = Field(0.1, gt=0, le=1)
     count_share: float = Field(0.5, gt=0, lt=1, description="r1, leaf noise share of the count")

@@ -125,7 +125,12 @@ from renyiboost.models.recalibration import (
     refit_due,
 )
 from renyiboost.models.trees import Ensemble
-from renyiboost.release import ModelRelease, PrivacyGuarantee, released_trees
+from renyiboost.release import (
+    RELEASE_FORMAT,
+    ModelRelease,
+    PrivacyGuarantee,
+    released_trees,
+)
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.positions import latest_offsets
 from renyiboost.stream.schedule import TriggerSchedule
@@ -2381,7 +2386,7 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
              or (grid is not None and grid.version is not None and version < grid.version)
              else booster.smoothing_spans.tolist())
     return ModelRelease(
-        model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
+        format=RELEASE_FORMAT, model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
         task=params.task, depth=params.depth,
         public_schema=config.public_schema.model_dump(mode="json"),
         params=params.model_dump(mode="json"), init_score=ens.init_score,

@@ -266,6 +266,28 @@ MUTATIONS = [
              "            failing = service.poll_failing\n", "            failing = False\n",
              [("tests/test_connector_faults.py::test_health_says_degraded_while_every_poll_"
                "of_the_model_topic_fails")]),
+    Mutation("a shared budget lets charges pass it by a slack",
+             "src/renyiboost/accounting/budget.py",
+             "    return sum(map(Fraction, [*spent, charge]), Fraction(0)) <= Fraction(total)",
+             "    return math.fsum([*spent, charge]) <= total * (1 + 1e-9)",
+             [("tests/test_budget.py::test_no_charge_passes_the_total_and_a_model_planned_at_"
+               "what_is_left_fits")]),
+    Mutation("the subsampled Gaussian's RDP is rounded to nearest",
+             "src/renyiboost/accounting/rdp.py",
+             "    return rdp * (1.0 + 1e-15 * alphas) + 1e-300", "    return rdp",
+             [("tests/test_accounting_guards.py::test_the_subsampled_gaussian_and_randomized_"
+               "response_curves_are_upper_bounds")]),
+    Mutation("full-price records retire against the floor's price",
+             "src/renyiboost/models/booster.py",
+             "                floor = 1.0\n", "                pass\n",
+             [("tests/test_models.py::test_records_charged_the_full_price_retire_when_they_"
+               "cannot_afford_it")]),
+    Mutation("a fractional composition count halves a curve",
+             "src/renyiboost/accounting/events.py",
+             "                    count, numbers.Integral) or count < 0:",
+             "                    count, numbers.Real) or count < 0:",
+             [("tests/test_accounting_guards.py::test_composition_counts_and_gdp_parameters_"
+               "are_checked")]),
     Mutation("a Ray shard restarted between calls answers them",
              "src/renyiboost/stream/ray_shards.py",
              "        if incarnation not in (None, self.id) and method not in ANY_INCARNATION:",

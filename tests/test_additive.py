@@ -69,10 +69,20 @@ def test_the_dp_mean_baseline_reads_epsilon_and_delta_through_the_shared_checks(
 
 
 def test_the_additive_learner_warns_when_delta_is_not_below_one_over_n() -> None:
+    """Judged at the size assumed without a hint, never at the exact count: whether it
+    warned told whether n >= 1/δ (review F #1)."""
     data = load("abalone")
     with pytest.warns(PrivacyLeakWarning, match="not far below 1/n"):
         DPAdditiveBoost(data.schema, task="regression", epsilon=1.0, delta=0.009, rounds=1,
                         seed=0).fit(data.X[:200], data.y[:200])
+    for n in (99, 100):  # δ = 0.01: the exact count crosses 1/δ, the warning does not
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            DPAdditiveBoost(data.schema, task="regression", epsilon=1.0, delta=1e-5,
+                            rounds=1, seed=0).fit(data.X[:n], data.y[:n])
+        with pytest.warns(PrivacyLeakWarning):
+            DPAdditiveBoost(data.schema, task="regression", epsilon=1.0, delta=0.01,
+                            rounds=1, seed=0).fit(data.X[:n], data.y[:n])
 
 
 def test_the_leaves_and_counts_are_drawn_at_the_calibrated_scales(monkeypatch) -> None:

@@ -340,3 +340,29 @@ def test_a_river_clone_of_a_model_that_learned_warns_of_a_second_ledger() -> Non
     with pytest.warns(PrivacyLeakWarning, match="learned 1 records: the clone keeps a ledger "
                                                 "of its own.*draw_from"):
         model.clone()
+
+
+def test_no_charge_passes_the_total_and_a_model_planned_at_what_is_left_fits() -> None:
+    """A slack of 1e-9 of the total let the models' ε and δ add up past the budget (review
+    Q #1: ε 1.0000000009 of 1). Charges are now held to the total exactly, and what
+    ``remaining_epsilon`` says is left still fits, however the sums round."""
+    import math
+
+    budget = PrivacyAccountant(epsilon=1.0, delta=1e-6)
+    budget.charge("a", 0.6, 5e-7)
+    with pytest.raises(BudgetExceeded, match="0.4000000009"):
+        budget.charge("b", 0.4 + 9e-10, 0.0)
+    with pytest.raises(BudgetExceeded, match="δ"):
+        budget.charge("b", 0.1, 5e-7 + 4e-16)
+    for charges in ([0.1, 0.2], [0.3] * 3, [1 / 3, 1 / 7, 1 / 11], [0.6]):
+        budget = PrivacyAccountant(epsilon=1.0, delta=1e-6)
+        for i, eps in enumerate(charges):
+            budget.charge(f"m{i}", eps, 1e-7 / 3)
+        budget.charge("last", budget.remaining_epsilon, budget.remaining_delta)
+        assert math.fsum(c.epsilon for c in budget.charges) <= 1.0
+        assert math.fsum(c.delta for c in budget.charges) <= 1e-6
+    budget = PrivacyAccountant(epsilon=1.0, delta=1e-6)
+    for i, eps in enumerate([0.1, 0.2]):
+        budget.charge(f"m{i}", eps, 0.0)
+    with pytest.raises(BudgetExceeded):  # what is left is the largest charge that fits
+        budget.charge("more", math.nextafter(budget.remaining_epsilon, 2.0), 0.0)

@@ -460,3 +460,24 @@ def test_a_depth_zero_ensemble_round_trips_and_keep_last_keeps_what_it_says() ->
     assert ens.n_trees == 1
     ens.keep_last(0)
     assert ens.n_trees == 0
+
+
+@pytest.mark.parametrize("full_price", [{"individual_filter": False},
+                                        {"leaf_noise": "static"}])
+def test_records_charged_the_full_price_retire_when_they_cannot_afford_it(full_price):
+    """Without individual charges (or with static leaves) every record pays the price of a
+    full-sensitivity record, but retirement was judged against the price at the charge floor:
+    a record that could no longer afford a round stayed in the pool for good, never
+    eligible and never retired (review Q #4)."""
+    from renyiboost.models.booster import SGBDTBooster, SGBDTParams
+
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    params = SGBDTParams(task="regression", epsilon=1.0, rounds=20, depth=2,
+                         sampling_rate=1.0, **full_price)
+    flt = SGBDTBooster(params, schema, seed=0).stages[-1].filter
+    full = float(flt.table.grid_charges[-1])
+    # a budget with 0.6 of a round's price left: every later round would charge it whole
+    spent = np.array([flt.budget_rdp - 0.6 * full, flt.budget_rdp - 1.6 * full])
+    step = flt.step(spent, np.ones(2))
+    assert step.eligible.tolist() == [False, True]
+    assert step.retired.tolist() == [True, True]  # the second has 0.6 of a price left now

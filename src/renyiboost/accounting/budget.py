@@ -35,19 +35,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from renyiboost.accounting.inputs import check_delta, check_epsilon
 from renyiboost.exceptions import BudgetExceeded, LedgerConflict
 
-#: Relative slack for floating-point sums: a model planned at exactly what is left fits.
+#: What is left below this share of the total reads 0 in a refusal.
 SLACK = 1e-9
 
 
 def _left(remaining: float, total: float) -> float:
-    """What a refusal says is left: 0 within the slack of the sums (a budget spent to the
-    last charge read "1.07e-10 left", which no model can be planned at)."""
+    """What a refusal says is left: 0 below :data:`SLACK` of the total (a budget spent to
+    the last charge read "1.07e-10 left", which no model can be planned at)."""
     return remaining if remaining > SLACK * total else 0.0
+
+
+def _fits(spent: list[float], charge: float, total: float) -> bool:
+    """Whether ``charge`` on top of ``spent`` stays within ``total``, in exact arithmetic
+    (floats are binary fractions; a rounded sum may hide a tiny excess). A slack of 1e-9 of
+    the total once let the models' sum pass the budget the data owner set (review Q #1)."""
+    return sum(map(Fraction, [*spent, charge]), Fraction(0)) <= Fraction(total)
+
+
+def _largest_fitting(spent: list[float], total: float) -> float:
+    """The largest charge that :func:`_fits`: what is left, so that a model planned at
+    exactly that is accepted (``total - sum`` rounded may pass it by an ulp)."""
+    left = max(total - math.fsum(spent), 0.0)
+    while left > 0.0 and not _fits(spent, left, total):
+        left = math.nextafter(left, 0.0)
+    while _fits(spent, up := math.nextafter(left, math.inf), total):
+        left = up
+    return left
 
 
 @dataclass(frozen=True)
@@ -83,11 +102,11 @@ class PrivacyAccountant:
 
     @property
     def remaining_epsilon(self) -> float:
-        return self.epsilon - self.spent_epsilon
+        return _largest_fitting([c.epsilon for c in self.charges], self.epsilon)
 
     @property
     def remaining_delta(self) -> float:
-        return self.delta - self.spent_delta
+        return _largest_fitting([c.delta for c in self.charges], self.delta)
 
     def charge(self, name: str, epsilon: float | None, delta: float | None) -> None:
         """Record a model's (ε, δ), or refuse it (nothing recorded) if the totals would pass
@@ -101,15 +120,15 @@ class PrivacyAccountant:
             raise ValueError(f"a charge needs epsilon >= 0 and delta in [0, 1), got "
                              f"({epsilon!r}, {delta!r})")
         so_far = ", ".join(f"{c.name} {c.epsilon:.4g}" for c in self.charges) or "none"
-        if epsilon > self.remaining_epsilon + SLACK * self.epsilon:
+        if not _fits([c.epsilon for c in self.charges], epsilon, self.epsilon):
             raise BudgetExceeded(
-                f"{name!r} would spend ε = {epsilon:.4g} of a budget with ε = "
-                f"{_left(self.remaining_epsilon, self.epsilon):.4g} left (of "
+                f"{name!r} would spend ε = {epsilon:.12g} of a budget with ε = "
+                f"{_left(self.remaining_epsilon, self.epsilon):.12g} left (of "
                 f"{self.epsilon:.4g}; charged so far: {so_far})")
-        if delta > self.remaining_delta + SLACK * max(self.delta, 1e-300):
+        if not _fits([c.delta for c in self.charges], delta, self.delta):
             raise BudgetExceeded(
-                f"{name!r} would spend δ = {delta:.3g} of a budget with δ = "
-                f"{_left(self.remaining_delta, self.delta):.3g} left (of {self.delta:.3g}; "
+                f"{name!r} would spend δ = {delta:.12g} of a budget with δ = "
+                f"{_left(self.remaining_delta, self.delta):.12g} left (of {self.delta:.3g}; "
                 f"charged so far: {so_far})")
         self.charges.append(Charge(name, float(epsilon), delta))
 

@@ -166,6 +166,12 @@ def calibrate(
     >>> cal.epsilon <= 0.5 and cal.epsilon > 0.5 * 0.995
     True
     """
+    # a bool is no number of these (calibrate(True, 1e-6, 5) once calibrated ε = 1, and
+    # rounds=True one round: review Q #6)
+    if (given := next((name for name, value in (("epsilon", epsilon), ("delta", delta),
+                       ("rounds", rounds), ("sampling_rate", sampling_rate))
+                       if isinstance(value, bool | np.bool_)), None)) is not None:
+        raise ValueError(f"{given} must be a number, not a bool")
     if not epsilon > 0 or not math.isfinite(epsilon):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if not 0 < delta < 1:
@@ -235,7 +241,12 @@ def _calibration(
         init_charge = float(gaussian_rdp(init_sigma / math.sqrt(2.0), order)[0])
     budget = (trees_rdp + init_charge + grid_charge) * (1.0 + BUDGET_SLACK)
     achieved = float(dp_epsilon_at_orders(order, budget, delta)[0])
-    if achieved > epsilon * (1.0 + 1e-9):  # the bisection's ε and this one round apart only
+    if epsilon < achieved <= epsilon * (1.0 + 1e-9):
+        # the bisection's ε and this one round apart only: a hair more noise, so that the
+        # reported ε never passes the target (review Q #6; it once could by 1e-9)
+        return _calibration(epsilon, delta, rounds, sampling_rate, count_share, init_share,
+                            order, sigma * (1.0 + 1e-9), grid_share)
+    if achieved > epsilon:
         raise RuntimeError(f"calibration reached epsilon={achieved!r} for a target of "
                            f"{epsilon!r} (sigma={sigma!r}, order={order}): refusing a noise "
                            "scale that does not meet the target")

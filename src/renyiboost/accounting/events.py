@@ -7,6 +7,7 @@ refuses what it cannot account for.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,8 +108,11 @@ def event_rdp(event: DpEvent, orders: Orders) -> np.ndarray:
         case PoissonSampledEvent(sampling_rate=q, event=GaussianEvent(noise_multiplier=z)):
             return subsampled_gaussian_rdp(q, z, orders)
         case SelfComposedEvent(event=inner, count=count):
-            if count < 0:
-                raise ValueError(f"count must be >= 0, got {count}")
+            # a whole number of runs: 0.5 halved the curve, True counted as one and NaN gave
+            # a NaN curve, without a word (review Q #3)
+            if isinstance(count, bool | np.bool_) or not isinstance(
+                    count, numbers.Integral) or count < 0:
+                raise ValueError(f"count must be a whole number >= 0, got {count!r}")
             inner_rdp = event_rdp(inner, orders)  # refuses what it cannot account for
             # Zero runs release nothing: RDP 0, also where one run's is infinite (0 · ∞ is
             # NaN in floating point, and a NaN curve has no ε).

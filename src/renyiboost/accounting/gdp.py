@@ -19,13 +19,21 @@ import math
 from scipy.special import log_ndtr, ndtr
 
 
+def _check_mu(mu: float) -> None:
+    """A GDP parameter is a finite number >= 0: a NaN passed ``mu <= 0`` and the bisection
+    drifted to ε ≈ 6e-61, a negative one read as 0 (review Q #5)."""
+    if isinstance(mu, bool) or not (mu >= 0 and math.isfinite(mu)):
+        raise ValueError(f"mu must be a finite number >= 0, got {mu!r}")
+
+
 def gdp_delta(mu: float, epsilon: float) -> float:
     """δ(ε) of a ``mu``-GDP mechanism (Dong, Roth & Su, Cor. 2.13).
 
     >>> round(gdp_delta(1.0, 1.0), 6)
     0.126937
     """
-    if mu <= 0:
+    _check_mu(mu)
+    if mu == 0:
         return 0.0
     first = ndtr(-epsilon / mu + mu / 2)
     # e^ε Φ(−ε/μ − μ/2) in logs: the factor overflows long before the product does.
@@ -35,6 +43,7 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest ε with ``δ(ε) ≤ delta`` for a ``mu``-GDP mechanism (bisection)."""
+    _check_mu(mu)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     if gdp_delta(mu, 0.0) <= delta:

@@ -52,6 +52,7 @@ from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
 from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
+from renyiboost.experiments.metrics import sample_std
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.plotting import pyplot
 from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -390,7 +391,7 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["dataset"], r["scenario"], r["epsilon"], r["method"], r["metric"]),
                           []).append(r["mean"])
     return [{"dataset": d, "scenario": s, "epsilon": e, "method": m, "metric": metric,
-             "mean": float(np.mean(v)), "std": float(np.std(v)), "repeats": len(v)}
+             "mean": float(np.mean(v)), "std": sample_std(v), "repeats": len(v)}
             for (d, s, e, m, metric), v in sorted(groups.items(), key=lambda kv: str(kv[0]))]
 
 

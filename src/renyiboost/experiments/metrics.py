@@ -1,10 +1,18 @@
 """Held-out metrics, from scikit-learn (``sklearn.metrics``): R², error rate and ROC AUC
-under the names and units the experiments' tables use."""
+under the names and units the experiments' tables use; and the spread of repeated runs."""
 
 from __future__ import annotations
 
 import numpy as np
 from sklearn import metrics
+
+
+def sample_std(values: object) -> float:
+    """The sample standard deviation (ddof 1) of repeated runs, 0 for a single run: the
+    tables' "± sd" and the paper verdicts' "within one sd" used the population one, 1/√2 of
+    it at the default two repeats (review F #4)."""
+    v = np.asarray(values, dtype=float)
+    return float(np.std(v, ddof=1)) if v.size > 1 else 0.0
 
 
 def r2_score(y_true: np.ndarray, y_pred: np.ndarray) -> float:

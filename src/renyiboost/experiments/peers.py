@@ -146,7 +146,9 @@ def _categories(schema: PublicSchema) -> list[list[str] | None]:
 
 def _decode_categories(schema: PublicSchema) -> Any:
     """Encoded array → object array whose categorical columns hold the category strings
-    (an index past the domain, the schema's 'unknown' code, becomes its "other" value)."""
+    (an index past the domain, the schema's 'unknown' code, becomes its "other" value; a
+    missing value, NaN, stays missing as ``None``: cast to an integer it indexed the
+    lookup with INT64_MIN and the peer crashed, review F #5)."""
     domains = _categories(schema)
 
     def to_input(X: np.ndarray) -> np.ndarray:
@@ -154,7 +156,10 @@ def _decode_categories(schema: PublicSchema) -> Any:
         for j, domain in enumerate(domains):
             if domain is not None:
                 lookup = np.array(domain, dtype=object)
-                out[:, j] = lookup[np.minimum(X[:, j].astype(int), len(domain) - 1)]
+                column = np.asarray(X[:, j], dtype=float)
+                missing = np.isnan(column)
+                codes = np.minimum(np.where(missing, 0, column).astype(int), len(domain) - 1)
+                out[:, j] = np.where(missing, None, lookup[codes])
         return out
 
     return to_input

@@ -33,7 +33,7 @@ import numpy as np
 
 from renyiboost.datasets import load
 from renyiboost.exceptions import ignore_comparison_warnings
-from renyiboost.experiments.metrics import held_out_metrics
+from renyiboost.experiments.metrics import held_out_metrics, sample_std
 from renyiboost.models.baselines import DPMeanBaseline
 from renyiboost.models.batch import SGBDT
 
@@ -155,12 +155,12 @@ def reproduce(
         runs = [res for job, res in zip(jobs, results, strict=True) if job[1] == method]
         summary: dict[str, Any] = {
             "mean": float(np.mean([r[metric] for r in runs])),
-            "std": float(np.std([r[metric] for r in runs])),
+            "std": sample_std([r[metric] for r in runs]),
             "runs": [r[metric] for r in runs],
         }
         if metric == "error":
             summary["auc"] = float(np.mean([r["auc"] for r in runs]))
-            summary["auc_std"] = float(np.std([r["auc"] for r in runs]))
+            summary["auc_std"] = sample_std([r["auc"] for r in runs])
         per_method[method] = summary
         if progress:
             progress(f"{method}: {_fmt(metric, summary)}")

@@ -156,11 +156,13 @@ class DPAdditiveBoost(MarginModel):
         return out
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> DPAdditiveBoost:
-        """``rounds`` epochs of one tree a feature (the number of rows is read only for the
-        warning when δ is not below 1/n; no mechanism reads it)."""
+        """``rounds`` epochs of one tree a feature. No mechanism reads the number of rows,
+        and neither does the warning when δ is not below 1/n: it is judged at the size
+        assumed without a hint (:data:`~renyiboost.models.defaults.PRIOR_RECORDS`). Judged
+        at the exact count, whether it warned told whether n ≥ 1/δ (review F #1, as review
+        R found for the S-GBDT fit)."""
         X, _, y = self._training_data(X, y)
-        check_privacy_inputs(self.params.epsilon, self.params.delta, len(y),  # δ · n < 1?
-                             counted=True)
+        check_privacy_inputs(self.params.epsilon, self.params.delta, None)
         params, noise = self.params, noise_source(self.seed)
         bins = self._bins(X)
         # Leaves are Newton steps at the initial model's hessian: 1 for squared loss, and

@@ -399,6 +399,11 @@ class SGBDTBooster:
             # Count leaves: a = 1 for everyone, so s^2 >= r1; Newton leaves: s^2 can be ~0.
             natural_min = params.count_share if params.hess_clip is None else 0.0
             floor = max(natural_min, params.min_sensitivity2)
+            if not params.individual_filter or params.leaf_noise == "static":
+                # every record pays the full price (s² = 1): retired against it, or a key
+                # that can no longer afford it stayed in the pool for good, never eligible
+                # and never retired (review Q #4)
+                floor = 1.0
             budget = self.calibration.budget_rdp  # one budget B for every stage
 
             calibrations = (*stage_calibrations(self.calibration, stage_rounds),

@@ -288,6 +288,24 @@ MUTATIONS = [
              "                    count, numbers.Real) or count < 0:",
              [("tests/test_accounting_guards.py::test_composition_counts_and_gdp_parameters_"
                "are_checked")]),
+    Mutation("a reshard takes a mark at a reused path for its own",
+             "src/renyiboost/stream/reshard.py",
+             "            return None  # not the marked store: a newer one\n",
+             "            return marks[-1]  # not the marked store: a newer one\n",
+             [("tests/test_reshard.py::test_scaling_back_and_forth_in_one_directory_keeps_"
+               "every_ledger")]),
+    Mutation("a backup from before a reshard opens elsewhere as the moved store",
+             "src/renyiboost/stream/store.py",
+             "        return marked_as(resharded_marks(str(home)), store_id, self.created())",
+             "        return None",
+             [("tests/test_reshard.py::test_a_backup_from_before_a_reshard_restored_elsewhere_"
+               "is_refused")]),
+    Mutation("a forked child's close releases the parent's PostgreSQL lock",
+             "src/renyiboost/stream/postgres.py",
+             "        if os.getpid() != getattr(self, \"_opened_by\", os.getpid()):  # set by _start\n"
+             "            return\n", "",
+             [("tests/test_postgres_store.py::test_a_forked_childs_close_leaves_the_parents_"
+               "lock_and_session")]),
     Mutation("a Ray shard restarted between calls answers them",
              "src/renyiboost/stream/ray_shards.py",
              "        if incarnation not in (None, self.id) and method not in ANY_INCARNATION:",
@@ -753,8 +771,8 @@ MUTATIONS = [
                "keys_partition")]),
     Mutation("a store restored where a reshard moved one away opens",
              "src/renyiboost/stream/store.py",
-             "        if isinstance(mark, dict) and self._meta(\"side:resharded\") is None and (",
-             "        if False and (",
+             "        if mark is not None and self._meta(\"side:resharded\") is None:",
+             "        if False:",
              [("tests/test_reshard.py::test_a_backup_of_the_old_stores_restored_in_place_is_"
                "refused")]),
     Mutation("a reshard run again after a crash among its moves does not finish them",

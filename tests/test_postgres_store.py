@@ -425,3 +425,69 @@ def test_a_store_url_keeps_libpqs_socket_form_and_hides_every_password() -> None
         PostgresStore("postgresql://alice@127.0.0.1:1/db?password=S3cretPW&schema=s",
                       create=True)
     assert "S3cretPW" not in str(refused.value) and "password=***" in str(refused.value)
+
+
+def test_a_malformed_url_or_another_scheme_never_shows_its_password() -> None:
+    """libpq quotes a malformed part of a URL whole (``invalid percent-encoded token:
+    "S3cr%ZZet"``), and a scheme in capitals or SQLAlchemy's ``postgresql+psycopg://`` was
+    taken for a file name and echoed whole (review H)."""
+    from renyiboost.exceptions import StateStoreError
+    from renyiboost.stream.store import store_at
+
+    for url in ("postgresql://alice:S3cr%ZZet@127.0.0.1:1/db",
+                "postgresql://alice:S3cr%00et@127.0.0.1:1/db",
+                "POSTGRESQL://alice:S3cret@127.0.0.1:1/db",
+                "postgresql+psycopg://alice:S3cret@127.0.0.1:1/db"):
+        with pytest.raises((StateStoreError, ValueError)) as refused:
+            store_at(url)
+        assert "S3cr" not in str(refused.value), str(refused.value)
+    with pytest.raises(ValueError, match="'postgresql\\+psycopg'"):
+        store_at("postgresql+psycopg://alice:S3cret@127.0.0.1:1/db")
+
+
+def test_a_forked_childs_close_leaves_the_parents_lock_and_session(postgres_server) -> None:
+    """The child's unlock and hang-up went over the parent's socket: the one-holder lock
+    dropped, a second holder was admitted while the parent held the store, and the
+    parent's session ended (review H). A child's close now sends nothing."""
+    import os
+
+    schema = _schema()
+    parent = PostgresStore(postgres_server.url, schema=schema, create=True)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                parent.close()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        with pytest.raises(StoreLocked):
+            PostgresStore(postgres_server.url, schema=schema)
+        parent.set_meta("still", "mine")
+        assert parent.get_meta("still") == "mine"
+    finally:
+        parent.close()
+
+
+def test_a_discarded_store_takes_its_record_in_the_same_transaction(postgres_server,
+                                                                     monkeypatch) -> None:
+    """The schema was dropped and its record deleted in two autocommit statements: a kill
+    between them left the record of a store that was gone, and every rerun of an
+    interrupted reshard was refused (review H). Both now commit or neither."""
+    schema = _schema()
+    store = PostgresStore(postgres_server.url, schema=schema, create=True)
+    real = store._db.execute
+
+    def killed_before_the_record(query, *args, **kwargs):
+        if str(query).startswith("DELETE FROM"):
+            raise KeyboardInterrupt("killed (injected)")
+        return real(query, *args, **kwargs)
+
+    monkeypatch.setattr(store._db, "execute", killed_before_the_record)
+    with pytest.raises(KeyboardInterrupt):
+        store.discard()
+    monkeypatch.undo()
+    store.close()
+    again = PostgresStore(postgres_server.url, schema=schema)  # still there, whole
+    again.discard()
+    PostgresStore(postgres_server.url, schema=schema, create=True).close()

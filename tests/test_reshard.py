@@ -10,9 +10,11 @@ Exactness: ledgers move as stored bytes, so spent budgets compare with ``==``.
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 import warnings
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +186,58 @@ def test_a_backup_of_the_old_stores_restored_in_place_is_refused(tmp_path) -> No
     with pytest.raises(LedgerConflict, match="already resharded into"):
         reshard(config, shard_locations(str(tmp_path / "new"), 3),
                 shard_locations(str(tmp_path / "other"), 4))
+
+
+def test_scaling_back_and_forth_in_one_directory_keeps_every_ledger(tmp_path) -> None:
+    """2 → 3 → 2 → 3 shards in one directory (the command's default ``--into``). The second
+    reshard put live stores on paths the first had marked; the third took that old mark for
+    its own, "finished" the first reshard by moving the live stores into the first archive
+    (over its tombstoned files), and a ``state init`` there then gave every key a fresh
+    budget (review H). A mark now counts only while no other store lives at its path, marks
+    at one path are kept one after another, and a move never overwrites."""
+    import time
+
+    config = _config("classification")
+    d = tmp_path / "d"
+    two, budgets, _ = _deployment(d, 2)
+    three = shard_locations(str(d), 3, alone=False)
+    for sources, targets in ((two, three), (three, two), (two, three)):
+        report = reshard(config, sources, targets)
+        assert not report.finished_only
+        time.sleep(1.1)  # an archive folder a second
+    engine = ShardedEngine(config, three)
+    assert _budgets(engine) == budgets
+    engine.close()
+    with pytest.raises(StoreNotFound, match="resharded into"):
+        ShardedEngine(config, two)
+    archives = sorted(d.glob("resharded-from-*"))
+    assert len(archives) == 3
+    for folder in archives:  # every archived store is the tombstoned one it was (read
+        for path in folder.glob("*.db"):  # as a file: opened, shard 0 continues a live id)
+            with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+                assert db.execute("SELECT value FROM meta WHERE name = 'side:resharded'"
+                                  ).fetchone() is not None, path
+    marks = json.loads((d / "shard-0-of-2.db.resharded").read_text())
+    assert isinstance(marks, list) and len(marks) == 2  # both reshards of that path
+
+
+def test_a_backup_from_before_a_reshard_restored_elsewhere_is_refused(tmp_path) -> None:
+    """The reshard moved the old files away, so a byte copy of one opened at another path
+    was taken for the moved store: it opened with no tombstone and the ledgers the new
+    deployment also held, each key with a second budget (review H). The mark at its home
+    names it, so it is refused as a copy from before the reshard."""
+    import shutil
+
+    config = _config("classification")
+    old, _, _ = _deployment(tmp_path / "d", 2)
+    shutil.copytree(tmp_path / "d", tmp_path / "backup")
+    reshard(config, old, shard_locations(str(tmp_path / "d"), 3, alone=False))
+    shutil.copytree(tmp_path / "backup", tmp_path / "restored")
+    for path in shard_locations(str(tmp_path / "restored"), 2, alone=False):
+        with pytest.raises(LedgerConflict, match="before `renyiboost reshard` moved"):
+            SQLiteStore(path)
+    with pytest.raises(LedgerConflict, match="before `renyiboost reshard` moved"):
+        ShardedEngine(config, shard_locations(str(tmp_path / "restored"), 2))
 
 
 def test_a_reshard_that_crashed_moving_the_old_files_finishes_when_run_again(
@@ -596,3 +650,19 @@ def test_a_finish_before_a_reshard_is_not_run_again_after_it(tmp_path) -> None:
     assert after.finish() == 0
     assert after.booster.rounds_done == rounds and _budgets(after) == spent
     after.close()
+
+
+def test_scaling_back_onto_retired_postgres_schemas_says_what_they_are(postgres_server
+                                                                       ) -> None:
+    """PostgreSQL keeps a reshard's retired stores in place, so scaling 2 → 3 → 2 at one
+    URL met the old ``shard_0_of_2`` and refused it as a store that "may hold a second
+    ledger", asking for budgets to be added up by hand (review H). It is named for what it
+    is: a store an earlier reshard retired."""
+    config = _config("classification")
+    base = f"{postgres_server.url}?schema=r{uuid.uuid4().hex[:8]}"
+    two, _, _ = _deployment(base, 2)
+    three = shard_locations(base, 3, alone=False)
+    reshard(config, two, three)
+    with pytest.raises(LedgerConflict, match="an earlier reshard retired"):
+        reshard(config, three, shard_locations(base, 2, alone=False))
+    ShardedEngine(config, three).close()  # nothing changed

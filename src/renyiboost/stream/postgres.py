@@ -38,7 +38,7 @@ import socket
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from renyiboost.exceptions import LedgerConflict, StateStoreError, StoreLocked, StoreNotFound
 from renyiboost.stream.store import NEVER_IMPLICIT, SNAPSHOT_RATIO, SQLStateStore, StoreIdentity
@@ -119,7 +119,8 @@ def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
     """
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"a PostgreSQL store URL starts with postgresql://, got {url!r}")
+        raise ValueError("a PostgreSQL store URL starts with postgresql://, got "
+                         f"{without_password(url)!r}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     named = [value for key, value in query if key == "schema"]
     rest = [(key, value) for key, value in query if key != "schema"]
@@ -154,8 +155,25 @@ def stores_in(url: str, prefix: str, *, live: bool = False) -> list[str]:
                     ("side:resharded",)).fetchone() is None]
     except _psycopg().Error as error:
         raise StateStoreError(f"cannot list the state stores at {without_password(base)}: "
-                              f"{error}".strip()) from error
+                              f"{scrubbed(error, base)}".strip()) from error
     return names
+
+
+def scrubbed(error: BaseException, url: str) -> str:
+    """``error``'s text with every password ``url`` holds shown as ``***``, as written and
+    percent-decoded: libpq quotes a malformed part of the URL whole, the password too
+    (``invalid percent-encoded token: "S3cr%ZZet"``: review H)."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    secrets = {userinfo.partition(":")[2]} if ":" in userinfo else set()
+    secrets |= {value for key, _, value in (part.partition("=")
+                                            for part in parts.query.split("&"))
+                if "password" in key.lower()}
+    secrets |= {unquote(secret) for secret in secrets}
+    text = str(error)
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def without_password(url: str) -> str:
@@ -213,7 +231,7 @@ class PostgresStore(SQLStateStore):
             self._db = psycopg.connect(self.url, autocommit=True, application_name=holder)
         except psycopg.Error as error:
             raise StateStoreError(f"cannot connect to the state store {self.location}: "
-                                  f"{error}".strip()) from error
+                                  f"{scrubbed(error, self.url)}".strip()) from error
         try:
             self._check_durable()
             self._lock()
@@ -422,9 +440,14 @@ class PostgresStore(SQLStateStore):
     _record_epoch = _record_in_transaction
 
     def _remove(self) -> None:
-        self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
-        if self._records:
-            self._db.execute(f"DELETE FROM {RECORDS} WHERE schema_name = %s", (self.schema,))
+        """Drop the schema and its record in one transaction (PostgreSQL's DDL is
+        transactional): a kill between two autocommit statements left a record of a store
+        that was gone, and every rerun of an interrupted reshard was refused (review H)."""
+        with self._db.transaction():
+            self._db.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+            if self._records:
+                self._db.execute(f"DELETE FROM {RECORDS} WHERE schema_name = %s",
+                                 (self.schema,))
         self.close()
 
     def close(self) -> None:
@@ -433,8 +456,15 @@ class PostgresStore(SQLStateStore):
         Ending the session alone would drop the lock too, but the server's backend exits
         after the client has hung up, so a store reopened at once (a restart, a reshard)
         could still find its own lock held and be refused (seen in CI). The explicit unlock
-        is answered before ``close`` returns; if it fails, the session's end drops it."""
+        is answered before ``close`` returns; if it fails, the session's end drops it.
+
+        In a process forked from the one that opened it, nothing is sent: the socket is the
+        parent's, and the child's unlock and hang-up released the parent's lock and ended
+        its session while it still held the store (review H). psycopg likewise leaves a
+        connection inherited over a fork alone."""
         if self._db.closed:
+            return
+        if os.getpid() != getattr(self, "_opened_by", os.getpid()):  # set by _start
             return
         if self._locked:
             self._locked = False

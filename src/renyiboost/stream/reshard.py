@@ -79,12 +79,12 @@ from renyiboost.stream.store import (
     TOPIC_IDS_META,
     WENT_BACK_META,
     SQLStateStore,
+    add_resharded_mark,
     is_postgres_location,
-    read_json,
-    resharded_mark,
+    resharded_marks,
     sqlite_path,
     store_at,
-    write_json_durably,
+    stored_identity,
 )
 
 #: Store side values that belong to a partition (``topic:p`` → value) and follow it.
@@ -177,6 +177,15 @@ def _clear_targets(targets: Sequence[str], old_ids: list[str]) -> None:
             store = store_at(location)
         except StoreNotFound:
             continue
+        if (tomb := store.get_meta("resharded")) is not None:
+            # a store an earlier reshard retired (PostgreSQL keeps them in place): it was
+            # refused as one that "may hold a second ledger", which invited hand edits
+            # of the ledgers (review H)
+            store.close()
+            raise LedgerConflict(
+                f"{store.location} is a store an earlier reshard retired (its ledgers went "
+                f"to {tomb.get('into_locations')}); it stays as it is. Reshard into other "
+                "places (another --into, or another schema prefix)")
         pending = store.get_meta("reshard_pending")
         if pending is not None and pending["from"] != old_ids:
             store.close()
@@ -417,8 +426,8 @@ def _finish(olds: list[SQLStateStore], tombs: list[Any], targets: Sequence[str]
             except StoreNotFound:  # not where this reshard put them: another target
                 raise LedgerConflict(
                     f"the old stores were already resharded into {tomb['into_locations']} "
-                    f"(not {list(targets)}); they must never train again: reshard that "
-                    "deployment instead") from None
+                    f"(not {[without_password(str(t)) for t in targets]}); they must never "
+                    "train again: reshard that deployment instead") from None
         ids = [store.identity.store_id for store in news]
         if ids != tomb["into"]:
             raise LedgerConflict(
@@ -474,17 +483,34 @@ def _archive(sources: Sequence[str]) -> None:
     for path in paths:
         if path in tombs:
             store_id, created, tomb = tombs[path]
-            write_json_durably(resharded_mark(path), {
+            add_resharded_mark(path, {
                 "store_id": store_id, "created": created, "archive": str(archive),
                 "into": tomb["into"], "into_locations": tomb["into_locations"], "at": _now()})
         for suffix in ("", "-wal", "-shm", ".lock", ".epoch"):
             old = Path(f"{path}{suffix}")
             if old.exists():
+                if (archive / old.name).exists():  # a move never overwrites: review H
+                    raise LedgerConflict(
+                        f"{archive / old.name} already exists: {old} is not the store this "
+                        "reshard moved there. Nothing more was moved; check the archive")
                 shutil.move(old, archive / old.name)
 
 
 def _read_mark(path: Path) -> dict[str, Any] | None:
-    return read_json(resharded_mark(path))
+    """The mark of the reshard that moved the store at ``path`` away, or is moving it: the
+    newest mark there, unless another store lives at the path now (a later deployment's
+    store put there; its mark was taken for this one's, and a reshard of that deployment
+    "finished" the old one by moving the live stores into the old archive: review H)."""
+    marks = resharded_marks(path)
+    if not marks:
+        return None
+    if path.exists():
+        identity = stored_identity(path)
+        if not isinstance(identity, dict) or (identity.get("store_id"),
+                                              identity.get("created")) != (
+                marks[-1].get("store_id"), marks[-1].get("created")):
+            return None  # not the marked store: a newer one
+    return marks[-1]
 
 
 def _finish_archive(sources: Sequence[str], targets: Sequence[str]) -> ReshardReport:
@@ -496,7 +522,8 @@ def _finish_archive(sources: Sequence[str], targets: Sequence[str]) -> ReshardRe
     if [_place(t) for t in targets] != [_place(t) for t in mark["into_locations"]]:
         raise LedgerConflict(
             f"the old stores were already resharded into {mark['into_locations']} (not "
-            f"{list(targets)}); they must never train again: reshard that deployment instead")
+            f"{[without_password(str(t)) for t in targets]}); they must never train again: "
+            "reshard that deployment instead")
     for path, found in zip(paths, marks, strict=True):
         if found is None and _tombstone(path) is None:
             raise LedgerConflict(

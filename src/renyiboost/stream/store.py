@@ -808,6 +808,15 @@ class SQLStateStore(StateStore):
         home = self._meta("home")
         if home == here:
             return
+        if home is not None and self._meta("side:resharded") is None and (
+                mark := self._resharded_away(home, store_id)) is not None:
+            raise LedgerConflict(
+                f"{self.location} is a copy of the state store that was at "
+                f"{self._home_name(home)} (store {store_id}) before `renyiboost reshard` moved "
+                f"its ledgers into {mark.get('into_locations')}: without the reshard's "
+                "tombstone it is from before the reshard, restored from a backup, and its "
+                "keys' budgets went back (review H: it opened as the moved store and trained "
+                "beside the new deployment). It never trains again.")
         if home is not None and self._holds_store(home, store_id):
             raise LedgerConflict(
                 f"{self.location} is a copy of the state store at {self._home_name(home)} "
@@ -827,6 +836,11 @@ class SQLStateStore(StateStore):
     def _holds_store(self, home: Any, store_id: str) -> bool:
         """Whether ``home``, another place than this store's, holds a store with this id."""
         raise NotImplementedError
+
+    def _resharded_away(self, home: Any, store_id: str) -> dict[str, Any] | None:
+        """The mark a reshard left at ``home`` when it moved this very store away (its id
+        and creation time), if any; a PostgreSQL reshard leaves its stores in place."""
+        return None
 
     def _check_not_behind(self, store_id: str, epoch: int, commits: int) -> None:
         """Refuse a store that is behind an epoch, or a commit of it, that it once reached
@@ -1120,9 +1134,9 @@ class SQLiteStore(SQLStateStore):
         while what they paid for was already visible, so every key would spend them again.
         (A store copied to a new path has no record there: :meth:`_settle_home` refuses it
         while the original is in place.)"""
-        mark, identity = read_json(resharded_mark(self.path)), self._meta("identity")
-        if isinstance(mark, dict) and self._meta("side:resharded") is None and (
-                mark.get("store_id"), mark.get("created")) == (store_id, identity.get("created")):
+        identity = self._meta("identity")
+        mark = marked_as(resharded_marks(self.path), store_id, identity.get("created"))
+        if mark is not None and self._meta("side:resharded") is None:
             raise LedgerConflict(
                 f"{self.path} held a store whose ledgers `renyiboost reshard` moved into "
                 f"{mark.get('into_locations')} (its files went to {mark.get('archive')}): "
@@ -1172,6 +1186,9 @@ class SQLiteStore(SQLStateStore):
             identity = _stored_identity(original, main_file_only=True)
         return isinstance(identity, dict) and identity.get("store_id") == store_id
 
+    def _resharded_away(self, home: Any, store_id: str) -> dict[str, Any] | None:
+        return marked_as(resharded_marks(str(home)), store_id, self.created())
+
     def _record_epoch(self, store_id: str, epoch: int, commits: int) -> None:
         """Write ``{store_id, epoch, commits}`` beside the database, durably (a temporary
         file, fsync, rename, fsync of the directory), after the epoch's commit."""
@@ -1206,7 +1223,8 @@ class SQLiteStore(SQLStateStore):
             self._record_fd = None
 
     def _check_present(self) -> None:
-        mark = read_json(resharded_mark(self.path))
+        marks = resharded_marks(self.path)
+        mark = marks[-1] if marks else None
         if mark is not None and not self.path.exists():
             raise StoreNotFound(
                 f"no state store at {self.path}: its store's ledgers were resharded into "
@@ -1247,8 +1265,30 @@ def resharded_mark(path: str | Path) -> Path:
     away (``DIR/shard-K-of-N.db.resharded``, JSON: the store's id and creation time, where
     the ledgers and the files went): that store opened there later without its tombstone
     is an older copy restored from a backup, and is refused (the ``.epoch`` record, which
-    refuses such a copy, moved with its files); stores that continue its id open."""
+    refuses such a copy, moved with its files); stores that continue its id open. A path
+    that a later deployment's store took and that was resharded in turn holds a list of
+    marks, oldest first (:func:`resharded_marks`)."""
     return Path(f"{os.path.realpath(path)}.resharded")
+
+
+def resharded_marks(path: str | Path) -> list[dict[str, Any]]:
+    """Every mark ``renyiboost reshard`` left at ``path``, oldest first: one written over
+    another forgot the store it named, whose backups then opened as live (review H)."""
+    value = read_json(resharded_mark(path))
+    entries = value if isinstance(value, list) else [value]
+    return [entry for entry in entries if isinstance(entry, dict)]
+
+
+def add_resharded_mark(path: str | Path, mark: dict[str, Any]) -> None:
+    """Add ``mark`` to those at ``path``, durably (a single mark is written as before)."""
+    marks = [*resharded_marks(path), mark]
+    write_json_durably(resharded_mark(path), marks if len(marks) > 1 else mark)
+
+
+def marked_as(marks: list[dict[str, Any]], store_id: str, created: Any) -> dict[str, Any] | None:
+    """The newest of ``marks`` that names the store ``(store_id, created)``, if any."""
+    return next((mark for mark in reversed(marks)
+                 if (mark.get("store_id"), mark.get("created")) == (store_id, created)), None)
 
 
 def read_json(path: Path) -> Any:
@@ -1289,6 +1329,14 @@ def is_sqlite_database(path: str | Path) -> bool:
 def _has_identity(path: Path) -> bool:
     """Whether the SQLite file at ``path`` (not in WAL mode) holds a store identity."""
     return _stored_identity(path) is not None
+
+
+def stored_identity(path: Path) -> Any:
+    """The identity of the SQLite store at ``path`` (``None``: none), read without opening
+    the store (its lock may be held): the main file's, else through a read-only connection
+    that also reads its -wal (a new store's identity may be only there)."""
+    identity = _stored_identity(path, main_file_only=True)
+    return identity if identity is not None else _stored_identity(path)
 
 
 def _stored_identity(path: Path, *, main_file_only: bool = False) -> Any:
@@ -1358,8 +1406,23 @@ def pin_meta(store: StateStore, name: str, value: Any, refusal: Callable[[Any], 
 
 
 def is_postgres_location(location: str | Path) -> bool:
-    """Whether a state location is a PostgreSQL URL (else a SQLite path or URL)."""
-    return str(location).startswith(("postgresql://", "postgres://"))
+    """Whether a state location is a PostgreSQL URL (else a SQLite path or URL); a URL's
+    scheme is matched in any case, as libpq matches it (``POSTGRESQL://…`` was taken for a
+    file name and echoed whole, its password with it: review H)."""
+    return str(location).lower().startswith(("postgresql://", "postgres://"))
+
+
+def refuse_other_url_schemes(location: str) -> None:
+    """Refuse a URL of a database driver's own scheme (SQLAlchemy's ``postgresql+psycopg://``)
+    or another scheme: it was taken for a SQLite path and echoed whole, its password too."""
+    scheme, sep, _ = location.partition("://")
+    if sep and scheme.lower() != "sqlite" and not is_postgres_location(location):
+        from renyiboost.stream.postgres import without_password
+
+        raise ValueError(
+            f"{without_password(location)} is a URL of the scheme {scheme!r}: a state store "
+            "is a path, a sqlite:///path URL or a libpq postgresql://… URL (without a "
+            "driver's +name)")
 
 
 def sqlite_path(location: str | Path) -> Path:
@@ -1379,6 +1442,7 @@ def store_at(location: str | Path, *, create: bool = False,
         from renyiboost.stream.postgres import PostgresStore
 
         return PostgresStore(text, create=create, continues=continues, meta=meta)
+    refuse_other_url_schemes(text)
     return SQLiteStore(location, create=create, continues=continues, meta=meta)
 
 

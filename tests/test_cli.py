@@ -61,9 +61,11 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, capsys) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) <= 3 and "Traceback" not in done.stderr
     assert "errors.pydantic.dev" not in done.stderr
-    debug = _run("--debug", "experiment", "--config", str(tmp_path / "missing.toml"))
+    broken = tmp_path / "broken.toml"  # a missing file is a usage error now (review L)
+    broken.write_text("repeats = [\n")
+    debug = _run("--debug", "experiment", "--config", str(broken))
     assert debug.returncode == 1 and "Traceback" in debug.stderr
-    quiet = _run("experiment", "--config", str(tmp_path / "missing.toml"))
+    quiet = _run("experiment", "--config", str(broken))
     assert quiet.returncode == 1 and "Traceback" not in quiet.stderr
     assert quiet.stderr.startswith("renyiboost: error:") and len(quiet.stderr.splitlines()) == 1
 
@@ -97,12 +99,12 @@ def test_options_a_mode_does_not_read_are_refused_instead_of_ignored(capsys) -> 
                  "--refine-seeds", "3"]) == 2  # the committed config was never scored
     assert ("--against-config, --refine-seeds do not apply to a search without --refine N"
             in capsys.readouterr().err)
+    config = str(Path(__file__).parents[1] / "examples" / "abalone.toml")
     assert main(["experiment", "--preset", "field", "--methods", "irf"]) == 2
     assert "--methods does not apply to --preset field" in capsys.readouterr().err
-    assert main(["experiment", "--preset", "paper", "--config", "grid.toml"]) == 2
+    assert main(["experiment", "--preset", "paper", "--config", config]) == 2  # a file
     assert "--config does not apply to --preset paper" in capsys.readouterr().err
     # a memory: source trains once and publishes nothing: --model-topic went unread
-    config = str(Path(__file__).parents[1] / "examples" / "abalone.toml")
     assert main(["train", "--config", config, "--source", "memory:abalone", "--state",
                  "unused.db", "--model-topic", "t", "--max-idle", "1"]) == 2
     assert ("--model-topic, --max-idle do not apply to a memory: source"

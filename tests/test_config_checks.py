@@ -528,3 +528,50 @@ def test_the_json_schema_states_the_privacy_ranges() -> None:
     properties = SGBDTParams.model_json_schema()["properties"]
     assert {"exclusiveMinimum": 0, "type": "number"} in properties["epsilon"]["anyOf"]
     assert (properties["delta"]["exclusiveMinimum"], properties["delta"]["maximum"]) == (0, 0.01)
+
+
+def test_blank_names_empty_lists_and_repeats_are_usage_errors(tmp_path, capsys) -> None:
+    """Review L: ``serve --host ''`` listened on every interface; ``--state ''`` was read as
+    ``.``; ``--epsilons ,`` ran a grid of no private cell and exited 0; ``--epsilons 1,1``
+    ran one cell twice and counted it as two repeats; ``--epsilons inf`` was offered as
+    "non-private" and then refused with exit 1; ``--seed -1`` created the demo's store
+    before it failed; ``--out`` naming a file failed after the first cell; a missing
+    ``--config`` was a bare errno message."""
+    runs = [
+        (["serve", "--bootstrap", "127.0.0.1:1", "--model-topic", "m", "--host", " "],
+         "'--host'"),
+        (["demo", "--state", " "], "'--state'"),
+        (["demo", "--state", str(tmp_path / "d.db"), "--seed", "-1"], "'--seed'"),
+        (["reshard", "--config", str(tmp_path / "c.toml"), "--to", "2", "--into", " "],
+         "'--into'"),
+        (["experiment", "--datasets", "abalone", "--epsilons", ","], "names nothing"),
+        (["experiment", "--datasets", "abalone", "--methods", ","], "names nothing"),
+        (["experiment", "--datasets", "abalone", "--epsilons", "1,1"],
+         "named more than once"),
+        (["experiment", "--datasets", "abalone,abalone"], "named more than once"),
+        (["experiment", "--datasets", "abalone", "--epsilons", "inf"], "finite number > 0"),
+        (["experiment", "--config", str(tmp_path / "missing.toml")], "does not exist"),
+    ]
+    (tmp_path / "file").write_text("x")
+    runs.append((["experiment", "--datasets", "abalone", "--out", str(tmp_path / "file")],
+                 "is a file"))
+    for args, message in runs:
+        assert main(args) == 2, args
+        assert message in capsys.readouterr().err, args
+    assert not (tmp_path / "d.db").exists()
+
+
+def test_an_experiment_configs_error_names_the_file(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("repeats = 0\n")
+    assert main(["experiment", "--config", str(bad)]) == 1
+    assert f"{bad}: repeats" in capsys.readouterr().err
+
+
+def test_the_demo_refuses_one_file_for_its_plot_and_history(tmp_path, capsys) -> None:
+    """The history was written over the plot the demo said it wrote (review L #8)."""
+    same = tmp_path / "out.png"
+    assert main(["demo", "--state", str(tmp_path / "s.db"), "--plot", str(same),
+                 "--json", str(same), "--seed", "1"]) == 1
+    assert "is the --plot file" in capsys.readouterr().err
+    assert not (tmp_path / "s.db").exists()

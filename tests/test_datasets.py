@@ -116,3 +116,18 @@ def test_covertype_rows_that_break_its_codebook_are_refused(tmp_path, change, wh
         out.write(lines[0] + "".join(",".join(row) + "\n" for row in rows))
     with pytest.raises(ValueError, match=why):
         load_covertype(str(bad))
+
+
+def test_covertype_without_a_header_line_keeps_its_first_record(tmp_path) -> None:
+    """The first line was always skipped as a header: UCI's ``covtype.data.gz`` has none,
+    and its first record was dropped without a word (review L #12)."""
+    import gzip
+
+    from renyiboost.datasets import load_covertype
+
+    with gzip.open(SHARED / "covtype.csv.gz", "rt") as source:
+        lines = [next(source) for _ in range(4)]
+    for name, text in (("with.csv.gz", "".join(lines)), ("without.csv.gz", "".join(lines[1:]))):
+        with gzip.open(tmp_path / name, "wt") as out:
+            out.write(text)
+        assert load_covertype(str(tmp_path / name)).X.shape == (3, 12), name

@@ -1248,3 +1248,18 @@ def test_a_batch_fit_warns_of_a_feature_without_any_value_and_takes_numpy_bounds
         warnings.simplefilter("error", UserWarning)
         SGBDT(PublicSchema(features={"a": (0.0, 1.0)}, labels=[0, 1]), epsilon=0.05,
               mains_cycles=5)
+
+
+def test_a_schema_copied_with_new_labels_reads_them_afresh() -> None:
+    """pydantic's copy kept the original's cached readings: after a binary Covertype load,
+    the seven-class copy still read its labels as the binary schema had, and a bool label
+    passed as class 1 (review L #2)."""
+    binary = PublicSchema(features={"a": (0.0, 1.0)})
+    assert binary.classes == [False, True]  # read, and cached
+    binary.label_is_bool  # noqa: B018 - read, and cached
+    seven = binary.model_copy(update={"labels": [1, 2, 3, 4, 5, 6, 7]})
+    fresh = PublicSchema(features={"a": (0.0, 1.0)}, labels=[1, 2, 3, 4, 5, 6, 7])
+    assert seven.classes == fresh.classes == [1, 2, 3, 4, 5, 6, 7]
+    assert seven.label_is_bool == fresh.label_is_bool
+    with pytest.raises(ValueError):
+        binary.model_copy(update={"labels": "pq"})  # validated, as the constructor is

@@ -69,6 +69,9 @@ def test_demo_writes_the_report_plot_and_history(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "privacy guarantee (public)" in text and "budget_rdp" in text
     assert "operator telemetry (exact counts: not for release)" in text
+    # how many records it replayed is the operator's too, not a line of the run (review L)
+    operator = text.split("operator telemetry (exact counts: not for release)")[1]
+    assert "records_replayed_now" in operator and "replayed 4177" not in text
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     record = json.loads(out.read_text())
     history, guarantee = record["history"], record["guarantee"]

@@ -105,11 +105,16 @@ class CommaList(click.ParamType):
         if isinstance(value, list):
             return value
         items = [part.strip() for part in str(value).split(",") if part.strip()]
+        if not items:  # "," ran a grid of no private cell, or none at all (review L #3)
+            self.fail(f"{value!r} names nothing; give one item or more", param, ctx)
         try:
             out = [self.item(part) for part in items]
         except ValueError:
             self.fail(f"{value!r} is not a comma-separated list of {self.item.__name__}",
                       param, ctx)
+        if len(set(out)) < len(out):  # the same cell twice, counted as two repeats (#4)
+            twice = sorted({item for item in out if out.count(item) > 1}, key=str)
+            self.fail(f"{twice} named more than once; name each once", param, ctx)
         if self.load is not None:
             unknown = sorted(set(out) - set(self.load()))
             if unknown:
@@ -148,11 +153,12 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 
 def _epsilons(ctx: click.Context, param: click.Parameter,
               value: list[float] | None) -> list[float] | None:
-    """An ``--epsilons`` list: each ε > 0, ``inf`` (a non-private cell) allowed, NaN not
-    (``0,-1`` once failed only when the grid ran, with exit code 1)."""
+    """An ``--epsilons`` list: each ε a finite number > 0 (``0,-1`` once failed only when
+    the grid ran, with exit code 1; ``inf`` was offered as "non-private" and then refused
+    by the grid: review L #5; a grid's non-private cells are its non-private methods)."""
     for epsilon in value or []:
-        if not epsilon > 0:  # NaN fails too
-            raise click.BadParameter(f"every ε must be > 0 (inf: non-private), got {epsilon}",
+        if not (epsilon > 0 and math.isfinite(epsilon)):  # NaN fails too
+            raise click.BadParameter(f"every ε must be a finite number > 0, got {epsilon}",
                                      ctx, param)
     return value
 
@@ -238,7 +244,7 @@ def cli(log_level: str, debug: bool) -> None:
               help="fixed trigger interval instead of the default growing schedule")
 @click.option("--trees-per-trigger", type=click.IntRange(min=1), default=None,
               help="rounds run by a trigger")
-@click.option("--state", default="out/demo/state.db",
+@click.option("--state", default="out/demo/state.db", callback=_not_blank,
               help="SQLite state file (a store the demo created is replaced unless "
                    "--resume; any other file there is refused)")
 @click.option("--resume", is_flag=True, help="continue the state file instead of a new model")
@@ -247,7 +253,8 @@ def cli(log_level: str, debug: bool) -> None:
 @click.option("--json", "json_path", type=OutputFile(), default=None,
               help="write the per-batch history here (each row's operator counts marked "
                    "as operator telemetry)")
-@click.option("--seed", type=int, default=None, help="seeded noise, for tests only")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="seeded noise, for tests only")
 def demo(**options: Any) -> int:
     """Replay a bundled data set under drift through the engine (the main job)."""
     from renyiboost.experiments.demo import run_demo
@@ -281,8 +288,8 @@ def _load_config(path: str, overrides: dict[str, Any]) -> Any:
 @_config_option
 @click.option("--source", default=None, help="kafka://host:port/topic or memory:DATASET "
               "(default: the config's)")
-@click.option("--state", default=None, help="state store: a SQLite file or a "
-              "postgresql://…[?schema=name] URL (must exist, see --new-state)")
+@click.option("--state", default=None, callback=_not_blank, help="state store: a SQLite "
+              "file or a postgresql://…[?schema=name] URL (must exist, see --new-state)")
 @click.option("--new-state", is_flag=True, help="create the state file first (refused if it "
               "exists): only for a model that was never published")
 @click.option("--model-topic", default=None, callback=_not_blank, help="topic the releases go to (default: the "
@@ -325,8 +332,9 @@ def state() -> None:
 def _store_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--config``, ``--state`` and ``--shards`` of the ``state`` subcommands."""
     function = _shards_option(SHARDS_HELP)(function)
-    function = click.option("--state", "location", default=None, help="state store, a SQLite "
-                            "file or a postgresql:// URL (default: the config's)")(function)
+    function = click.option("--state", "location", default=None, callback=_not_blank,
+                            help="state store, a SQLite file or a postgresql:// URL "
+                                 "(default: the config's)")(function)
     return _config_option(function)
 
 
@@ -373,11 +381,13 @@ def state_info(config: str, location: str | None, shards: int | None) -> int:
 
 @cli.command(context_settings=CONTEXT)
 @_config_option
-@click.option("--state", default=None, help="the deployment's state (default: the config's)")
+@click.option("--state", default=None, callback=_not_blank,
+              help="the deployment's state (default: the config's)")
 @_shards_option("its number of shards now (omit for a single, unsharded store)")
 @click.option("--to", "to_shards", type=click.IntRange(min=1), required=True, metavar="M",
               help="the number of shards after")
-@click.option("--into", default=None, help="where the new shards' stores go (default: "
+@click.option("--into", default=None, callback=_not_blank,
+              help="where the new shards' stores go (default: "
               "--state; required when --state is a single SQLite file)")
 def reshard(config: str, state: str | None, shards: int | None, to_shards: int,
             into: str | None) -> int:
@@ -417,7 +427,8 @@ def _client_settings(path: Path | None) -> dict[str, str]:
               help="events per second (0: as fast as possible)")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="events to produce (none: all)")
-@click.option("--seed", type=int, default=0, help="shuffle seed of the scenario")
+@click.option("--seed", type=click.IntRange(min=0), default=0,
+              help="shuffle seed of the scenario")
 @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
               callback=_finite, help="seconds to wait for the cluster before giving up")
 @CLIENT_CONFIG
@@ -437,7 +448,8 @@ def replay(dataset: str, scenario: str, target: str, rate: float, limit: int | N
               help="the topic the trainer publishes its releases to")
 @click.option("--model-name", default="model", callback=_not_blank,
               help="the releases' message key")
-@click.option("--host", default="127.0.0.1", help="address to listen on")
+@click.option("--host", default="127.0.0.1", callback=_not_blank,  # '' listened on all
+              help="address to listen on")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, help="port to listen on")
 @CLIENT_CONFIG
 def serve(bootstrap: str, model_topic: str, model_name: str, host: str, port: int,
@@ -495,7 +507,7 @@ def _check_datasets(preset: str | None, datasets: list[str] | None) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--config", type=click.Path(dir_okay=False), default=None,
+@click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
               help="TOML file with GridConfig's keys (the options override it)")
 @click.option("--preset", type=click.Choice(["paper", "field"]), default=None,
               help="paper: the S-GBDT paper's figures beside the peers (takes --repeats, "
@@ -521,7 +533,8 @@ def _check_datasets(preset: str | None, datasets: list[str] | None) -> None:
 @click.option("--delta", type=float, default=None, callback=_delta,
               help="δ of every private method")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="processes")
-@click.option("--out", default=None, help="output directory")
+@click.option("--out", type=click.Path(file_okay=False), default=None, callback=_not_blank,
+              help="output directory")
 def experiment(config: str | None, preset: str | None, **options: Any) -> int:
     """A cached grid of prequential stream runs: tables and plots (unset options take the
     config file's value or GridConfig's default)."""
@@ -573,7 +586,8 @@ def reproduce(**options: Any) -> int:
               help="expected runs of the private selection (none: the number of candidates)")
 @click.option("--validation-share", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.2, help="share of the rows a private run validates on")
-@click.option("--seed", type=int, default=None, help="seeded noise, for tests only (--private)")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="seeded noise, for tests only (--private)")
 @click.option("--space", type=LazyChoice(_spaces), default=None,
               help="search space (default: the data set's)")
 @click.option("--against-config", is_flag=True,

@@ -263,6 +263,15 @@ class PublicSchema(BaseModel):
     #: reader of a release sees what its ε does not cover.
     bounds_read_from_data: bool = False
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> PublicSchema:
+        """A copy; one with ``update`` is built anew, validated and without the original's
+        cached readings (pydantic's copy kept them: a binary schema's label reading stayed
+        on a copy given seven labels, and a bool label passed as class 1: review L #2)."""
+        if update:
+            return type(self)(**{**self.model_dump(), **update})
+        return super().model_copy(deep=deep)
+
     @field_validator("features", mode="before")
     @classmethod
     def _normalise_features(cls, value: Any) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -254,7 +255,16 @@ def load_covertype(path: str | None = None, multiclass: bool = False) -> Dataset
                          f"{COVERTYPE_ENV}")
     try:
         with gzip.open(path, "rt") as fh:
-            table = np.loadtxt(fh, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+            # a header line if the first field is no number (the csv's); UCI's covtype.data
+            # has none, and its first record was dropped without a word (review L #12)
+            first = fh.readline()
+            try:
+                float(first.split(",", 1)[0])
+                rows = [first]
+            except ValueError:
+                rows = []
+            table = np.loadtxt(itertools.chain(rows, fh), delimiter=",", dtype=np.float64,
+                               ndmin=2)
     except (OSError, EOFError, ValueError) as error:  # numpy's own words, and where
         raise ValueError(f"{path} (Covertype, {COVERTYPE_ENV}): {error}") from None
     if table.shape[1] != 55:

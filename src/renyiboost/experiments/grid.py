@@ -46,11 +46,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from renyiboost.accounting.inputs import Delta, Epsilon
 from renyiboost.datasets import load
-from renyiboost.exceptions import ignore_comparison_warnings
+from renyiboost.exceptions import field_errors, ignore_comparison_warnings
 from renyiboost.experiments.evaluation import batch_metrics, progress_bar, replay
 from renyiboost.experiments.metrics import sample_std
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
@@ -459,7 +466,11 @@ def run_experiment(config: str | None = None, **options: Any) -> int:
         data = tomllib.loads(Path(config).read_text(encoding="utf-8")) if config else {}
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{config}: not a valid TOML file: {error}") from None
-    grid = GridConfig(**(data | given))
+    try:
+        grid = GridConfig(**(data | given))
+    except ValidationError as error:  # named with the file, as `train` names its config's
+        where = f"{config}: " if config else ""  # (it said "repeats: …": review L #11)
+        raise ValueError(f"{where}{field_errors(error)}") from None
     results = run_grid(grid)
     print((Path(grid.out) / "summary.md").read_text())
     print(f"{len(results)} cells; outputs in {grid.out}")

@@ -546,6 +546,7 @@ def test_blank_names_empty_lists_and_repeats_are_usage_errors(tmp_path, capsys) 
          "'--into'"),
         (["experiment", "--datasets", "abalone", "--epsilons", ","], "names nothing"),
         (["experiment", "--datasets", "abalone", "--methods", ","], "names nothing"),
+        (["experiment", "--datasets", "abalone", "--epsilons", "0.5,,1"], "an empty item"),
         (["experiment", "--datasets", "abalone", "--epsilons", "1,1"],
          "named more than once"),
         (["experiment", "--datasets", "abalone,abalone"], "named more than once"),

@@ -294,6 +294,11 @@ def test_a_batch_release_whose_guarantee_claims_less_than_its_params_is_refused(
                    {"guarantee": good["guarantee"] | {"private": False, "epsilon": None}}):
         with pytest.raises(ValueError, match="guarantee"):
             SGBDT.from_json(json.dumps(good | change))
+    # and not by claiming a stream's unit, or a negative size estimate (review D6)
+    for change in ({"store_id": "x", "epoch": 1, "params": good["params"] | {"epsilon": 50.0}},
+                   {"guarantee": good["guarantee"] | {"size_estimate_epsilon": -4.0}}):
+        with pytest.raises(ValueError, match="guarantee|greater than or equal to 0"):
+            SGBDT.from_json(json.dumps(good | change))
     larger = good["guarantee"] | {"epsilon": 1.5, "budget_rdp": good["guarantee"][
         "budget_rdp"] * 2}
     assert SGBDT.from_json(json.dumps(good | {"guarantee": larger})).privacy_guarantee(

@@ -443,6 +443,15 @@ def test_a_malformed_url_or_another_scheme_never_shows_its_password() -> None:
         assert "S3cr" not in str(refused.value), str(refused.value)
     with pytest.raises(ValueError, match="'postgresql\\+psycopg'"):
         store_at("postgresql+psycopg://alice:S3cret@127.0.0.1:1/db")
+    # the raw error is not kept as the cause (a traceback printed it: review D6), and a
+    # short password is hidden where quoted, not in every word that holds its letters
+    with pytest.raises(StateStoreError) as refused:
+        store_at("postgresql://alice:S3cr%ZZet@127.0.0.1:1/db")
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+    from renyiboost.stream.postgres import scrubbed
+
+    assert scrubbed(ValueError('password "a" failed for user "alice"'),
+                    "postgresql://alice:a@h/db") == 'password "***" failed for user "alice"'
 
 
 def test_a_forked_childs_close_leaves_the_parents_lock_and_session(postgres_server) -> None:

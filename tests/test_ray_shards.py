@@ -365,4 +365,14 @@ def test_a_shard_restarted_between_calls_refuses_them_until_a_recovery_names_its
         sharded.add(rows[20:80], labels[20:80], keys[20:80])
     held = [state.positions for state in sharded.shards.all("state")]
     assert held[1] == 0 and sharded.positions == sum(held)
+    # restarted with nothing to lose (every row committed): its part is given again, and
+    # nothing is dropped (review D6: it was, and the call raised)
+    sharded.flush()
+    pid = sharded.shards.pids()[1]
+    os.kill(pid, signal.SIGKILL)
+    _restarted(sharded.shards, 1, pid)
+    before = sharded.positions
+    sharded.add(rows[:20], labels[:20], [f"again-{k}" for k in keys[:20]])
+    held = [state.positions for state in sharded.shards.all("state")]
+    assert sharded.positions == sum(held) == before + 20
     sharded.close()

@@ -104,9 +104,12 @@ class CommaList(click.ParamType):
     def convert(self, value: Any, param: Any, ctx: Any) -> list[Any]:
         if isinstance(value, list):
             return value
-        items = [part.strip() for part in str(value).split(",") if part.strip()]
-        if not items:  # "," ran a grid of no private cell, or none at all (review L #3)
+        items = [part.strip() for part in str(value).split(",")]
+        if not any(items):  # "," ran a grid of no private cell, or none at all (review L #3)
             self.fail(f"{value!r} names nothing; give one item or more", param, ctx)
+        if not all(items):  # "0.5,,1": an item left out by mistake (review D6)
+            self.fail(f"{value!r} has an empty item; separate the items by single commas",
+                      param, ctx)
         try:
             out = [self.item(part) for part in items]
         except ValueError:

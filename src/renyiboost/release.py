@@ -26,7 +26,7 @@ from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from renyiboost.accounting import Calibration
 from renyiboost.schema import PublicSchema
@@ -60,7 +60,7 @@ class PrivacyGuarantee(BaseModel):
     seeded_for_testing: bool
     #: ε of the Laplace count a batch fit bought to choose its defaults (included in
     #: ``epsilon``, not in ``budget_rdp``; the trees got the rest), or ``None``.
-    size_estimate_epsilon: float | None = None
+    size_estimate_epsilon: float | None = Field(None, ge=0)
     #: A stream's earlier noise stages: ``(last stream position, σ)`` of each; rounds after
     #: the last have ``sigma``. The same order and budget cover all of them.
     stage_sigmas: list[tuple[int, float]] | None = None

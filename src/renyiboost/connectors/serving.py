@@ -332,11 +332,12 @@ def create_app(service: FollowerService) -> Any:
         so: curl's ``-d`` sends a form, which was answered "Input should be a valid
         dictionary" (review P #9)."""
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media != "application/json" and not media.endswith("+json"):
+        errors = error.errors()
+        unread = any(tuple(e.get("loc", ())) == ("body",) for e in errors)  # not a JSON body
+        if unread and media != "application/json" and not media.endswith("+json"):
             return JSONResponse(status_code=415, content={"detail": (
                 "the request body must be sent as JSON (Content-Type: application/json), "
                 f"got {_short(media or 'no content type')!r}")})
-        errors = error.errors()
         content: dict[str, Any] = {"detail": jsonable_encoder(
             [{k: [_short(part) for part in v] if k == "loc" else v
               for k, v in e.items() if k != "input"} for e in errors[:ERRORS_SHOWN]])}

@@ -571,26 +571,30 @@ class SGBDT(MarginModel):
             model.ensemble.append(np.asarray(tree.features, dtype=np.int64),
                                   np.asarray(tree.thresholds, dtype=float),
                                   np.asarray(tree.leaves, dtype=float))
-        if release.store_id is None:  # a batch fit's: its guarantee follows from its params
-            check_stated_guarantee(release.guarantee, model.params)
+        # its guarantee follows from its params: a batch fit's per row, a stream's per key
+        check_stated_guarantee(release.guarantee, model.params,
+                               "row" if release.store_id is None else "key")
         model.stated_guarantee = release.guarantee
         model.loaded_release = release
         return model
 
 
-def check_stated_guarantee(stated: PrivacyGuarantee, params: SGBDTParams) -> None:
-    """Refuse a batch release whose guarantee claims less than its parameters spend: its
-    trees' σ, order and budget are those of ``params``' calibration, and its ε and δ at
-    least theirs (a private selection states its larger total: :func:`~renyiboost.models.
-    tuning.private_tune`). A release written by hand with ``params.epsilon = 50`` under a
-    guarantee of ε = 1 was read and exported again as ε = 1 (review P #3)."""
-    if stated.private != params.private or (stated.private and stated.unit != "row"):
+def check_stated_guarantee(stated: PrivacyGuarantee, params: SGBDTParams,
+                           unit: str) -> None:
+    """Refuse a release whose guarantee claims less than its parameters spend: its trees'
+    σ, order and budget are those of ``params``' calibration, and its ε and δ at least
+    theirs (a private selection states its larger total: :func:`~renyiboost.models.tuning.
+    private_tune`; a batch fit adds its size estimate's ε, which is never negative). A
+    release written by hand with ``params.epsilon = 50`` under a guarantee of ε = 1 was read
+    and exported again as ε = 1 (review P #3), a stream's release too (review D6). ``unit``:
+    ``"row"`` for a batch fit's release, ``"key"`` for a stream's."""
+    if stated.private != params.private or (stated.private and stated.unit != unit):
         raise ValueError(f"the release's guarantee (private={stated.private}, unit="
-                         f"{stated.unit!r}) is not that of a batch fit with its params "
-                         f"(epsilon={params.epsilon})")
+                         f"{stated.unit!r}) is not that of a model with its params "
+                         f"(epsilon={params.epsilon}, unit {unit!r})")
     if not params.private:
         return
-    own = PrivacyGuarantee.of(params.calibrate(), "row", stated.seeded_for_testing,
+    own = PrivacyGuarantee.of(params.calibrate(), unit, stated.seeded_for_testing,
                               stated.size_estimate_epsilon)
     below = [name for name in ("epsilon", "delta", "budget_rdp")
              if getattr(stated, name) is None

@@ -155,7 +155,7 @@ def stores_in(url: str, prefix: str, *, live: bool = False) -> list[str]:
                     ("side:resharded",)).fetchone() is None]
     except _psycopg().Error as error:
         raise StateStoreError(f"cannot list the state stores at {without_password(base)}: "
-                              f"{scrubbed(error, base)}".strip()) from error
+                              f"{scrubbed(error, base)}".strip()) from None  # its text: the URL
     return names
 
 
@@ -172,7 +172,10 @@ def scrubbed(error: BaseException, url: str) -> str:
     secrets |= {unquote(secret) for secret in secrets}
     text = str(error)
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
+        # a short one only where quoted: replaced everywhere, a password "a" garbled the
+        # whole message (review D6)
+        text = (text.replace(secret, "***") if len(secret) >= 4
+                else text.replace(f'"{secret}"', '"***"'))
     return text
 
 
@@ -231,7 +234,7 @@ class PostgresStore(SQLStateStore):
             self._db = psycopg.connect(self.url, autocommit=True, application_name=holder)
         except psycopg.Error as error:
             raise StateStoreError(f"cannot connect to the state store {self.location}: "
-                                  f"{scrubbed(error, self.url)}".strip()) from error
+                                  f"{scrubbed(error, self.url)}".strip()) from None  # (D6)
         try:
             self._check_durable()
             self._lock()

@@ -60,7 +60,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -127,8 +127,6 @@ from renyiboost.validation import (
     normalise_keys,
     rows_not_learned,
 )
-
-_T = TypeVar("_T")
 
 
 def shard_of(key: Any, n_shards: int) -> int:
@@ -834,10 +832,9 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self._refresh_if_stale()
         k = self._keyless % self.shards.n
         self._keyless += 1
-        self._held[k] = self._hand_out(functools.partial(
-            self.shards.one, k, "add", np.zeros((0, self.config.public_schema.n_features)),
-            np.zeros(0), [], 1, np.zeros(0, dtype=np.int64)))
-        self._advance(self._positions + 1)
+        empty = (np.zeros((0, self.config.public_schema.n_features)), np.zeros(0), [], 1,
+                 np.zeros(0, dtype=np.int64))
+        self._hand_out({k: empty}, {k: 1})
 
     @learning_call
     def add(self, rows: np.ndarray, targets: Any, keys: Sequence[Any] | None = None) -> None:
@@ -897,8 +894,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
                 mine = np.flatnonzero(part == k) + start
                 args.append((rows[mine], targets[mine],
                              None if names is None else names[mine].tolist()))
-            self._held = self._hand_out(functools.partial(self.shards.each, "add", args))
-            self._advance(self._positions + stop - start)
+            self._hand_out(dict(enumerate(args)), {k: len(a[1]) for k, a in enumerate(args)})
             start = stop
 
     @learning_call
@@ -963,16 +959,32 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self._advance(total)
         return total - before
 
-    def _hand_out(self, call: Callable[[], _T]) -> _T:
-        """Records to the shards: a shard that died (or was restarted since the last call)
-        is recovered at once, which names the rows given to :meth:`add` it lost, and the
-        error is raised (this call's rows after it were not given out)."""
+    def _hand_out(self, args: dict[int, tuple[Any, ...]], positions: dict[int, int]) -> None:
+        """Give shard ``k`` its ``add`` arguments ``args[k]`` (``positions[k]`` positions)
+        and count them. A shard that died, or was restarted since the last call, is
+        recovered at once, which names the rows given to :meth:`add` it lost (and raises).
+        If it lost none, a shard that did not take its part (a restarted one refuses a call
+        before doing anything) is given it again: such a part was once dropped, and its
+        keyless rows could not be given again without a second budget (review D6)."""
+        counted, before = self._positions, list(self._held)
         try:
             with self._stale_on_failure():
-                return call()
+                if len(args) == self.shards.n:
+                    self._held = list(self.shards.each("add", [args[k] for k in sorted(args)]))
+                else:
+                    for k, part in args.items():
+                        self._held[k] = self.shards.one(k, "add", *part)
         except ShardUnavailable as error:
-            self.recover(error)
-            raise
+            self.recover(error)  # raises if rows given earlier were lost
+            for k, part in args.items():
+                took = self._held[k] - before[k]
+                if took == 0 and positions[k]:
+                    self._held[k] = self.shards.one(k, "add", *part)
+                elif took != positions[k]:
+                    raise ShardUnavailable(k, f"it holds {took} of the {positions[k]} "
+                                              "positions of this call's part") from error
+            self._stale = False  # counted: the recovery read every shard
+        self._advance(counted + sum(positions.values()))
 
     @contextlib.contextmanager
     def _stale_on_failure(self) -> Iterator[None]:

@@ -268,8 +268,9 @@ MUTATIONS = [
                "of_the_model_topic_fails")]),
     Mutation("a shared budget lets charges pass it by a slack",
              "src/renyiboost/accounting/budget.py",
-             "               Fraction(0)) <= Fraction(repr(float(total)))",
-             "               Fraction(0)) <= Fraction(repr(float(total))) * (1 + Fraction(1, 10**9))",
+             "    return sum(map(_decimal, (*spent, charge)), Fraction(0)) <= _decimal(total)",
+             "    return sum(map(_decimal, (*spent, charge)), Fraction(0)) <= _decimal(total) * "
+             "(1 + Fraction(1, 10**9))",
              [("tests/test_budget.py::test_no_charge_passes_the_total_and_a_model_planned_at_"
                "what_is_left_fits")]),
     Mutation("full-price records retire against the floor's price",

@@ -51,21 +51,24 @@ def _left(remaining: float, total: float) -> float:
     return remaining if remaining > SLACK * total else 0.0
 
 
+def _decimal(x: float) -> Fraction:
+    """``x`` as the decimal it is written as (``repr``: 0.1 is one tenth), exactly."""
+    return Fraction(repr(float(x)))
+
+
 def _fits(spent: list[float], charge: float, total: float) -> bool:
     """Whether ``charge`` on top of ``spent`` stays within ``total``, summed exactly as
     the decimals they are written as (``repr``: 0.1 is one tenth): a slack of 1e-9 of the
     total once let the models' sum pass the budget the data owner set (review Q #1), and
     the binary fractions the floats hold refused ten models of 0.1 under 1.0, 0.1 being a
     hair above a tenth in binary (review D6)."""
-    return sum((Fraction(repr(float(x))) for x in (*spent, charge)),
-               Fraction(0)) <= Fraction(repr(float(total)))
+    return sum(map(_decimal, (*spent, charge)), Fraction(0)) <= _decimal(total)
 
 
 def _largest_fitting(spent: list[float], total: float) -> float:
     """The largest charge that :func:`_fits`: what is left, so that a model planned at
     exactly that is accepted (``total - sum`` rounded may pass it by an ulp)."""
-    exact = Fraction(repr(float(total))) - sum((Fraction(repr(float(x))) for x in spent),
-                                               Fraction(0))
+    exact = _decimal(total) - sum(map(_decimal, spent), Fraction(0))
     left = max(float(exact), 0.0)  # within half an ulp of it: a step or two below
     while left > 0.0 and not _fits(spent, left, total):
         left = math.nextafter(left, 0.0)

@@ -135,7 +135,8 @@ def summarise(rows: list[dict[str, Any]], config: FieldConfig) -> str:
     header = " | ".join(f"ε = {e:g}" for e in config.epsilons)
     lines = [(f"Held-out utility, 80/20 split, {config.repeats} noise seeds (seeded: test-only "
               f"models), δ = {config.delta:g} (DPBoost, DiPriMe: pure ε-DP). Regression: R² "
-              "(higher is better); classification: error % / AUC; multiclass (covertype7, image_segments): error %. "
+              "(higher is better); classification: error % / AUC; multiclass (covertype7, "
+              "image_segments): error %. "
               "Covertype: a fixed 50,000-row sample."), "",
              f"| data set | method | {header} |", "|---|---|" + "---|" * len(config.epsilons)]
     for dataset in config.datasets:

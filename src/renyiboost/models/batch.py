@@ -537,7 +537,8 @@ class SGBDT(MarginModel):
                 update={"model": model})
         ens = self._ensemble()
         return ModelRelease(
-            format=RELEASE_FORMAT, model=model or "sgbdt", store_id=None, epoch=None, version=ens.n_trees + 1,
+            format=RELEASE_FORMAT, model=model or "sgbdt", store_id=None, epoch=None,
+            version=ens.n_trees + 1,
             task=self.params.task, depth=self.params.depth,
             public_schema=self.schema.model_dump(mode="json"),
             params=self.params.model_dump(mode="json"),

@@ -2386,7 +2386,8 @@ def model_release(config: EngineConfig, booster: SGBDTBooster, identity: StoreId
              or (grid is not None and grid.version is not None and version < grid.version)
              else booster.smoothing_spans.tolist())
     return ModelRelease(
-        format=RELEASE_FORMAT, model=model, store_id=identity.store_id, epoch=identity.epoch, version=version,
+        format=RELEASE_FORMAT, model=model, store_id=identity.store_id, epoch=identity.epoch,
+        version=version,
         task=params.task, depth=params.depth,
         public_schema=config.public_schema.model_dump(mode="json"),
         params=params.model_dump(mode="json"), init_score=ens.init_score,

@@ -81,6 +81,7 @@ from renyiboost.stream.store import (
     SQLStateStore,
     add_resharded_mark,
     is_postgres_location,
+    marked_as,
     resharded_marks,
     sqlite_path,
     store_at,
@@ -506,9 +507,8 @@ def _read_mark(path: Path) -> dict[str, Any] | None:
         return None
     if path.exists():
         identity = stored_identity(path)
-        if not isinstance(identity, dict) or (identity.get("store_id"),
-                                              identity.get("created")) != (
-                marks[-1].get("store_id"), marks[-1].get("created")):
+        if not isinstance(identity, dict) or marked_as(
+                marks[-1:], identity.get("store_id"), identity.get("created")) is None:
             return None  # not the marked store: a newer one
     return marks[-1]
 

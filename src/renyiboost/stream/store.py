@@ -1134,8 +1134,7 @@ class SQLiteStore(SQLStateStore):
         while what they paid for was already visible, so every key would spend them again.
         (A store copied to a new path has no record there: :meth:`_settle_home` refuses it
         while the original is in place.)"""
-        identity = self._meta("identity")
-        mark = marked_as(resharded_marks(self.path), store_id, identity.get("created"))
+        mark = marked_as(resharded_marks(self.path), store_id, self.created())
         if mark is not None and self._meta("side:resharded") is None:
             raise LedgerConflict(
                 f"{self.path} held a store whose ledgers `renyiboost reshard` moved into "

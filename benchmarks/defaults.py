@@ -72,6 +72,8 @@ from typing import Any
 
 import numpy as np
 
+from renyiboost.experiments.metrics import sample_std
+
 RESULTS = Path(__file__).parent / "results"
 EPSILONS = (0.5, 1.0, 4.0)
 DELTA = 1e-6
@@ -88,6 +90,10 @@ REPORT_SEEDS = 10_000
 SMALL_SET_RUNS = 20
 #: Item 3's tolerance: ``learn_one`` (with the size hint) within this of the batch fit.
 STREAM_TOLERANCE = 0.01
+
+
+def _mean_sd(values: list[float]) -> str:
+    return f"{np.mean(values):.3f} ± {sample_std(values):.3f}"
 
 
 def _quiet() -> None:
@@ -265,15 +271,19 @@ STREAM_COLUMNS = ("learn_one", "learn_one_finish", "learn_one_hint")
 #: features (:data:`~renyiboost.models.defaults.MAINS_CYCLES`), which a stream without a
 #: hint that ends before it assumed never reaches.
 ABLATION_SETS = ("adult", "california", "phishing", "friedman", "bananas")
+ABLATION_EPSILON = 1.0
 ABLATIONS: dict[str, dict[str, Any]] = {
-    "defaults": {},
     "leaf_depth fixed": {"leaf_depth": "fixed"},
     "no trigger growth": {"trigger_growth": 0.0},
     "pairs after half the rounds": {"mains_cycles": None},
 }
 #: The same stream told that it ended, with the split grid its end buys and without
 #: (``finish(split_grid=...)``, :data:`~renyiboost.models.defaults.FINISH_GRID_SHARE`).
-FINISH_ABLATIONS: dict[str, bool | None] = {"finish()": None, "finish(), public grid": False}
+FINISH_ABLATIONS: dict[str, bool | None] = {"finish(), public grid": False}
+#: The ablation table's reference columns, read from the held-out row of the same shuffle
+#: at ε = 1 (the same split; running them again in the ablation cell fitted every one twice).
+ABLATION_REFERENCES = {"defaults": "learn_one", "finish()": "learn_one_finish",
+                       "batch, size hint": "batch_hint"}
 
 
 #: Batch ablations of the learner options (each with the exact size as a public hint, so the
@@ -286,7 +296,6 @@ FINISH_ABLATIONS: dict[str, bool | None] = {"finish()": None, "finish(), public 
 #: the noise, :data:`~renyiboost.models.defaults.LAMBDA_NOISE_STDS`) and the public split
 #: grid (no private one, :data:`~renyiboost.models.defaults.GRID_SHARE`).
 BATCH_ABLATIONS: dict[str, dict[str, Any]] = {
-    "batch, size hint": {},
     "no leaf clip": {"leaf_clip": None},
     "count leaves": {"hess_clip": None},
     "other feature choice": {},
@@ -313,8 +322,10 @@ def _engine_score(engine: Any, suite_set: Any, X: np.ndarray, y: np.ndarray,
 
 
 def ablation_cell(name: str, epsilon: float, seed: int) -> dict[str, Any]:
-    """learn_one with each option of :data:`ABLATIONS` switched off, and the batch fit with
-    a public size hint instead of the bought count (what the size estimate costs)."""
+    """learn_one with each option of :data:`ABLATIONS` switched off, then told the stream
+    ended without the private split grid, and the batch fit (with the size hint) with each
+    option of :data:`BATCH_ABLATIONS` flipped; the references they differ from come from
+    the held-out cell of the same shuffle (:data:`ABLATION_REFERENCES`)."""
     _quiet()
     from renyiboost.models.batch import SGBDT
     from renyiboost.stream.engine import EngineConfig, StreamEngine
@@ -500,7 +511,7 @@ def _anchor_lines(rows: list[dict[str, Any]]) -> list[str]:
     def mean(name: str, epsilon: float, key: str) -> tuple[float, float, int]:
         values = [r[key] for r in rows if r["protocol"] == "anchor" and r["set"] == name
                   and r["epsilon"] == epsilon]
-        return float(np.mean(values)), float(np.std(values)), len(values)
+        return float(np.mean(values)), sample_std(values), len(values)
 
     out = []
     for epsilon, best in MADDOCK_BEST.items():
@@ -541,7 +552,7 @@ def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [c[column] for c in cells if column in c]
             if values:
                 line[column] = float(np.mean(values))
-                line[column + "_std"] = float(np.std(values))
+                line[column + "_std"] = sample_std(values)
         table.append(line)
     return table
 
@@ -575,16 +586,24 @@ def _extras(rows: list[dict[str, Any]]) -> str:
     out = []
     ablations = [r for r in rows if r["protocol"] == "ablation"]
     if ablations:
-        columns = [*ABLATIONS, *FINISH_ABLATIONS, *BATCH_ABLATIONS]
-        title = (f"Ablations (ε = 1, AUC / R²; the first {len(ABLATIONS)} columns learn_one "
-                 f"without a hint, the next {len(FINISH_ABLATIONS)} the same then finish(), "
-                 "the others batch fits with the exact size as a hint):")
+        held_out = {(r["set"], r["seed"]): r for r in rows
+                    if r["protocol"] == "held-out" and r["epsilon"] == ABLATION_EPSILON}
+        for r in ablations:  # the references: the same shuffle's held-out figures
+            r.update({k: held_out[r["set"], r["seed"]][v] for k, v in ABLATION_REFERENCES.items()})
+        learn_one = ["defaults", *ABLATIONS]
+        finish = ["finish()", *FINISH_ABLATIONS]
+        columns = [*learn_one, *finish, "batch, size hint", *BATCH_ABLATIONS]
+        title = (f"Ablations (ε = {ABLATION_EPSILON:g}, AUC / R²; the first {len(learn_one)} "
+                 f"columns learn_one without a hint, the next {len(finish)} the same then "
+                 "finish(), the others batch fits with the exact size as a hint; the "
+                 "reference columns defaults, finish() and batch, size hint are the "
+                 "held-out table's figures for the same shuffles):")
         out += ["", title, "",
                 "| set | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
         for name in dict.fromkeys(r["set"] for r in ablations):
             cells = [r for r in ablations if r["set"] == name]
-            values = [f"{np.mean([c[k] for c in cells]):.3f} ± {np.std([c[k] for c in cells]):.3f}"
-                      if k in cells[0] else "–" for k in columns]
+            values = [_mean_sd([c[k] for c in cells]) if k in cells[0] else "–"
+                      for k in columns]
             out.append(f"| {name} | " + " | ".join(values) + " |")
     triggers = [r for r in rows if r["protocol"] == "trigger"]
     if triggers:
@@ -594,9 +613,7 @@ def _extras(rows: list[dict[str, Any]]) -> str:
                 "|---|---|---|---|---|---|"]
         for name, epsilon in dict.fromkeys((r["set"], r["epsilon"]) for r in triggers):
             cells = [r for r in triggers if (r["set"], r["epsilon"]) == (name, epsilon)]
-            policy, every_10 = (
-                f"{np.mean([c[k] for c in cells]):.3f} ± {np.std([c[k] for c in cells]):.3f}"
-                for k in ("policy", "every 10"))
+            policy, every_10 = (_mean_sd([c[k] for c in cells]) for k in ("policy", "every 10"))
             out.append(f"| {name} | {epsilon:g} | {policy} | {cells[0]['policy: interval']} | "
                        f"{every_10} | {cells[0]['every 10: trees a trigger']} |")
     for r in (r for r in rows if r["protocol"] == "tilt"):
@@ -671,7 +688,9 @@ def main(argv: list[str] | None = None) -> int:
              for r in range(first, first + (max(args.prequential_runs, SMALL_SET_RUNS)
                                             if n in SMALL_SETS else args.prequential_runs))]
     if not (args.no_extras or args.validation):
-        jobs += [(ablation_cell, n, 1.0, s) for n in ABLATION_SETS
+        # the ablations read their reference columns from the held-out cells at ε = 1
+        jobs += [(ablation_cell, n, ABLATION_EPSILON, s) for n in ABLATION_SETS
+                 if n in names and ABLATION_EPSILON in epsilons
                  for s in range(first, first + args.seeds)]
         jobs += [(trigger_cell, n, e, s) for n in TRIGGER_ABLATION_SETS
                  for e in TRIGGER_ABLATION_EPSILONS for s in shuffles(n)]

@@ -950,6 +950,38 @@ def test_the_defaults_table_names_every_missed_target_on_paired_differences() ->
         bench._verdicts(one), "Level:")
 
 
+def test_the_ablation_table_reads_its_references_from_the_same_shuffles() -> None:
+    """The ablation rows' reference columns (defaults, finish(), batch with the hint) are the
+    held-out cells' figures for the same set and shuffle at ε = 1 (the ablation cell had fitted
+    each again), and every "± sd" of the tables is the sample one (ddof 1, review F #4)."""
+    bench = _defaults_benchmark()
+
+    def held_out(seed: int, epsilon: float) -> dict:
+        return {"protocol": "held-out", "set": "s", "epsilon": epsilon, "seed": seed,
+                "task": "classification", "batch": 0.5, "batch_hint": 0.70 + seed / 100,
+                "learn_one": 0.60 + seed / 100, "learn_one_finish": 0.80 + seed / 100,
+                "learn_one_hint": 0.5, "dpebm": 0.5, "prior": 0.5}
+
+    ablation = {k: 0.9 for k in [*bench.ABLATIONS, *bench.FINISH_ABLATIONS,
+                                 *bench.BATCH_ABLATIONS]}
+    rows = [held_out(seed, epsilon) for seed in (1, 2, 3) for epsilon in (1.0, 4.0)]
+    rows[1]["learn_one"] = 0.0  # ε = 4: never a reference
+    rows += [{"protocol": "ablation", "set": "s", "epsilon": 1.0, "seed": seed, **ablation}
+             for seed in (1, 3)]
+    line = text_after(bench._extras(rows), "| s |").split("\n")[0]
+    columns = [c.strip() for c in line.strip(" |").split("|")]
+    header = text_after(bench._extras(rows), "| set |").split("\n")[0]
+    names = [c.strip() for c in header.strip(" |").split("|")]
+    assert len(names) == len(columns) == 3 + len(ablation)
+    cell = dict(zip(names, columns, strict=True))
+    spread = f"{np.std([0.01, 0.03], ddof=1):.3f}"  # 0.014; the population sd was 0.010
+    assert cell["defaults"] == f"0.620 ± {spread}"
+    assert cell["finish()"] == f"0.820 ± {spread}"
+    assert cell["batch, size hint"] == f"0.720 ± {spread}"
+    assert cell["no leaf clip"] == "0.900 ± 0.000"
+    assert names.index("defaults") == 0 and names.index("finish()") == len(bench.ABLATIONS) + 1
+
+
 def text_after(text: str, heading: str) -> str:
     return text.split(heading, 1)[1].strip()
 

@@ -379,6 +379,8 @@ def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
         assert err.startswith("renyiboost: error:"), command
         if source == "memory:abalone":
             assert "[model.features] must be the features of memory:abalone" in err
+        if source == "memory:nope":  # the choices include the generators (review L)
+            assert "unknown data set 'nope'" in err and "'agrawal'" in err, err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
 
 

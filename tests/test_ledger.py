@@ -618,6 +618,31 @@ def test_a_store_is_not_created_where_a_lost_one_left_its_record(tmp_path) -> No
     SQLiteStore(path, create=True).close()
 
 
+def test_a_discard_stopped_half_way_leaves_a_store_that_opens(tmp_path, monkeypatch) -> None:
+    """A discard stopped after its first deletion leaves the empty store, which opens and is
+    discarded again; deleting the database first left the record of a store that "is gone",
+    refusing every new store at the path (review H #5)."""
+    path = str(tmp_path / "empty.db")
+    SQLiteStore(path, create=True).close()
+    unlink = Path.unlink
+    calls: list[str] = []
+
+    def stopped_after_one(self: Path, missing_ok: bool = False) -> None:
+        calls.append(self.name)
+        if len(calls) > 1:
+            raise KeyboardInterrupt  # the process stops here
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", stopped_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        SQLiteStore(path).discard()
+    monkeypatch.setattr(Path, "unlink", unlink)
+    assert calls[0] == "empty.db.epoch" and Path(path).exists()
+    SQLiteStore(path).discard()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    SQLiteStore(path, create=True).close()
+
+
 def test_the_record_beside_a_store_is_rewritten_in_place_and_comes_back_if_deleted(
         tmp_path) -> None:
     """The record follows every commit at a fixed width, written in place (a rewrite that

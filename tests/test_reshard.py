@@ -32,7 +32,7 @@ from renyiboost.exceptions import (
 )
 from renyiboost.release import ModelRelease
 from renyiboost.stream.engine import KeyLedgers, StreamEngine
-from renyiboost.stream.reshard import _owners, reshard
+from renyiboost.stream.reshard import _check_places, _owners, reshard
 from renyiboost.stream.sharded import (
     ShardedEngine,
     create_shard_stores,
@@ -296,6 +296,26 @@ def test_a_store_named_twice_or_as_source_and_target_is_refused_first(tmp_path,
     sharded = ShardedEngine(config, new)
     assert _budgets(sharded) == budgets
     sharded.close()
+
+
+def test_postgres_urls_naming_one_store_are_one_place() -> None:
+    """Two spellings of one PostgreSQL store (scheme alias, host case, default port, user
+    and password, other parameters) are one source or target; reshard compared them as
+    text and found the second spelling later, as a store in use (review H #7). A different
+    schema, database, host or port is another store."""
+    pytest.importorskip("psycopg")
+    one = "postgresql://u:pw@DB/state?schema=shard_0"
+    same = ["postgres://v@db:5432/state?schema=shard_0&sslmode=require",
+            "postgresql://db/state?application_name=x&schema=shard_0"]
+    for spelling in same:
+        with pytest.raises(LedgerConflict, match="both a source and a target"):
+            _check_places([one], [spelling])
+        with pytest.raises(LedgerConflict, match="source store .* is named twice"):
+            _check_places([one, spelling], [])
+    for other in ("postgresql://u@db/state?schema=shard_1", "postgresql://u@db/other?schema=shard_0",
+                  "postgresql://u@db2/state?schema=shard_0",
+                  "postgresql://u@db:5433/state?schema=shard_0"):
+        _check_places([one], [other])
 
 
 def _one_store_reading_keys_from(tmp_path, name: str, key_source: dict) -> str:

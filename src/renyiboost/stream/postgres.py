@@ -130,6 +130,27 @@ def split_url(url: str, schema: str | None = None) -> tuple[str, str]:
     return _joined(parts.scheme, parts.netloc, parts.path, urlencode(rest)), name
 
 
+def place(url: str) -> str:
+    """Where the store ``url`` names lives, spelled one way, for telling whether two URLs
+    name one store: the host in lower case, the port (5432 when left out), the database
+    (libpq's default, the user, when left out) and the schema; who connects and how is left
+    out. Reshard compared the URLs as written, so ``postgresql://u@DB/s`` and
+    ``postgres://u:pw@db:5432/s`` were two stores until one of them was found locked
+    (review H #7).
+
+    >>> place("postgres://u:pw@DB/state?sslmode=require") == place("postgresql://u@db:5432/state")
+    True
+    """
+    base, schema = split_url(url)
+    try:
+        parts = _psycopg().conninfo.conninfo_to_dict(base)
+    except _psycopg().Error:  # libpq will refuse it when it opens; compare it as written
+        return f"{base}#{schema}"
+    host = str(parts.get("host") or "").lower()
+    dbname = parts.get("dbname") or parts.get("user") or ""
+    return f"postgresql://{host}:{parts.get('port') or 5432}/{dbname}#{schema}"
+
+
 def _joined(scheme: str, netloc: str, path: str, query: str) -> str:
     """A PostgreSQL URL from its parts, ``//`` kept when the host is empty
     (``postgresql:///db?host=/run/postgresql``, libpq's Unix socket: ``urlunsplit`` wrote

@@ -64,6 +64,7 @@ from renyiboost.stream.engine import (
     KeyLedgers,
     StreamEngine,
 )
+from renyiboost.stream.postgres import place as postgres_place
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.sharded import (
     LocalShards,
@@ -147,9 +148,9 @@ def reshard(config: EngineConfig, sources: Sequence[str], targets: Sequence[str]
 
 def _place(location: str) -> str:
     """Where a location's store lives, spelled one way: a SQLite path made absolute (a
-    ``sqlite:///`` URL is its path), a PostgreSQL URL as given."""
+    ``sqlite:///`` URL is its path), a PostgreSQL URL as :func:`postgres.place` spells it."""
     text = str(location)
-    return text if is_postgres_location(text) else str(sqlite_path(text).resolve())
+    return postgres_place(text) if is_postgres_location(text) else str(sqlite_path(text).resolve())
 
 
 def _check_places(sources: Sequence[str], targets: Sequence[str]) -> None:

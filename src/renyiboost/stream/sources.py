@@ -138,6 +138,9 @@ class InMemorySource:
                 raise ValueError(f"{name} must be a whole number >= {least}"
                                  + (" or None" if name == "limit" else "") + f", got {value!r}")
         if isinstance(dataset, str):
+            if dataset not in SYNTHETIC and dataset not in LOADERS:
+                raise ValueError(f"unknown data set {dataset!r}; choose a bundled one "
+                                 f"{sorted(LOADERS)} or a generator {sorted(SYNTHETIC)}")
             dataset = (SYNTHETIC[dataset](n=limit or 20_000, seed=seed) if dataset in SYNTHETIC
                        else load(dataset))
         if scenario == "switch" and dataset.name not in SYNTHETIC:

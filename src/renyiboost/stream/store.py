@@ -1253,10 +1253,13 @@ class SQLiteStore(SQLStateStore):
         self._lock.release()
 
     def _remove(self) -> None:
+        """The record first: stopped after it, the empty store is still there to open or
+        discard again; stopped after the database, the record left behind refused every
+        new store at the path as one that "is gone" (review H #5)."""
         self.close()
+        self._epoch_path.unlink(missing_ok=True)
         for suffix in ("", "-wal", "-shm", ".lock"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-        self._epoch_path.unlink(missing_ok=True)
 
 
 def resharded_mark(path: str | Path) -> Path:

@@ -20,6 +20,7 @@ from renyiboost.models.recalibration import (
     RecalibrationState,
     platt_step,
     platt_sums,
+    refit_due,
     sums_release,
 )
 from renyiboost.randomness import noise_source
@@ -139,7 +140,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     sums are spent. Would fail if a key were under-charged, a sum left out, or the noise
     smaller."""
     X, y = _rows(1100, 1)
-    engine = _engine(train_every=100_000)  # no trigger: merges and refits only by train(0)
+    engine = _engine(train_every=100_000)  # no trigger: merges by train(0), refits by train(1)
     engine.add(X[:300], y[:300], _keys(0, 300))
     engine.train(0)  # the initial score at position 300; no window yet
     assert not engine.recalibration.open
@@ -165,7 +166,7 @@ def test_keys_pay_on_arrival_once_the_first_window_opens_and_the_refit_draws_its
     state = engine.booster.noise.get_state()
     margin = engine.ensemble.raw_margin(X[950:1000])
     sums = sums + platt_sums(margin, y[950:1000], 1.0, 0.0, POLICY.margin_clip)
-    engine.train(0)
+    engine.train(1)  # the refit comes with a tree, which carries it (train(0) refits nothing)
     release = sums_release(POLICY, engine.booster.calibration)
     twin = noise_source(0, warn=False)
     twin.set_state(state)
@@ -289,6 +290,57 @@ def test_no_refit_and_no_charge_after_the_last_round(sharded: bool) -> None:
     assert len(release.trees) == 6  # the last round at position 300
     assert release.answer_map is None and engine.recalibration.refits == 0  # 400, 600, …
     assert engine.operator_budget_of("1300").spent_rdp == 0.0
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+def test_a_call_that_grows_no_tree_refits_nothing(sharded: bool) -> None:
+    """``train(0)`` ("merge now") past a window's end refitted the map with no tree to carry
+    it: the engine answered with the new map while the release of the same version held
+    the old one (review U #6). The refit waits for the next call that grows a tree."""
+    from renyiboost.models.batch import SGBDT
+
+    X, y = _rows(1200, 7)
+    policy = RecalibrationPolicy(every=200, share=RECALIBRATION_SHARE)
+    config = _config(train_every=10**6, warmup=50, recalibration=policy)
+    engine = (ShardedEngine(config, [None, None], seed=0) if sharded
+              else StreamEngine(config, seed=0))
+    engine.add(X, y, _keys(0, 1200))
+    engine.train(1)  # the initial score and one tree
+    engine.add(X, y, _keys(1200, 2400))
+    engine.train(1)  # the window opens
+    engine.add(X[:600], y[:600], _keys(2400, 3000))
+    refits = engine.recalibration.refits
+    assert refit_due(policy, engine.recalibration, engine.positions)
+    version = engine.release().version
+    engine.train(0)
+    release = engine.release()
+    assert engine.recalibration.refits == refits and release.version == version
+    model = SGBDT.from_json(release.model_dump_json())
+    np.testing.assert_allclose(model.predict_proba(X[:50])[:, 1],
+                               1 / (1 + np.exp(-engine.predict_margin(X[:50]))), rtol=1e-9)
+    engine.train(1)
+    assert engine.recalibration.refits == refits + 1 and engine.release().answer_map is not None
+
+
+def test_a_margin_clip_the_sums_cannot_hold_is_refused_by_the_config() -> None:
+    """An infinite or huge ``margin_clip`` passed the config and a store pinned it; the first
+    refit then failed on infinite noise, at every restart, and the pinned config refused a
+    corrected one (review U #1). It is refused up front; the largest accepted refits."""
+    from renyiboost.accounting.platt import MAX_MARGIN_CLIP
+    from renyiboost.connectors.service import ModelConfig, engine_config
+
+    table = {"task": "classification", "features": {"a": [0.0, 1.0], "b": [0.0, 1.0]}}
+    for clip in (math.inf, math.nan, 1e200, MAX_MARGIN_CLIP * 1.01):
+        with pytest.raises(ValueError, match="margin_clip"):
+            engine_config(ModelConfig(**table, recalibration={
+                "every": 200, "share": 0.05, "margin_clip": clip}))
+    widest = RecalibrationPolicy(every=200, share=RECALIBRATION_SHARE,
+                                 margin_clip=MAX_MARGIN_CLIP)
+    X, y = _rows(1400, 8)
+    engine = _engine(train_every=50, warmup=50, recalibration=widest)
+    engine.add(X, y, _keys(0, 1400))
+    assert engine.recalibration.refits >= 1
+    assert np.isfinite(engine.predict_margin(X[:10])).all()
+
 
 @pytest.mark.parametrize("snapshot_ratio", [0.0, 1e9], ids=["every", "never"])
 def test_a_restart_keeps_the_map_the_open_windows_sums_and_the_charges(

@@ -31,6 +31,11 @@ import numpy as np
 
 #: The number of sums a Newton step of Platt's two parameters reads.
 N_PLATT_SUMS = 5
+#: The largest margin clip: σ(100) is 1 − 4·10⁻⁴⁴, so a margin past it says nothing more,
+#: and the sums' sensitivities (M²/4) and ``exp(a·m + b)`` stay finite. An infinite clip
+#: passed the config and failed the first refit, at every restart of the pinned store
+#: (review U #1).
+MAX_MARGIN_CLIP = 100.0
 
 
 def platt_sensitivities(margin_clip: float) -> np.ndarray:
@@ -50,10 +55,11 @@ class PlattSumsRelease:
     margin_clip: float
 
     def __post_init__(self) -> None:
-        if not self.charge > 0:
-            raise ValueError(f"charge must be > 0, got {self.charge!r}")
-        if not self.margin_clip > 0:
-            raise ValueError(f"margin_clip must be > 0, got {self.margin_clip!r}")
+        if not (math.isfinite(self.charge) and self.charge > 0):
+            raise ValueError(f"charge must be a finite number > 0, got {self.charge!r}")
+        if not 0 < self.margin_clip <= MAX_MARGIN_CLIP:
+            raise ValueError(f"margin_clip must be in (0, {MAX_MARGIN_CLIP:g}], got "
+                             f"{self.margin_clip!r}")
 
     @property
     def noise_multiplier(self) -> float:

@@ -58,7 +58,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from renyiboost.accounting.calibration import Calibration
-from renyiboost.accounting.platt import N_PLATT_SUMS, PlattSumsRelease
+from renyiboost.accounting.platt import MAX_MARGIN_CLIP, N_PLATT_SUMS, PlattSumsRelease
 from renyiboost.randomness import NoiseSource
 
 #: The Hessian's ridge, in standard deviations of its diagonal entries' noise.
@@ -81,8 +81,9 @@ class RecalibrationPolicy(BaseModel):
     share: float = Field(gt=0, lt=1, description="the share of the budget B every key "
                          "merged in an open window pays (not reserved: it is charged on "
                          "arrival, so the trees see B minus it)")
-    margin_clip: float = Field(16.0, gt=0, description="margins are clipped to "
-                               "±margin_clip in the sums (a public bound: their sensitivity)")
+    margin_clip: float = Field(16.0, gt=0, le=MAX_MARGIN_CLIP, allow_inf_nan=False,
+                               description="margins are clipped to ±margin_clip in the "
+                               "sums (a public bound: their sensitivity)")
 
 
 @dataclass(frozen=True)

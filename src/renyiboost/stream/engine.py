@@ -535,12 +535,16 @@ def run_rounds(config: EngineConfig, booster: SGBDTBooster, one_round: Callable[
 
 
 def recalibration_due(config: EngineConfig, booster: SGBDTBooster,
-                      state: RecalibrationState, positions: int) -> bool:
+                      state: RecalibrationState, positions: int, rounds: int) -> bool:
     """Whether the answer map is refitted now (:func:`~renyiboost.models.recalibration.
-    refit_due`), never once ``max_rounds`` is reached: the map reaches the model topic with
-    the next version's tree, and after the last round there is none, so a later map would
-    answer here and nowhere else (one version number for two models)."""
-    return rounds_left(config, booster) and refit_due(config.recalibration, state, positions)
+    refit_due`) by a call that runs ``rounds`` rounds: never by one that runs none
+    (``train(0)``, "merge now"), nor once ``max_rounds`` is reached. The map reaches the
+    model topic with the next version's tree; refitted without one, it answered here and
+    nowhere else, one version number for two models (review U #6). A refit that is due
+    waits for the next call that grows a tree (both are public: the positions and the
+    caller's count)."""
+    return (rounds > 0 and rounds_left(config, booster)
+            and refit_due(config.recalibration, state, positions))
 
 
 def hinted_grid_charge(config: EngineConfig, booster: SGBDTBooster,
@@ -1567,7 +1571,8 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         charge = hinted_grid_charge(self.config, self.booster, self._positions)
         if charge is not None:
             self._release_split_grid(charge)
-        if recalibration_due(self.config, self.booster, self.recalibration, self._positions):
+        if recalibration_due(self.config, self.booster, self.recalibration, self._positions,
+                             rounds):
             self.install_recalibration(refit(
                 self.recalibration, self.recalibration.sums, self.config.recalibration,
                 self.booster.calibration, self.booster.noise, self._positions,

@@ -1045,7 +1045,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
             if charge is not None:
                 self._release_split_grid(charge)
             if recalibration_due(self.config, self.booster, self.recalibration,
-                                 self._positions):
+                                 self._positions, rounds):
                 self._refit_answers()
             self._open_recalibration(self._positions, self._initialized)
             return run_rounds(self.config, self.booster, self._round, rounds)

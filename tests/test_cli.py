@@ -243,12 +243,13 @@ def test_a_failed_kafka_start_with_new_state_leaves_no_store_behind(tmp_path, ca
             assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]
 
 
+@pytest.mark.parametrize("shards", [[], ["--shards", "2"]], ids=["single", "sharded"])
 def test_a_memory_source_stops_at_sigterm_and_names_the_settings_it_does_not_read(
-        tmp_path, capsys, caplog, monkeypatch) -> None:
+        tmp_path, capsys, caplog, monkeypatch, shards) -> None:
     """Review C (29 November): SIGTERM killed a ``memory:`` replay at once (exit 143, nothing
     closed), where the documented stop finishes the batch, commits and closes; and the
     file's ``model_topic`` and ``[kafka]``, which such a source never reads, were passed
-    over without a word."""
+    over without a word. Review U #2: a replay over shards had no handler at all."""
     import logging
     import signal
 
@@ -269,12 +270,41 @@ def test_a_memory_source_stops_at_sigterm_and_names_the_settings_it_does_not_rea
     config.write_text(example.replace('state = "out/abalone-state.db"',
                                       f'state = "{tmp_path / "s.db"}"'))
     with caplog.at_level(logging.INFO, logger="renyiboost.train"):
-        assert main(["train", "--config", str(config), "--new-state", "--json"]) == 0
+        assert main(["train", "--config", str(config), "--new-state", "--json", *shards]) == 0
     consumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["consumed"]
     assert 0 < consumed < 4177
     assert "interrupted (signal 15)" in caplog.text
     assert "kafka, model_name, model_topic are for a Kafka source and not used" in caplog.text
     assert signal.getsignal(signal.SIGTERM) == before  # the process's own handler again
+
+
+def test_a_kafka_run_gives_the_signal_handlers_back_and_commits_under_them() -> None:
+    """SIGTERM stops the trainer; the final commit runs under the same handlers (a second
+    signal does not cut it short), and the process's own handlers come back after: a Kafka
+    run left them pointing at its closed trainer, which swallowed a later Ctrl-C (review
+    U #3)."""
+    import signal
+
+    from renyiboost.connectors.service import _run_until_stopped
+
+    calls: list[str] = []
+
+    class Trainer:
+        def run(self, max_idle, on_poll) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            calls.append("ran")
+
+        def stop(self) -> None:
+            calls.append("stop")
+
+    def commit() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # answered by the trainer's handler
+        calls.append("commit")
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _run_until_stopped(Trainer(), None, True, then=commit)
+    assert calls == ["stop", "ran", "stop", "commit"]
+    assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
 def test_a_grid_of_nothing_that_can_run_is_refused_before_the_outputs(tmp_path, capsys,

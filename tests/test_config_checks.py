@@ -362,7 +362,9 @@ def test_a_config_the_engine_refuses_leaves_no_store(tmp_path, capsys, line) -> 
         assert "warmup must be a finite number >= 1, got -3" in err
 
 
-@pytest.mark.parametrize("source", ["memory:nope", "kafka://x", "memory:abalone"])
+@pytest.mark.parametrize("source", ["memory:nope", "kafka://x", "memory:abalone",
+                                    "kafka://u:s3cret@h:9092/t", "kafka://h:9092/t?security.protocol=SSL",
+                                    "kafka://h:9092/a/b"])
 def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
     """``train --new-state`` with a source that cannot be read created the store and then
     failed, and the corrected command was refused ("already exists"); ``state init``
@@ -381,7 +383,29 @@ def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
             assert "[model.features] must be the features of memory:abalone" in err
         if source == "memory:nope":  # the choices include the generators (review L)
             assert "unknown data set 'nope'" in err and "'agrawal'" in err, err
+        if "@" in source or "?" in source:  # dropped or taken for a broker (review U #5)
+            assert "kafka://host:port/topic and nothing more" in err and "s3cret" not in err
+        if source.endswith("/a/b"):
+            assert "a Kafka topic name is" in err and "'a/b'" in err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+
+
+def test_a_topic_kafka_would_refuse_is_refused_by_the_config(tmp_path, capsys) -> None:
+    """A model topic or source topic the broker refuses was found when the first message
+    went out (review U #5); each is a config error naming the rule."""
+    from renyiboost.connectors.kafka_settings import KafkaSettings
+
+    for topic in ("models/v2", "a b", "..", "x" * 250, "modèles"):
+        with pytest.raises(ValueError, match="a Kafka topic name is"):
+            KafkaSettings(bootstrap_servers="h:9092", topics=[topic])
+        with pytest.raises(ValueError, match="a Kafka topic name is"):
+            KafkaSettings(bootstrap_servers="h:9092", topics=["t"], model_topic=topic)
+    config = _toml(tmp_path, "epsilon = 1.0")
+    config.write_text('model_topic = "models v2"\n' + config.read_text())
+    assert main(["state", "init", "--config", str(config), "--state",
+                 str(tmp_path / "x.db")]) == 1
+    assert "model_topic" in capsys.readouterr().err
+    assert KafkaSettings(bootstrap_servers="h:9092", topics=["a.b_c-1"]).topics == ["a.b_c-1"]
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -42,6 +43,22 @@ def _not_blank(value: str) -> str:
 #: A topic, group or message key: a blank one was sent to the broker (a blank model name
 #: keyed every release with "", which a follower of the default name never read).
 Name = Annotated[str, AfterValidator(_not_blank)]
+
+#: What Kafka accepts as a topic name (its ``Topic.validate``: ASCII letters, digits, ``.``,
+#: ``_`` and ``-``, at most 249 characters, not ``.`` or ``..``).
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def topic_name(value: str) -> str:
+    """``value`` if Kafka accepts it as a topic name, else a ``ValueError`` saying why: a
+    name the broker refuses was found only when the first message was sent (review U #5)."""
+    if not _TOPIC.fullmatch(value) or value in (".", ".."):
+        raise ValueError(f"a Kafka topic name is 1 to 249 ASCII letters, digits, '.', '_' or "
+                         f"'-' (not '.' or '..'), got {value!r}")
+    return value
+
+
+TopicName = Annotated[str, AfterValidator(topic_name)]
 
 
 class KafkaClientTable(BaseModel):
@@ -88,8 +105,8 @@ class KafkaSettings(KafkaClientTable):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: Name
-    topics: list[Name]
-    model_topic: Name = "renyiboost.models"
+    topics: list[TopicName]
+    model_topic: TopicName = "renyiboost.models"
     model_name: Name = "model"
     poll_timeout: float = Field(0.5, gt=0)
 

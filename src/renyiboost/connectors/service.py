@@ -28,13 +28,14 @@ it once with ``renyiboost state init --config FILE`` (or ``train --new-state``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import time
 import tomllib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -43,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, c
 
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.connectors.events import EventFormat
-from renyiboost.connectors.kafka_settings import KafkaClientTable, Name
+from renyiboost.connectors.kafka_settings import KafkaClientTable, Name, TopicName, topic_name
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_errors
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.recalibration import RecalibrationPolicy
@@ -127,7 +128,7 @@ class ServiceConfig(BaseModel):
 
     source: str
     state: str = "state.db"
-    model_topic: Name = "renyiboost.models"
+    model_topic: TopicName = "renyiboost.models"
     model_name: Name = "model"
     kafka: KafkaClientTable = Field(default_factory=KafkaClientTable)
     events: EventFormat = Field(default_factory=EventFormat)
@@ -156,11 +157,25 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
 
 
 def parse_kafka_url(url: str) -> tuple[str, str]:
-    """``kafka://host:port/topic`` → (bootstrap servers, topic)."""
+    """``kafka://host:port[,host:port…]/topic`` → (bootstrap servers, topic).
+
+    Nothing else is read from the URL, so nothing else may be in it: a query
+    (``?security.protocol=SSL``) was dropped without a word, and a user and password were
+    passed on as part of a broker's address and logged (review U #5). Security settings go
+    in the ``[kafka]`` table's ``extra``.
+
+    >>> parse_kafka_url("kafka://b1:9092,b2:9092/events")
+    ('b1:9092,b2:9092', 'events')
+    """
     parts = urlparse(url)
     if parts.scheme != "kafka" or not parts.netloc or not parts.path.strip("/"):
         raise ValueError(f"expected kafka://host:port/topic, got {url!r}")
-    return parts.netloc, parts.path.strip("/")
+    if "@" in parts.netloc or parts.params or parts.query or parts.fragment:
+        shown = url.split("://", 1)[0] + "://" + parts.netloc.rpartition("@")[2] + parts.path
+        raise ValueError(f"a Kafka source URL is kafka://host:port/topic and nothing more, got "
+                         f"{shown!r} with a user, a query or a fragment: set security and "
+                         "other client settings in the [kafka] table's extra")
+    return parts.netloc, topic_name(parts.path.strip("/"))
 
 
 def init_state(config: ServiceConfig, shards: int | None = None
@@ -285,8 +300,8 @@ def run_train(config: ServiceConfig, max_idle: float | None = None, as_json: boo
             if new_state:
                 _discard_unused(engine)
             raise
-        _run_until_stopped(trainer, max_idle, as_json)
-        engine.flush()  # the records read but not yet in a round: commit them with their offsets
+        # the records read but not yet in a round: committed with their offsets
+        _run_until_stopped(trainer, max_idle, as_json, then=engine.flush)
         _print_telemetry(trainer.telemetry(), as_json)
         log.info("stopped at release version %d; pending records committed with their "
                  "offsets", engine.release_version)
@@ -325,11 +340,26 @@ def _discard_unused(engine: StreamEngine) -> None:
                     "without --new-state", store.location)
 
 
-def _run_until_stopped(trainer: Any, max_idle: float | None, as_json: bool) -> None:
+@contextlib.contextmanager
+def _stopped_by_signals(stop: Callable[[int], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``stop(signal number)`` inside, where a run finishes its
+    batch, commits and closes; their handlers are given back after. A Kafka run left them
+    pointing at its closed trainer, so a later Ctrl-C in the same process was swallowed
+    (review U #3), and a sharded replay had none, so SIGTERM killed it mid-commit (U #2)."""
+    handlers = {sig: signal.signal(sig, lambda number, _: stop(number))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _run_until_stopped(trainer: Any, max_idle: float | None, as_json: bool,
+                       then: Callable[[], Any] = lambda: None) -> None:
     """Run a trainer until SIGINT/SIGTERM or ``max_idle``, printing its operator telemetry
-    every two seconds."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: trainer.stop())
+    every two seconds, then call ``then`` (the final commit) under the same handlers: a
+    second signal does not cut it short."""
     last = [0.0]
 
     def show(t: Any) -> None:
@@ -339,7 +369,9 @@ def _run_until_stopped(trainer: Any, max_idle: float | None, as_json: bool) -> N
         last[0] = now
         _print_telemetry(t.telemetry(), as_json)
 
-    trainer.run(max_idle=max_idle, on_poll=show)
+    with _stopped_by_signals(lambda _: trainer.stop()):
+        trainer.run(max_idle=max_idle, on_poll=show)
+        then()
 
 
 def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
@@ -381,9 +413,20 @@ def _run_sharded(config: ServiceConfig, shards: int, ray_address: str | None,
                     f"a {config.source} replay over shards cannot continue them exactly. "
                     "Create new stores at another location (--state … --new-state), or "
                     "train these from Kafka")
-            for batch in data:
-                engine.add(batch.X, batch.y, batch.keys)
-            _print_telemetry({**engine.operator_telemetry(), "consumed": len(data)}, as_json)
+            _note_unused_kafka_settings(config)
+            stopping: list[int] = []
+            consumed = 0
+            with _stopped_by_signals(stopping.append):
+                for batch in data:
+                    engine.add(batch.X, batch.y, batch.keys)
+                    consumed += len(batch.y)
+                    if stopping:
+                        log.warning("interrupted (signal %d) after %d records: committing "
+                                    "them; a replay over shards cannot be continued, so "
+                                    "these stores take no more of it", stopping[0], consumed)
+                        break
+                engine.flush()
+            _print_telemetry({**engine.operator_telemetry(), "consumed": consumed}, as_json)
             return 0
         from renyiboost.connectors.kafka import ShardedKafkaTrainer
 
@@ -448,10 +491,8 @@ def _train_from_memory(engine: StreamEngine, source: Any, name: str, as_json: bo
         "store (--state … --new-state)"))
     done = committed_records(source, engine.offsets)
     stopping: list[int] = []  # SIGINT/SIGTERM finish the batch, commit and close, as with
-    handlers = {sig: signal.signal(sig, lambda number, _: stopping.append(number))  # Kafka
-                for sig in (signal.SIGINT, signal.SIGTERM)}  # (SIGTERM killed it: review C)
-    consumed = 0
-    try:
+    consumed = 0  # Kafka (SIGTERM killed it: review C)
+    with _stopped_by_signals(stopping.append):
         for batch in source.batches(after=done):
             engine.add(batch.X, batch.y, batch.keys, batch.positions)
             consumed += len(batch.y)
@@ -459,9 +500,6 @@ def _train_from_memory(engine: StreamEngine, source: Any, name: str, as_json: bo
                 log.info("interrupted (signal %d): committing the records read", stopping[0])
                 break
         engine.flush()  # under the handlers: a second signal does not cut the commit short
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
     _print_telemetry({"channel": "operator-telemetry", "consumed": consumed,
                       "engine": engine.operator_telemetry().model_dump()}, as_json)
     return 0

@@ -390,6 +390,25 @@ def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
 
 
+def test_a_model_table_names_a_classifiers_labels(tmp_path) -> None:
+    """``labels`` in ``[model]``: the table had no such key, so ``renyiboost train`` could not
+    train string or multiclass labels, which the engine and the event parser take (review
+    U); a regression table with labels is refused."""
+    from renyiboost.connectors.service import engine_config, load_config
+
+    path = tmp_path / "iris.toml"
+    path.write_text('source = "kafka://h:9092/flowers"\n[model]\ntask = "classification"\n'
+                    'labels = ["setosa", "versicolor", "virginica"]\n'
+                    "[model.features]\npetal = [0, 10]\n")
+    config = engine_config(load_config(path).model)
+    assert config.public_schema.labels == ["setosa", "versicolor", "virginica"]
+    assert config.public_schema.n_classes == 3 and config.params.task == "classification"
+    path.write_text(path.read_text().replace('task = "classification"',
+                                             'task = "regression"\ntarget_bounds = [0, 1]'))
+    with pytest.raises(ValueError, match="not both"):
+        load_config(path)
+
+
 def test_a_topic_kafka_would_refuse_is_refused_by_the_config(tmp_path, capsys) -> None:
     """A model topic or source topic the broker refuses was found when the first message
     went out (review U #5); each is a config error naming the rule."""

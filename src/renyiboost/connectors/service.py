@@ -48,7 +48,7 @@ from renyiboost.connectors.kafka_settings import KafkaClientTable, Name, TopicNa
 from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_errors
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.recalibration import RecalibrationPolicy
-from renyiboost.schema import FeatureSpec, PublicSchema
+from renyiboost.schema import Category, FeatureSpec, PublicSchema
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
@@ -93,6 +93,10 @@ class _ModelTable(BaseModel):
     expected_records: int | None = Field(None, ge=1, description="public size hint")
     features: dict[str, FeatureSpec]
     target_bounds: tuple[float, float] | None = None
+    labels: list[Category] | None = Field(
+        None, description="a classifier's public label set (strings, or three classes or "
+        "more); left out, the labels are 0/1 or true/false. The table had no such key, so a "
+        "config could not train what the engine and the event parser take (review U)")
     seed: int | None = None
 
 
@@ -104,7 +108,8 @@ def engine_config(model: Any) -> EngineConfig:
     """The engine's configuration of a ``[model]`` table: the default policy with the
     table's explicit values on top."""
     try:
-        schema = PublicSchema(features=model.features, target_bounds=model.target_bounds)
+        schema = PublicSchema(features=model.features, target_bounds=model.target_bounds,
+                              labels=model.labels)
     except ValidationError as error:
         raise ValueError(field_errors(error, "model.")) from None
     explicit = {name: value for name, value in model.model_dump(

@@ -82,7 +82,9 @@ def normalise_key(key: Any) -> str:
     ('Zoë', '7', 'u1')
     """
     if isinstance(key, str):
-        name = key
+        # a subclass's own equality and hash found another key's ledger in memory, and the
+        # store kept the plain text: two ledgers after a restart (review Y #3)
+        name = key if type(key) is str else str.__str__(key)
     elif isinstance(key, bytes):
         try:
             name = key.decode("utf-8")
@@ -151,12 +153,14 @@ def _date_labels(dtype: Any) -> InvalidRecord:
                                   "numbers (e.g. days) or a public label set's members")
 
 
-def require_aligned(X: Any, y: Any) -> None:
-    """Refuse a pandas ``y`` whose index is not ``X``'s (``ValueError``): rows and labels
-    are paired by position, so a ``y`` shuffled, sorted or reindexed apart from ``X`` gave
-    rows other rows' labels without a word. ``X`` a mapping of columns: each column that is
-    a Series holds the rows in its index's order, so they and ``y`` must share one index.
-    Anything without an index passes (a list's ``.index`` is a method)."""
+def require_aligned(X: Any, y: Any, keys: Any = None) -> None:
+    """Refuse a pandas ``y`` or ``keys`` whose index is not ``X``'s (``ValueError``): rows,
+    labels and keys are paired by position, so a ``y`` shuffled, sorted or reindexed apart
+    from ``X`` gave rows other rows' labels without a word, and such ``keys`` charged one
+    person's records to another's budget (review T #2). ``X`` a mapping of columns: each
+    column that is a Series holds the rows in its index's order, so they, ``y`` and
+    ``keys`` must share one index. Anything without an index passes (a list's ``.index``
+    is a method)."""
     parts = list(X.values()) if isinstance(X, Mapping) else [X]
     indexes = [index for part in [*parts, y]
                if hasattr(index := getattr(part, "index", None), "equals")]
@@ -165,6 +169,39 @@ def require_aligned(X: Any, y: Any) -> None:
             "y's index is not X's (or X's columns have different ones): rows and labels "
             "are paired by position, so they must be in the same order; align them "
             "(y.loc[X.index], or reset_index(drop=True) on both)")
+    index = getattr(keys, "index", None)
+    if indexes and hasattr(index, "equals") and not index.equals(indexes[0]):
+        raise ValueError(
+            "keys' index is not X's: rows and keys are paired by position, so a key in "
+            "another order charges one person's records to another's budget; align them "
+            "(keys.loc[X.index], or reset_index(drop=True) on all)")
+
+
+def vector(values: Any) -> np.ndarray:
+    """``values`` as a numpy array, a list or tuple without numpy's merging of types: numpy
+    made ``[1, "1"]`` two strings, ``[True, 2.0]`` two floats and ``[nan, "F"]`` the string
+    ``"nan"`` and ``"F"``, so ``learn_many`` learned labels and values its ``learn_one``
+    loop refuses or reads otherwise (review T #1), and one ragged label (``[0.5]``) failed
+    the whole batch (review Y #1). A list of numbers only, of bools only or of strings only
+    is converted by numpy (its fast paths); any other list becomes an object array of its
+    own elements, judged one by one. Arrays, pandas objects and the rest go to numpy as
+    before."""
+    if not isinstance(values, list | tuple):
+        return np.asarray(values)
+    kinds = {type(value) for value in values}
+    if (all(issubclass(kind, _NUMBERS) and not issubclass(kind, bool | np.bool_)
+            for kind in kinds) or kinds == {bool} or kinds == {str}):
+        return np.asarray(values)
+    if any(issubclass(kind, list | tuple | np.ndarray) for kind in kinds):
+        try:  # rows given where a column goes: numpy's shape says so in the caller's check
+            return np.asarray(values)
+        except ValueError:  # ragged: one element a sequence, refused on its own
+            pass
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+#: The element types a list is converted by numpy as numbers (bools apart).
+_NUMBERS = (int, float, np.integer, np.floating)
 
 
 def _is_real(value: Any) -> bool:
@@ -534,15 +571,19 @@ class RecordValidator:
             return np.full((n_rows, self.schema.n_features), np.nan), bad
         arrays = {}
         for name, column in columns.items():
-            values = np.asarray(column)
+            values = vector(column)
             if values.shape != (n_rows,):
                 raise ValueError(f"column {name!r} has shape {values.shape}, expected ({n_rows},)")
             categorical = isinstance(self.schema.features[name], list)
             copied = False
-            if values.dtype.kind in "mM":  # dates or durations, NaT too: no feature value
+            if values.dtype.kind in "mMc":  # dates or durations, NaT too, or complex
+                # numbers: no feature value (a complex column reached the encoder and failed
+                # the whole batch: review T #3)
                 why = InvalidRecord("schema", f"feature {name!r} got a column of "
-                                    f"{values.dtype}: give dates and durations as numbers "
-                                    "(e.g. days) or categories")
+                                    f"{values.dtype}: " + (
+                                        "give real numbers" if values.dtype.kind == "c" else
+                                        "give dates and durations as numbers (e.g. days) or "
+                                        "categories"))
                 bad.update((i, why) for i in range(n_rows) if i not in bad and i not in skip)
                 arrays[name] = np.full(n_rows, None, dtype=object)
                 continue
@@ -701,7 +742,7 @@ class RecordValidator:
     def labels(self, y: Any) -> np.ndarray:
         """:meth:`label` for a whole array at once; the first bad label is reported by
         :meth:`label` itself, so the reasons are the same."""
-        raw = np.asarray(y)
+        raw = vector(y)
         if raw.dtype.kind in "mM" and raw.size:  # none left of a refused batch: nothing
             raise _date_labels(raw.dtype)
         if self._label_codes is not None:
@@ -732,7 +773,7 @@ class RecordValidator:
 
     def bad_labels(self, y: Any) -> list[tuple[int, InvalidRecord]]:
         """``(index, why)`` of every label :meth:`label` refuses (one pass, then per bad one)."""
-        raw = np.asarray(y)
+        raw = vector(y)
         if raw.dtype.kind in "mM":
             return [(i, _date_labels(raw.dtype)) for i in range(raw.size)]
         if self._label_codes is not None:

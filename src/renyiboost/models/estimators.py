@@ -32,7 +32,7 @@ from renyiboost.release import ModelRelease, PrivacyGuarantee
 from renyiboost.schema import PublicSchema
 from renyiboost.stream.engine import EngineConfig, KeyBudget, OperatorTelemetry, StreamEngine
 from renyiboost.stream.store import StateStore
-from renyiboost.validation import normalise_key, require_aligned, rows_not_learned
+from renyiboost.validation import normalise_key, require_aligned, rows_not_learned, vector
 
 #: The keywords whose default is the policy's value (:data:`POLICY`); ``None`` keeps its own
 #: meaning for those that have one (``hess_clip=None``: count leaves, ``leaf_clip=None``: no
@@ -241,10 +241,11 @@ class _SGBDTEstimator:
             doubled = X.columns[X.columns.duplicated()][0]
             raise ValueError(f"X names the column {doubled!r:.80} twice: each feature is "
                              "one column")
-        columns = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
-        if (one := next((c for c, v in columns.items() if np.ndim(v) != 1), None)) is not None:
+        given = {c: X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c] for c in X}
+        columns = {c: vector(values) for c, values in given.items()}
+        if (one := next((c for c, v in columns.items() if v.ndim != 1), None)) is not None:
             raise TypeError(f"X must hold one column of values a feature; {one!r:.80} holds "
-                            f"{type(columns[one]).__name__} {columns[one]!r:.40} (one record "
+                            f"{type(given[one]).__name__} {given[one]!r:.40} (one record "
                             "as a dict goes to learn_one / predict_one)")
         n = len(next(iter(columns.values()))) if columns else len(X)
         return columns, n
@@ -397,9 +398,9 @@ class _SGBDTEstimator:
         """
         self._check_wrapper()
         engine = self._engine
-        require_aligned(X, y)
+        require_aligned(X, y, keys)
         columns, n = self._columns(X)
-        targets = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+        targets = vector(y.to_numpy() if hasattr(y, "to_numpy") else y)
         if targets.shape != (n,):
             raise ValueError(f"y has shape {targets.shape}, expected ({n},)")
         other: dict[int, InvalidRecord] = dict(engine.validator.bad_labels(targets))

@@ -52,8 +52,8 @@ def _classifier(**kwargs):
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: _classifier(depth=1.5), "SGBDTClassifier: depth: Input should be a valid integer"),
     (lambda: _regressor(recalibration={"every": "x"}),
-     ("SGBDTRegressor: recalibration.every: Input should be a valid integer, unable to parse "
-      "string as an integer; recalibration.share: Field required")),
+     ("SGBDTRegressor: recalibration.every: must be a number, got str 'x'; "
+      "recalibration.share: Field required")),
     (lambda: SGBDTClassifier({"a": "numeric", "b": (0, 1)}),
      "SGBDTClassifier: features: feature 'a': expected (lo, hi)"),
     (lambda: SGBDT(SCHEMA, task="regression", learning_rate=-1),
@@ -388,6 +388,32 @@ def test_a_bad_source_leaves_no_store(tmp_path, capsys, source) -> None:
         if source.endswith("/a/b"):
             assert "a Kafka topic name is" in err and "'a/b'" in err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"], command
+
+
+@pytest.mark.parametrize("line", ["seed = true", 'seed = "7"', "expected_records = true",
+                                  "train_every = true", "depth = true", 'learning_rate = "0.1"',
+                                  'individual_filter = "yes"', "individual_filter = 1"])
+def test_a_bool_or_text_is_never_taken_for_a_number(tmp_path, capsys, line) -> None:
+    """pydantic's lax mode took ``seed = true`` for 1 (a production store marked seeded for
+    good), ``expected_records = true`` for a stream of one record and ``"yes"`` for true
+    (reviews U #4, Y #6): each is refused, in a config file, by the estimators and by the
+    Kafka table, while numpy integers and TOML's numbers still pass."""
+    name = line.split()[0]
+    config = _toml(tmp_path, line)
+    assert main(["state", "init", "--config", str(config), "--state",
+                 str(tmp_path / "x.db")]) == 1
+    err = capsys.readouterr().err
+    assert f"model.{name}: must be " in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+    value = {"true": True, "1": 1}.get(line.split(" = ")[1], line.split(" = ")[1].strip('"'))
+    with pytest.raises(ValueError, match=f"{name}:? must be"):  # the estimators own seed=
+        _regressor(**{name: value})
+    from renyiboost.connectors.kafka_settings import KafkaClientTable
+
+    with pytest.raises(ValueError, match="batch_size\n  Value error, must be a number"):
+        KafkaClientTable(batch_size=True)
+    model = _regressor(depth=np.int64(3), rounds=np.int32(5), learning_rate=np.float32(0.5))
+    assert (model.engine.config.params.depth, model.engine.config.params.rounds) == (3, 5)
 
 
 def test_a_model_table_names_a_classifiers_labels(tmp_path) -> None:

@@ -1280,12 +1280,12 @@ def test_a_list_is_judged_element_by_element_as_a_learn_one_loop_judges_it() -> 
     model = SGBDTRegressor(features={"age": (0, 100), "sex": ["F", "M"]},
                            target_bounds=(0, 10), seed=0, expected_records=1000)
     cases = [({"age": [True, 2.0]}, [1.0, 2.0], "row 0: feature 'age' is numeric, got bool"),
-             ({"age": [1.0, 2.0]}, [True, 2.0], "row 0: a regression label must be a number, "
-                                                "got bool"),
-             ({"age": [1.0, 2.0]}, [1, "2"], "row 1: a regression label must be a number, "
-                                             "got str '2'"),
-             ({"age": [0.1, 0.2, 0.3]}, [0.5, [0.5], 0.5], "1 of 3 rows were not learned; "
-                                                           "row 1: a regression label")]
+             ({"age": [1.0, 2.0]}, [True, 2.0], ("row 0: a regression label must be a number, "
+                                                "got bool")),
+             ({"age": [1.0, 2.0]}, [1, "2"], ("row 1: a regression label must be a number, "
+                                             "got str '2'")),
+             ({"age": [0.1, 0.2, 0.3]}, [0.5, [0.5], 0.5], ("1 of 3 rows were not learned; "
+                                                           "row 1: a regression label"))]
     for X, y, message in cases:
         before = model.engine.positions
         with pytest.raises(InvalidRecord, match=re.escape(message)):

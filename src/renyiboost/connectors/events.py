@@ -38,13 +38,14 @@ from typing import Any
 import msgspec
 import numpy as np
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from renyiboost.exceptions import InvalidRecord
+from renyiboost.settings import Settings
 from renyiboost.validation import RecordValidator, already_canonical, normalise_key
 
 
-class EventFormat(BaseModel):
+class EventFormat(Settings):
     """Where an event keeps its parts, and how large it may be.
 
     The field names must be non-empty and distinct: an event cannot keep two parts under

@@ -14,7 +14,9 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, field_validator
+
+from renyiboost.settings import Settings
 
 #: librdkafka settings the trainer, the publisher and the follower set themselves
 #: (refused in ``extra``).
@@ -58,10 +60,10 @@ def topic_name(value: str) -> str:
     return value
 
 
-TopicName = Annotated[str, AfterValidator(topic_name)]
+TopicName = Annotated[str, AfterValidator(_not_blank), AfterValidator(topic_name)]
 
 
-class KafkaClientTable(BaseModel):
+class KafkaClientTable(Settings):
     """The settings of the ``[kafka]`` table of a config file (all optional)."""
 
     model_config = ConfigDict(extra="forbid")

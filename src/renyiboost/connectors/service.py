@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, create_model
+from pydantic import ConfigDict, Field, StrictInt, ValidationError, create_model
 
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
 from renyiboost.connectors.events import EventFormat
@@ -49,6 +49,7 @@ from renyiboost.exceptions import BrokerUnavailable, RenyiboostError, field_erro
 from renyiboost.models.booster import SGBDTParams
 from renyiboost.models.recalibration import RecalibrationPolicy
 from renyiboost.schema import Category, FeatureSpec, PublicSchema
+from renyiboost.settings import Settings
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.postgres import without_password
 from renyiboost.stream.store import (
@@ -84,7 +85,7 @@ _TRIGGER_FIELDS["max_train_every_beyond_end"] = (  # true is not 1 here
     StrictInt | Literal[False] | None, None)
 
 
-class _ModelTable(BaseModel):
+class _ModelTable(Settings):
     model_config = ConfigDict(extra="forbid")
 
     task: str = "regression"
@@ -126,7 +127,7 @@ def engine_config(model: Any) -> EngineConfig:
         raise ValueError(f"model: {error}") from None
 
 
-class ServiceConfig(BaseModel):
+class ServiceConfig(Settings):
     """A whole ``renyiboost train`` config file."""
 
     model_config = ConfigDict(extra="forbid")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import Field
 from scipy import stats
 
 from renyiboost.accounting.inputs import Delta, Epsilon
@@ -37,6 +37,7 @@ from renyiboost.exceptions import ignore_comparison_warnings
 from renyiboost.experiments.evaluation import progress_bar
 from renyiboost.experiments.metrics import held_out_metrics, sample_std
 from renyiboost.experiments.peers import as_peer, make_peer
+from renyiboost.settings import Settings
 
 METHODS = ("renyiboost", "dpboost", "dpboost_naive", "diprime", "dp_gam", "dpebm",
            "fedxgb_ldp", "dp_mean")
@@ -68,10 +69,10 @@ ANCHORS: dict[tuple[str, float, str], tuple[float, str]] = {
 }
 
 
-class FieldConfig(BaseModel):
-    datasets: list[str] = list(DATASETS)
-    methods: list[str] = list(METHODS)
-    epsilons: list[Epsilon] = [0.5, 1.0, 4.0]
+class FieldConfig(Settings):
+    datasets: list[str] = Field(default_factory=lambda: list(DATASETS))
+    methods: list[str] = Field(default_factory=lambda: list(METHODS))
+    epsilons: list[Epsilon] = Field(default_factory=lambda: [0.5, 1.0, 4.0])
     repeats: int = 2
     delta: Delta = 1e-6
     out: str = "results/field"

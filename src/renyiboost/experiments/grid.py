@@ -47,7 +47,6 @@ from typing import Any
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -62,6 +61,7 @@ from renyiboost.experiments.evaluation import batch_metrics, progress_bar, repla
 from renyiboost.experiments.metrics import sample_std
 from renyiboost.experiments.peers import DPEBM_TUNED, NON_PRIVATE_PEERS, PEERS, make_peer
 from renyiboost.plotting import pyplot
+from renyiboost.settings import Settings
 from renyiboost.stream.engine import EngineConfig, StreamEngine
 from renyiboost.stream.sources import SCENARIOS, STREAM_DATASETS, SYNTHETIC, InMemorySource
 
@@ -71,15 +71,15 @@ PRIVATE_METHODS = ("irf", "constant", "global", "sln")
 PEER_METHODS = ("sgt", "arf")
 
 
-class GridConfig(BaseModel):
+class GridConfig(Settings):
     """The grid; every list is one axis."""
 
     model_config = ConfigDict(extra="forbid")
 
-    datasets: list[str] = ["abalone"]
-    scenarios: list[str] = ["iid", "late"]
-    epsilons: list[Epsilon] = [0.5, 1.0]
-    methods: list[str] = ["irf", "constant", "global", "sgt"]
+    datasets: list[str] = Field(default_factory=lambda: ["abalone"])
+    scenarios: list[str] = Field(default_factory=lambda: ["iid", "late"])
+    epsilons: list[Epsilon] = Field(default_factory=lambda: [0.5, 1.0])
+    methods: list[str] = Field(default_factory=lambda: ["irf", "constant", "global", "sgt"])
     repeats: int = Field(2, ge=1)
     batch_size: int = Field(250, ge=1)
     train_every: int | None = Field(

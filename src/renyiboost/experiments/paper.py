@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from renyiboost.accounting.inputs import Epsilon
 from renyiboost.datasets import Dataset
@@ -70,6 +70,7 @@ from renyiboost.experiments.reproduce import (
     splits,
 )
 from renyiboost.plotting import pyplot
+from renyiboost.settings import Settings
 from renyiboost.stream.sources import InMemorySource
 
 #: Numbers to set beside ours: (figure, data set, source, ε, metric, value). "paper" is
@@ -126,13 +127,13 @@ STREAM_METHODS = ("irf", "constant", "global", "sln", "dp_mean", "dpebm_tuned", 
                   "xgboost", "sgt", "arf")
 
 
-class PaperConfig(BaseModel):
+class PaperConfig(Settings):
     """The preset's knobs (the figures themselves are fixed)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    datasets: list[Literal["abalone", "adult"]] = ["abalone", "adult"]
-    epsilons: list[Epsilon] = [0.15, 0.54, 1.0, 5.0]
+    datasets: list[Literal["abalone", "adult"]] = Field(default_factory=lambda: ["abalone", "adult"])
+    epsilons: list[Epsilon] = Field(default_factory=lambda: [0.15, 0.54, 1.0, 5.0])
     repeats: int = Field(2, ge=1, description="noise repeats (Abalone: × 5 folds)")
     folds: int | None = Field(None, ge=1, le=5, description="Abalone folds (None: all 5)")
     streams: bool = Field(True, description="also run the stream grid (STREAM_GRID)")

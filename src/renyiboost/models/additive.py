@@ -65,9 +65,10 @@ from renyiboost.plotting import pyplot
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.release import PrivacyGuarantee
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 
 
-class AdditiveParams(BaseModel):
+class AdditiveParams(Settings):
     """Parameters of :class:`DPAdditiveBoost`. Defaults are DP-EBM's published ones
     (interpret 0.6: 32 bins, learning rate 0.01, 300 epochs, 3 leaves, 10 % of the budget
     before boosting); ``grad_clip`` 1 is the scaled label range's half-width."""

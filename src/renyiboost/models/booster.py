@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from renyiboost.accounting import (
     NOT_ELIGIBLE,
@@ -60,11 +60,12 @@ from renyiboost.models.trees import (
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.release import MAX_TREE_DEPTH
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 
 Task = Literal["regression", "classification"]
 
 
-class SGBDTParams(BaseModel):
+class SGBDTParams(Settings):
     """Hyper-parameters of the S-GBDT learner (validated once, at the boundary).
 
     Every number must be finite (``allow_inf_nan=False``): an infinite learning rate,

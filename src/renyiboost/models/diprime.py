@@ -54,7 +54,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sklearn.utils.metaestimators import available_if
 
 from renyiboost.accounting.diprime import DiPriMeBudget
@@ -65,12 +65,13 @@ from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 
 #: The regulariser of the selection score (the score's sensitivity is 3 for any λ > 0).
 SELECT_LAMBDA = 1.0
 
 
-class DiPriMeParams(BaseModel):
+class DiPriMeParams(Settings):
     """DiPriMe's parameters; defaults are the authors' experiments (10 trees on disjoint
     rows, K = 5 candidates, half the budget for splits) and depth 5 (theirs depends on the
     private row count)."""

@@ -62,7 +62,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from renyiboost.accounting.dpboost import (
     DPBoostBudget,
@@ -77,12 +77,13 @@ from renyiboost.models.splits import gap_intervals, gumbel_argmax, log_lengths
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 
 #: The gradient bound: labels live in [−1, 1] (regression) or {0, 1} (classification).
 G_STAR = 1.0
 
 
-class DPBoostParams(BaseModel):
+class DPBoostParams(Settings):
     """DPBoost's parameters. Defaults follow the paper's experiments (λ = 0.1, η = 0.1, 50
     trees in one ensemble, LightGBM's 31 leaves ≈ a complete tree of depth 5); the number of
     split candidates is ours (the paper's are data-dependent bins)."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from renyiboost.accounting.events import RdpAccountant
 from renyiboost.accounting.inputs import Epsilon
@@ -60,9 +60,10 @@ from renyiboost.models.splits import grouped_argmax
 from renyiboost.models.trees import Ensemble
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 
 
-class FedXGBoostParams(BaseModel):
+class FedXGBoostParams(Settings):
     """FedXGBoost-LDP's parameters (see the module docstring for the defaults)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -55,11 +55,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from renyiboost.accounting.calibration import Calibration
 from renyiboost.accounting.platt import MAX_MARGIN_CLIP, N_PLATT_SUMS, PlattSumsRelease
 from renyiboost.randomness import NoiseSource
+from renyiboost.settings import Settings
 
 #: The Hessian's ridge, in standard deviations of its diagonal entries' noise.
 RIDGE_NOISE_STDS = 3.0
@@ -71,7 +72,7 @@ SCALE_RANGE = (0.05, 2.0)
 OFFSET_RANGE = (-5.0, 5.0)
 
 
-class RecalibrationPolicy(BaseModel):
+class RecalibrationPolicy(Settings):
     """When a binary stream refits its answers' Platt map and what a key pays for it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

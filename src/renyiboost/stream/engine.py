@@ -132,6 +132,7 @@ from renyiboost.release import (
     released_trees,
 )
 from renyiboost.schema import PublicSchema
+from renyiboost.settings import Settings
 from renyiboost.stream.positions import latest_offsets
 from renyiboost.stream.schedule import TriggerSchedule
 from renyiboost.stream.store import (
@@ -182,7 +183,7 @@ class _InFlight(NamedTuple):
     outputs: list[InitEvent | RoundEvent]
 
 
-class NoiseStageSpec(BaseModel):
+class NoiseStageSpec(Settings):
     """One earlier noise stage of a stream: its rounds and its nominal round count."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -191,7 +192,7 @@ class NoiseStageSpec(BaseModel):
     rounds: int = Field(ge=1, description="nominal rounds the stage's σ is calibrated for")
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(Settings):
     """Everything that fixes the meaning of a budget; a store refuses a different one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

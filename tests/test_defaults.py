@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from renyiboost import SGBDTClassifier, SGBDTRegressor
 from renyiboost.accounting import SizeEstimate, calibrate
@@ -165,12 +166,14 @@ def test_the_service_config_takes_the_policy_too() -> None:
 @settings(max_examples=120, deadline=None)
 @given(every=st.integers(1, 20), warmup=st.integers(1, 200),
        growth=st.sampled_from([0.0, 0.05, 0.3]), cap=st.integers(1, 80),
-       position=st.integers(0, 3_000),
+       positions=st.lists(st.integers(0, 3_000), min_size=1, max_size=4),
        beyond=st.one_of(st.none(), st.tuples(st.integers(1, 2_000), st.integers(1, 400))))
-def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, cap, position,
+def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, cap, positions,
                                                          beyond):
     """The schedule's positions are the recurrence's, walked trigger by trigger; from
-    ``end`` on (``beyond``: the end and its cap) with the cap beyond the end."""
+    ``end`` on (``beyond``: the end and its cap) with the cap beyond the end. One schedule
+    is asked about several positions in any order: its walk resumes from the furthest
+    trigger it reached (review Y #5)."""
     end, cap_beyond = beyond or (None, None)
     schedule = TriggerSchedule(every, warmup, growth, cap, end=end,
                                max_every_beyond_end=cap_beyond)
@@ -179,15 +182,39 @@ def test_next_trigger_agrees_with_walking_the_recurrence(every, warmup, growth, 
         triggers.append(t)
         t += every
     t = schedule.first
-    while t <= position + 10 * max(cap, every, cap_beyond or 0):
+    while t <= max(positions) + 10 * max(cap, every, cap_beyond or 0):
         triggers.append(t)
         most = (max(every, cap_beyond) if end is not None and t >= end
                 else schedule.max_train_every)
         t += min(most, max(every, math.ceil(growth * t) if growth else 0))
-    expected = next(x for x in triggers if x > position)
-    assert schedule.next_after(position) == expected
-    assert schedule.releases_until(position) == sum(schedule.first <= x <= position
-                                                    for x in triggers)
+    for position in positions:
+        expected = next(x for x in triggers if x > position)
+        assert schedule.next_after(position) == expected
+        assert schedule.releases_until(position) == sum(schedule.first <= x <= position
+                                                        for x in triggers)
+
+
+def test_a_schedule_refuses_growths_it_cannot_walk_and_never_overflows() -> None:
+    """A growth past 10 overflowed ``ceil(growth · t)`` (an ``OverflowError`` at
+    construction, or at every trigger after a jump of positions), and one below 0.001 made
+    a single call walk 10⁷ triggers (review Y #4, #5): both are refused everywhere, and the
+    largest growth reaches huge positions."""
+    from renyiboost.stream.schedule import MAX_TRIGGER_GROWTH, MIN_TRIGGER_GROWTH
+
+    for growth in (1e-4, MIN_TRIGGER_GROWTH / 2, MAX_TRIGGER_GROWTH * 1.5, 1e308):
+        with pytest.raises(ValueError, match=r"trigger_growth must be 0 .* or in \[0.001, 10\]"):
+            TriggerSchedule(10, 100, growth, 1000)
+        with pytest.raises(ValueError, match="trigger_growth"):
+            SGBDTRegressor(features={"a": (0, 1)}, target_bounds=(0, 1), trigger_growth=growth)
+        config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                         target_bounds=(0, 1)),
+                                            "regression", 1.0, 1e-6, 500)
+        with pytest.raises(ValidationError, match="trigger_growth"):
+            EngineConfig(**config.model_dump() | {"trigger_growth": growth})
+    widest = TriggerSchedule(10, 100, MAX_TRIGGER_GROWTH, 10**9)
+    assert widest.next_after(10**18) == widest.regular_after(10**18) > 10**18
+    slowest = TriggerSchedule(1, 1, MIN_TRIGGER_GROWTH, 1000)
+    assert slowest.releases_until(10**7) > slowest.releases_until(10**6) > 0
 
 
 def test_a_growing_schedule_releases_trees_at_its_positions_only() -> None:

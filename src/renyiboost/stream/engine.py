@@ -71,10 +71,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Literal, NamedTuple, NoReturn
+from typing import Annotated, Any, Literal, NamedTuple, NoReturn
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from renyiboost.accounting.filter import charged_many
 from renyiboost.exceptions import (
@@ -134,7 +134,7 @@ from renyiboost.release import (
 from renyiboost.schema import PublicSchema
 from renyiboost.settings import Settings
 from renyiboost.stream.positions import latest_offsets
-from renyiboost.stream.schedule import TriggerSchedule
+from renyiboost.stream.schedule import TriggerSchedule, check_growth
 from renyiboost.stream.store import (
     GRID_META,
     SEEDED_META,
@@ -202,10 +202,10 @@ class EngineConfig(Settings):
     train_every: int = Field(100, ge=1, description="stream positions per trigger")
     trees_per_trigger: int = Field(1, ge=1, description="rounds run by one trigger")
     warmup: int = Field(100, ge=1, description="stream positions before the initial score")
-    trigger_growth: float = Field(
+    trigger_growth: Annotated[float, AfterValidator(check_growth)] = Field(
         0.0, ge=0, allow_inf_nan=False, description="from the initial score on, each trigger "
         "interval is this fraction of the positions so far (at least train_every; see "
-        "stream.schedule)")
+        "stream.schedule): 0, or between 0.001 and 10")
     max_train_every: int | None = Field(
         None, ge=1, description="the largest trigger interval (None: train_every)")
     max_trees: int | None = Field(None, ge=1, description="keep only the newest trees")

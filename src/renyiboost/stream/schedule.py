@@ -26,6 +26,22 @@ from __future__ import annotations
 
 import math
 
+#: The range of a growing schedule's ``growth`` (0 is a fixed interval). Past 10 an interval
+#: of ten times the positions so far leaves a stream a handful of trees, and ``growth · t``
+#: overflowed (review Y #4); below 0.001 the growth phase runs for ``ln(cap / floor) / growth``
+#: triggers, a walk of 10⁵ steps and more that a single call made from scratch (review Y #5).
+MIN_TRIGGER_GROWTH, MAX_TRIGGER_GROWTH = 0.001, 10.0
+
+
+def check_growth(growth: float) -> float:
+    """``growth`` if a schedule can grow by it, else a ``ValueError`` saying the range."""
+    if not 0 <= growth < math.inf:  # a NaN or infinite growth too
+        raise ValueError(f"trigger_growth must be a finite number >= 0, got {growth!r}")
+    if growth != 0 and not MIN_TRIGGER_GROWTH <= growth <= MAX_TRIGGER_GROWTH:
+        raise ValueError(f"trigger_growth must be 0 (a fixed interval) or in "
+                         f"[{MIN_TRIGGER_GROWTH:g}, {MAX_TRIGGER_GROWTH:g}], got {growth!r}")
+    return growth
+
 
 class TriggerSchedule:
     """The positions at which triggers fire (a pure function of the configuration).
@@ -38,10 +54,10 @@ class TriggerSchedule:
     def __init__(self, train_every: int, warmup: int, growth: float = 0.0,
                  max_train_every: int | None = None, final_at: int | None = None,
                  end: int | None = None, max_every_beyond_end: int | None = None) -> None:
-        for name, value, least in (("train_every", train_every, 1), ("warmup", warmup, 1),
-                                   ("trigger_growth", growth, 0)):
-            if not (least <= value < math.inf):  # a NaN or infinite growth too
-                raise ValueError(f"{name} must be a finite number >= {least}, got {value!r}")
+        for name, value in (("train_every", train_every), ("warmup", warmup)):
+            if not (1 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
+        check_growth(growth)
         self.train_every = int(train_every)
         self.growth = float(growth)
         self.max_train_every = (self.train_every if max_train_every is None
@@ -53,6 +69,9 @@ class TriggerSchedule:
         self.end = None if end is None or max_every_beyond_end is None else int(end)
         self.max_every_beyond_end = (self.max_train_every if self.end is None else max(
             self.train_every, int(max_every_beyond_end)))  # type: ignore[arg-type]
+        #: The furthest ``(count, trigger)`` a walk reached: a stream asks about growing
+        #: positions, and each call walked from ``first`` again (review Y #5).
+        self._reached = (1, self.first)
 
     def cap_at(self, trigger: int) -> int:
         """The largest interval after the trigger at ``trigger``."""
@@ -61,8 +80,8 @@ class TriggerSchedule:
 
     def interval_after(self, trigger: int) -> int:
         """Positions from the trigger at ``trigger`` (≥ ``first``) to the next one."""
-        grown = math.ceil(self.growth * trigger) if self.growth else 0
-        return min(self.cap_at(trigger), max(self.train_every, grown))
+        cap, grown = self.cap_at(trigger), self.growth * trigger
+        return cap if grown >= cap else max(self.train_every, math.ceil(grown))
 
     def next_after(self, position: int) -> int:
         """The first trigger position strictly after ``position`` (the regular ones and
@@ -100,11 +119,12 @@ class TriggerSchedule:
         (``first`` when there is none). A walk over the growing intervals (logarithmically
         many) that crosses a stretch at a cap in one step, to ``end`` if the cap changes
         there, else to ``position``."""
-        trigger = self.first
-        if position < trigger:
-            return 0, trigger
-        count = 1
+        if position < self.first:
+            return 0, self.first
+        count, trigger = self._reached if self._reached[1] <= position else (1, self.first)
         while True:
+            if trigger > self._reached[1]:
+                self._reached = (count, trigger)
             step = self.interval_after(trigger)
             if step == self.cap_at(trigger):
                 steady = self.end is None or trigger >= self.end

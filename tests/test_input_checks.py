@@ -1342,3 +1342,34 @@ def test_a_key_of_a_str_subclass_is_its_plain_text() -> None:
 
     key = normalise_key(Folded("Alice"))
     assert type(key) is str and key == "Alice" and key != "alice"
+
+
+def test_categories_one_and_true_are_two_and_a_nested_one_is_a_validation_error() -> None:
+    """A category set ``[1, True, "x"]`` was refused as "not unique" although the encoder
+    keeps 1 and True apart (as a label set does), and ``[[1], [2], [3]]`` raised a bare
+    ``TypeError: unhashable type`` (review T #7)."""
+    from pydantic import ValidationError
+
+    schema = PublicSchema(features={"c": [1, True, "x"]}, target_bounds=(0, 1))
+    validator = RecordValidator(schema, "regression")
+    assert [validator.features({"c": v})[0] for v in (1, True, "x")] == [0.0, 1.0, 2.0]
+    with pytest.raises(ValidationError):
+        PublicSchema(features={"c": [[1], [2], [3]]})
+    with pytest.raises(ValidationError, match="category values must be unique"):
+        PublicSchema(features={"c": ["a", "b", "a"]})
+
+
+def test_a_name_or_label_that_differs_only_in_unicode_normalisation_is_pointed_out() -> None:
+    """``"cafe\\u0301"`` and ``"café"`` print alike, so "unknown feature 'café' (not in the
+    public schema: 'café', …)" read as nonsense (review T #4): the error says they differ
+    only in normalisation."""
+    schema = PublicSchema(features={"café": (0, 1)}, labels=["café", "tea"])
+    validator = RecordValidator(schema, "classification")
+    twin = "differ only in Unicode normalisation"
+    with pytest.raises(InvalidRecord, match=twin):
+        validator.features({"cafe\u0301": 0.5})
+    with pytest.raises(InvalidRecord, match=twin):
+        validator.label("cafe\u0301")
+    with pytest.raises(InvalidRecord) as refused:
+        validator.features({"thé": 0.5})
+    assert twin not in str(refused.value)

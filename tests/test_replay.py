@@ -11,6 +11,7 @@ import pytest
 from renyiboost.cli import main as cli_main
 from renyiboost.exceptions import TestingOnlyWarning
 from renyiboost.experiments import evaluation
+from renyiboost.schema import PublicSchema
 from renyiboost.stream.sources import LATE_SUBPOPULATIONS, InMemorySource
 
 warnings.simplefilter("ignore", TestingOnlyWarning)
@@ -127,6 +128,14 @@ def test_a_source_refuses_arguments_it_cannot_replay() -> None:
     with pytest.raises(ValueError, match="scenario 'late' holds back"):
         InMemorySource(type(data)("mine", data.X, data.y, data.schema, data.task),
                        scenario="late")
+    # river's error about drift locations, and a bare StopIteration (review Y #6)
+    with pytest.raises(ValueError, match="friedman replays need at least 3 records"):
+        InMemorySource("friedman", limit=2)
+    only_sex = PublicSchema(features={"sex": data.schema.features["sex"]},
+                            target_bounds=data.schema.target_bounds)
+    with pytest.raises(ValueError, match="scenario 'sorted' orders by a numeric feature"):
+        InMemorySource(type(data)("mine", data.X[:, :1], data.y, only_sex, data.task),
+                       scenario="sorted")
 
 
 def test_drift_starts_of_the_generators_in_their_natural_order() -> None:

@@ -306,7 +306,11 @@ class PublicSchema(BaseModel):
                     f"{spec!r} (one value cannot split; a numeric feature takes (lo, hi))")
             elif isinstance(spec, list) and len(spec) > 0:
                 values = list(spec)
-                if len(set(values)) != len(values):
+                try:  # 1 and True are two categories, as a category index keeps them
+                    unique = len({category_key(v) for v in values}) == len(values)
+                except TypeError:  # a list or a dict among them: refused by type below
+                    unique = True  # (it was a bare "unhashable type": review T #7)
+                if not unique:
                     raise ValueError(f"feature {name!r}: category values must be unique")
                 normalised[key] = values
             else:

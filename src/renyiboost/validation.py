@@ -153,6 +153,23 @@ def _date_labels(dtype: Any) -> InvalidRecord:
                                   "numbers (e.g. days) or a public label set's members")
 
 
+def unicode_twin(value: Any, known: Iterable[Any]) -> str:
+    """A note for an error about ``value`` when one of ``known`` differs from it only in
+    Unicode normalisation (``"café"`` written with a combining accent): the two print alike,
+    and the error read as if the name were missing (review T #4). Keys are normalised (NFC);
+    names, categories and labels are the schema's, as written, so they are only pointed
+    out."""
+    if not isinstance(value, str) or value.isascii():
+        return ""
+    form = unicodedata.normalize("NFC", value)
+    twin = next((k for k in known if isinstance(k, str) and k != value
+                 and unicodedata.normalize("NFC", k) == form), None)
+    return "" if twin is None else (
+        f"; {value!r:.80} and the schema's {twin!r:.80} differ only in Unicode normalisation "
+        f"(code points {[hex(ord(c)) for c in value][:12]} against "
+        f"{[hex(ord(c)) for c in twin][:12]}): normalise the records (NFC) or the schema")
+
+
 def require_aligned(X: Any, y: Any, keys: Any = None) -> None:
     """Refuse a pandas ``y`` or ``keys`` whose index is not ``X``'s (``ValueError``): rows,
     labels and keys are paired by position, so a ``y`` shuffled, sorted or reindexed apart
@@ -533,7 +550,7 @@ class RecordValidator:
         schema = self.schema
         known = ", ".join(map(repr, schema.names[:8])) + (", …" if schema.n_features > 8 else "")
         raise InvalidRecord("schema", f"unknown feature {name!r:.80} (not in the public schema: "
-                                      f"{known})")
+                                      f"{known}){unicode_twin(name, schema.names)}")
 
     def columns(
         self, columns: Mapping[str, Any], n_rows: int, exclude: Iterable[int] = (),
@@ -685,7 +702,8 @@ class RecordValidator:
             raise InvalidRecord("label", f"label {y!r:.40} is not in the public label set "
                                          f"{self.schema.labels!r:.120}"
                                 + ("" if code is None else " (a bool matches only a bool "
-                                   "label, and a number only a number)"))
+                                   "label, and a number only a number)")
+                                + unicode_twin(y, self.schema.labels or []))
         kind = type(y)
         if kind is float or kind is int:  # the common case, without ABC checks
             value = _as_float(y)

@@ -12,9 +12,10 @@ are rejected. A rejected event carries a short machine-readable reason for the d
 topic:
 
 ``oversize`` (larger than ``max_bytes``), ``json`` (not JSON), ``schema`` (shape, types,
-unknown features, NaN or infinite values), ``missing_key`` (no key where the format says the
-key is), ``key`` (an empty, over-long or non-UTF-8 key) and ``label`` (not a label of the
-public target domain).
+unknown features, ±Infinity; a NaN or ``null`` is a missing value, as in ``learn_one``),
+``missing_key`` (no key where the format says the key is), ``key`` (a key of another type
+than a string or an integer, or an empty, over-long or non-UTF-8 one) and ``label`` (not a
+label of the public target domain).
 
 :meth:`EventParser.parse` validates one message (the reference: pydantic-core's JSON parser
 and the :class:`RecordValidator`); :meth:`EventParser.parse_batch` decodes a poll batch with
@@ -332,8 +333,10 @@ class EventParser:
                 raise InvalidRecord("missing_key", f"no {self.format.key_field!r} field in the "
                                                    "payload (the configured identity)")
             if isinstance(payload_key, bool) or not isinstance(payload_key, str | int):
-                raise InvalidRecord("schema", f"the key must be a string or an integer, got "
-                                              f"{type(payload_key).__name__}")
+                # the reason learn_one gives a key of another type (it was "schema", and a
+                # dead-letter consumer filtering on "key" missed these: review T #5)
+                raise InvalidRecord("key", f"the key must be a string or an integer, got "
+                                           f"{type(payload_key).__name__}")
             return normalise_key(payload_key)
         if not message_key:
             raise InvalidRecord("missing_key", "the message has no key (the identity)")

@@ -84,6 +84,9 @@ def friedman_drift(n: int = 20_000, seed: int = 0) -> Dataset:
     """``n`` FriedmanDrift records, global recurring abrupt drift at n/3 and 2n/3."""
     from river.datasets import synth
 
+    if n < 3:  # river's own error spoke of drift locations (review Y #6)
+        raise ValueError(f"friedman replays need at least 3 records (its drifts are at n/3 "
+                         f"and 2n/3), got limit {n}")
     stream = synth.FriedmanDrift(drift_type="gra", position=(n // 3, 2 * n // 3), seed=seed)
     return _collect("friedman", [stream.take(n)], FRIEDMAN_SCHEMA, "regression")
 
@@ -153,6 +156,9 @@ class InMemorySource:
                                      strict=True) if not c]
         if sort_by is not None and scenario != "sorted":
             raise ValueError(f"sort_by is read only by the 'sorted' scenario, not {scenario!r}")
+        if scenario == "sorted" and not numeric:  # (a bare StopIteration: review Y #6)
+            raise ValueError(f"scenario 'sorted' orders by a numeric feature; {dataset.name!r} "
+                             "has none")
         if sort_by is not None and sort_by not in numeric:
             raise ValueError(f"sort_by must name a numeric feature of {dataset.name!r} (one "
                              f"of {numeric}), got {sort_by!r}")

@@ -451,6 +451,18 @@ def test_a_topic_kafka_would_refuse_is_refused_by_the_config(tmp_path, capsys) -
                  str(tmp_path / "x.db")]) == 1
     assert "model_topic" in capsys.readouterr().err
     assert KafkaSettings(bootstrap_servers="h:9092", topics=["a.b_c-1"]).topics == ["a.b_c-1"]
+    # the model topic on an event or dead-letter topic, a topic beside its own dead-letter
+    # topic, a dead-letter name Kafka refuses, a topic twice, a poll librdkafka refuses
+    # (review K2 #2, #5, #7)
+    for topics, more, message in (
+            (["events"], {"model_topic": "events.dlq"}, "is an event topic or a dead-letter"),
+            (["events"], {"model_topic": "events"}, "is an event topic or a dead-letter"),
+            (["a", "a.dlq"], {}, "its dead-letter topic 'a.dlq'"),
+            (["x" * 246], {}, "an event topic takes at most 245"),
+            (["a", "a"], {}, "names a topic twice"),
+            (["a"], {"batch_size": 2_000_000}, "less than or equal to 1000000")):
+        with pytest.raises(ValueError, match=message):
+            KafkaSettings(bootstrap_servers="h:9092", topics=topics, **more)
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])

@@ -1230,3 +1230,48 @@ def test_the_served_release_is_built_once_a_version() -> None:
     assert service.release()["version"] == newest and built == [newest - 1, newest]
     assert service.release()["trees"] == engine.release("model").model_dump(mode="json")[
         "trees"]
+
+
+def test_a_poll_that_failed_leaves_the_trainer_refusing_more_and_errors_are_no_messages(
+        kafka_bootstrap, tmp_path, caplog) -> None:
+    """Review K2 #4: a poll whose dead letters could not be delivered had counted its
+    offsets already, so a second call committed later offsets with that batch neither
+    learned nor counted. The trainer refuses every call after a failed one. K2 #6: an error
+    event of the consumer (a topic deleted while running) counted as a message read, kept
+    the trainer from going idle, and was dropped without a word."""
+    topic = _topic("failed")
+    create_topic(kafka_bootstrap, topic)
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
+    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=kafka_bootstrap,
+                                                 topics=[topic], model_topic=f"{topic}.m"))
+    good = event_json("k", {"a": 0.5}, 0.5)
+    batches = [
+        [Message(topic=topic, partition=0, offset=o, key=f"k{o}".encode(),
+                 value=b"{bad" if o == 3 else good, timestamp=(1, 1000 + o)) for o in range(5)],
+        [Message(topic=topic, partition=0, offset=o, key=f"k{o}".encode(), value=good,
+                 timestamp=(1, 1000 + o)) for o in range(5, 10)]]
+    consumer = trainer.consumer
+    trainer.consumer = SimpleNamespace(consume=lambda size, timeout: batches.pop(0))
+
+    def undelivered(*args: Any) -> None:
+        raise RuntimeError("the dead-letter topic did not take them")
+
+    trainer._deliver_dead_letters = undelivered
+    with pytest.raises(RuntimeError, match="did not take them"):
+        trainer.poll_once()
+    with pytest.raises(Exception, match="stopped on an error .*did not take them"):
+        trainer.poll_once()
+    assert engine.positions == 0 and batches  # the second batch was never read
+    gone = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    trainer.failed = None
+    trainer.consumer = SimpleNamespace(consume=lambda size, timeout: [
+        Message(topic=topic, partition=0, error=gone)] * 3)
+    with caplog.at_level(logging.WARNING, logger=kafka_log.name):
+        assert trainer.poll_once() == 0 and trainer.poll_once() == 0
+    assert trainer.consumed == 0 and caplog.text.count("Unknown topic or partition") == 1
+    trainer.consumer = consumer
+    trainer.close()
+    engine.close()

@@ -370,3 +370,37 @@ def test_health_says_when_the_served_model_is_seeded_for_testing(seeded) -> None
     answer = TestClient(create_app(Ready())).get("/health")  # type: ignore[arg-type]
     assert answer.status_code == 200 and answer.json()["status"] == "degraded"
     assert "version 3, the newest this server received" in answer.json()["reason"]
+
+
+def test_a_waiting_follower_names_only_releases_of_other_models() -> None:
+    """A follower that has nothing yet names the other models on its topic in the public
+    ``/health``; a model topic pointed at an event or dead-letter topic named every message
+    key there, person ids (review K2 #5). Only a release whose key is its own model's name
+    is named now."""
+    from renyiboost.connectors.kafka import ModelFollower
+
+    class Message:
+        def __init__(self, key: bytes, value: bytes) -> None:
+            self._key, self._value = key, value
+
+        def key(self) -> bytes:
+            return self._key
+
+        def value(self) -> bytes:
+            return self._value
+
+        def error(self) -> None:
+            return None
+
+    model = SGBDTRegressor(FEATURES, target_bounds=(0.0, 1.0), epsilon=1.0, seed=1,
+                           train_every=50, warmup=50)
+    for i, x in enumerate(_rows(120, seed=5)):
+        model.learn_one(x, x["a"], key=i)
+    release = model.engine.release().model_copy(update={"model": "other"})
+    follower = ModelFollower.without_consumer("mine")
+    for key, value in ((b"alice@example.com", b'{"x": {"a": 0.5}, "y": 1}'),
+                       (b"bob@example.com", release.model_dump_json().encode()),
+                       (b"other", release.model_dump_json().encode())):
+        assert follower._take(Message(key, value)) == 0
+    reason = follower.waiting_reason()
+    assert reason is not None and "'other'" in reason and "example.com" not in reason

@@ -92,6 +92,7 @@ from renyiboost.connectors.events import (
 )
 from renyiboost.connectors.kafka_settings import (
     KafkaSettings,
+    dead_letter_topic,
     refuse_managed,
 )
 from renyiboost.exceptions import (
@@ -339,6 +340,8 @@ class _Loop:
     #: the close publishes nothing more (the next start publishes every version not yet
     #: published), so it neither waits out the timeouts again nor replaces that error.
     broken: bool = False
+    #: The error a call of :meth:`poll_once` stopped on; the trainer refuses further polls.
+    failed: BaseException | None = None
 
     def publish(self) -> None:
         """Publish the committed versions not yet published (after their commit, never
@@ -671,7 +674,24 @@ class KafkaTrainer(_Loop):
     def poll_once(self, max_messages: int | None = None, timeout: float | None = None) -> int:
         """Consume one bounded batch (at most ``batch_size``, and ``max_messages`` if given,
         waiting at most ``timeout`` seconds, default ``poll_timeout``) and feed it to the
-        engine; returns the messages read."""
+        engine; returns the messages read.
+
+        A call that fails leaves the trainer unusable: it had counted the batch's offsets
+        (and perhaps delivered its dead letters) before the failure, so a call after it
+        committed later offsets with those neither learned nor counted (review K2 #4). Close
+        it; a new trainer reads the batch again from the store's offsets."""
+        if self.failed is not None:
+            raise RenyiboostError(
+                f"this trainer stopped on an error ({type(self.failed).__name__}: "
+                f"{self.failed!s:.200}); what it read since its last commit is read again by a "
+                "new trainer: close this one and start another") from self.failed
+        try:
+            return self._poll(max_messages, timeout)
+        except BaseException as error:
+            self.failed = error
+            raise
+
+    def _poll(self, max_messages: int | None, timeout: float | None) -> int:
         self._check_client()
         size = self.settings.batch_size if max_messages is None else min(
             max(1, max_messages), self.settings.batch_size)
@@ -681,8 +701,11 @@ class KafkaTrainer(_Loop):
         with (self.parser.validator.warnings_at_end(), cycle_collector_paused(),
               self.engine.group_commit()):
             self._process(messages)
-        self.consumed += len(messages)
-        if messages:
+        # an error event (a topic deleted while running: UNKNOWN_TOPIC_OR_PART) is no
+        # message: counted, it kept the trainer from going idle and hid the outage (K2 #6)
+        delivered = sum(message.error() is None for message in messages)
+        self.consumed += delivered
+        if delivered:
             self._down_since = None
             self._logged_client_errors.clear()
         self.publish()
@@ -692,9 +715,9 @@ class KafkaTrainer(_Loop):
             store.set_meta(TOPIC_IDS_META,
                            {**(store.get_meta(TOPIC_IDS_META) or {}), **self._recreated_read})
             self._recreated_read = {}
-        if messages and self.engine.offsets:
+        if delivered and self.engine.offsets:
             self._commit_informational()
-        return len(messages)
+        return delivered
 
     def _process(self, messages: list[Message]) -> None:
         """Validate a batch, dead-letter the bad events and feed all of them, in order.
@@ -812,7 +835,16 @@ class KafkaTrainer(_Loop):
             error = message.error()
             if error is not None and error.code() not in _TRANSIENT:
                 raise RenyiboostError(f"Kafka error: {error}")
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                self._note_transient(str(error))
         return [m for m in messages if m.error() is None]
+
+    def _note_transient(self, error: str) -> None:
+        """Log a transient error of the consumer once until messages come again (a topic
+        deleted while the trainer runs was filtered out without a word: review K2 #6)."""
+        if error not in self._logged_client_errors:
+            self._logged_client_errors.add(error)
+            log.warning("the consumer reports %s; waiting for messages", error)
 
     def _dead_letter_batch(self, messages: list[Message], rejected: list[tuple[int, Rejected]],
                            back: list[tuple[int, str, int, int]]) -> None:
@@ -900,7 +932,7 @@ class KafkaTrainer(_Loop):
             key = None if key is None else key[:DEAD_LETTER_HEAD_BYTES]
         try:
             produce_waiting(
-                self.producer, self.settings.dlq_timeout, f"{message.topic()}.dlq",
+                self.producer, self.settings.dlq_timeout, dead_letter_topic(message.topic()),
                 value=value, key=key, headers=headers,
                 on_delivery=functools.partial(self._on_dead_letter_delivery, message, parsed,
                                               truncated))
@@ -1633,7 +1665,7 @@ class ModelFollower:
             return 0
         self.client_error = None
         if message.key() != self.model_name.encode():
-            self._other_model(message.key())
+            self._other_model(message)
             return 0
         release = self._release_of(message)
         if release is None:
@@ -1688,10 +1720,19 @@ class ModelFollower:
                     message.offset(), why)
         return None
 
-    def _other_model(self, key: bytes | None) -> None:
-        """Note a release of another model on the topic (logged once a name, a few names)."""
-        other = (key or b"").decode("utf-8", "replace")[:100]
-        if other not in self.other_models and len(self.other_models) < 20:
+    def _other_model(self, message: Message) -> None:
+        """Note a release of another model on the topic (logged once a name, a few names):
+        only a message that is a release of the model its key names. The names reach the
+        public ``/health``, and a model topic pointed at an event or dead-letter topic showed
+        its message keys there, person ids (review K2 #5)."""
+        other = (message.key() or b"").decode("utf-8", "replace")[:100]
+        if other in self.other_models or len(self.other_models) >= 20:
+            return
+        try:
+            release = ModelRelease.model_validate_json(message.value() or b"")
+        except ValidationError:
+            return
+        if release.model == other:
             self.other_models.add(other)
             log.warning("the model topic holds releases of %r; this follower follows %r "
                         "(--model-name)", other, self.model_name)

@@ -14,7 +14,14 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from renyiboost.settings import Settings
 
@@ -63,13 +70,19 @@ def topic_name(value: str) -> str:
 TopicName = Annotated[str, AfterValidator(_not_blank), AfterValidator(topic_name)]
 
 
+def dead_letter_topic(topic: str) -> str:
+    """Where the events of ``topic`` that cannot be learned go (the operator's topic)."""
+    return f"{topic}.dlq"
+
+
 class KafkaClientTable(Settings):
     """The settings of the ``[kafka]`` table of a config file (all optional)."""
 
     model_config = ConfigDict(extra="forbid")
 
     group_id: Name = "renyiboost"
-    batch_size: int = Field(1000, ge=1, description="messages per poll (bounded memory)")
+    batch_size: int = Field(1000, ge=1, le=1_000_000, description="messages per poll "
+                            "(bounded memory; librdkafka takes at most 10⁶)")
     connect_timeout: float = Field(
         30.0, gt=0, description="seconds the cluster may stay unreachable (at start or while "
         "running) before the trainer stops with an error")
@@ -116,6 +129,28 @@ class KafkaSettings(KafkaClientTable):
     @classmethod
     def _finite_poll(cls, value: float, info: ValidationInfo) -> float:
         return cls._finite(value, info)
+
+    @model_validator(mode="after")
+    def _topics_apart(self) -> KafkaSettings:
+        """The event topics, their dead-letter topics and the model topic are distinct, and
+        every dead-letter name is one Kafka takes: a model topic on an event or dead-letter
+        topic fed releases or raw events back in as positions, and a follower of it showed
+        their message keys (person ids) on the public ``/health`` (review K2 #5); a
+        dead-letter name past 249 characters failed at the first bad event (K2 #2)."""
+        letters = [dead_letter_topic(topic) for topic in self.topics]
+        for topic, letter in zip(self.topics, letters, strict=True):
+            if len(letter) > 249:
+                raise ValueError(f"the dead-letter topic of {topic[:40]!r}… would have "
+                                 f"{len(letter)} characters, more than Kafka takes (249): an "
+                                 "event topic takes at most 245")
+            if letter in self.topics:
+                raise ValueError(f"topics holds {topic!r} and its dead-letter topic {letter!r}")
+        if len(set(self.topics)) != len(self.topics):
+            raise ValueError(f"topics names a topic twice: {self.topics}")
+        if self.model_topic in (*self.topics, *letters):
+            raise ValueError(f"the model topic {self.model_topic!r} is an event topic or a "
+                             "dead-letter topic: releases are public, events are not")
+        return self
 
     def client(self, **more: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers,

@@ -1105,6 +1105,18 @@ def test_a_private_selection_checks_its_candidates_and_orders_first() -> None:
     assert fits == []
     with pytest.raises(ValueError, match="candidate 0 is not a configuration"):
         private_tune(schema, X, y, "classification", 1.0, candidates=[good | {"depth": -1}])
+    # a binary candidate on a three-class schema (Newton leaves, proper gradients): refused
+    # before any run, where it failed after a number of runs the hidden draws set (W #1)
+    three = PublicSchema(features=schema.features, labels=[0, 1, 2])
+    binary = default_params("classification", 1.0, 100_000) | {"rounds": 10}
+    assert binary["hess_clip"] is not None
+    with pytest.raises(ValueError, match="candidate 1 is not a configuration.*binary labels"), \
+            pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SGBDT, "fit", counted)
+        private_tune(three, X, y % 3, "classification", 1.0,
+                     candidates=[default_params("classification", 1.0, 600, n_classes=3),
+                                 binary], mean_runs=2.0)
+    assert fits == []
     result = private_tune(schema, X, y, "classification", 0.05, delta=0.01, mean_runs=9.0)
     assert 0 < result.budget.run_epsilon and result.budget.epsilon <= 0.05 + 1e-12
     with pytest.raises(ValueError, match="mean_runs"):

@@ -367,3 +367,32 @@ def test_records_without_keys_warn_once_that_one_record_is_the_unit() -> None:
         warnings.simplefilter("error", PrivacyLeakWarning)
         model.learn_one({"a": 0.4}, False)  # once is enough
         model.learn_one({"a": 0.4}, False, key="k")
+
+
+def test_a_fit_refused_for_its_settings_charges_no_budget() -> None:
+    """A split grid on a schema with no numeric feature, Newton leaves or proper gradients
+    on a multiclass schema: the fit charged its ε to the shared budget, then failed while
+    building the booster (review G2 #2). These checks read public inputs only and now come
+    before the charge."""
+    import warnings
+
+    from renyiboost.accounting.budget import PrivacyAccountant
+    from renyiboost.models.batch import SGBDT
+
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    categorical = PublicSchema(features={"c": ["p", "q"]}, target_bounds=(0.0, 1.0))
+    three = PublicSchema(features={"a": (0.0, 1.0)}, labels=["x", "y", "z"])
+    X = rng.uniform(size=(200, 1))
+    cases = [(SGBDT(categorical, task="regression", epsilon=0.5, grid_share=0.05, depth=2,
+                    rounds=5), np.zeros((200, 1)), rng.uniform(size=200), "grid_share"),
+             (SGBDT(three, task="classification", epsilon=0.5, hess_clip=0.1, depth=2,
+                    rounds=5), X, rng.choice(["x", "y", "z"], 200), "hess_clip"),
+             (SGBDT(three, task="classification", epsilon=0.5, logistic_gradient="proper",
+                    depth=2, rounds=5), X, rng.choice(["x", "y", "z"], 200), "proper")]
+    for model, rows, labels, message in cases:
+        accountant = PrivacyAccountant(1.0, 1e-5)
+        model.draw_from(accountant)
+        with pytest.raises(ValueError, match=message):
+            model.fit(rows, labels)
+        assert accountant.remaining_epsilon == 1.0, message

@@ -23,7 +23,7 @@ from renyiboost.exceptions import (
     outside_stacklevel,
     plain_argument_errors,
 )
-from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams
+from renyiboost.models.booster import RecordPool, SGBDTBooster, SGBDTParams, check_fits_schema
 from renyiboost.models.defaults import (
     PRIOR_RECORDS,
     check_privacy_inputs,
@@ -467,6 +467,7 @@ class SGBDT(MarginModel):
         which the filter admits nobody still releases its tree (noise-only leaves), because
         stopping early would tell whether some row still had budget.
         """
+        check_fits_schema(self.params, self.schema)  # public: before a budget is charged
         if self._given.private and (self.expected_records is not None
                                     or not self._needs_size()):
             # parameters known before the count: a calibration that cannot reach ε fails

@@ -321,6 +321,27 @@ class RoundOutcome:
                    **pool_side)
 
 
+def check_fits_schema(params: SGBDTParams, schema: PublicSchema) -> None:
+    """Refuse ``params`` that ``schema`` cannot be trained with (``ValueError``): public
+    inputs only, so a batch fit and a private selection make this check before any budget
+    is charged or any row read (a fit charged its ε, then failed here: review G2 #2; a
+    selection failed here after several runs, at a point that depended on its hidden number
+    of runs: review W #1)."""
+    if params.task == "regression" and schema.target_bounds is None:
+        raise ValueError("regression needs public target_bounds=(lo, hi); reading them from "
+                         "the labels would leak them")
+    if params.task == "classification" and schema.n_classes > 2:
+        if params.logistic_gradient != "clipped":
+            raise ValueError("logistic_gradient='proper' is for binary labels: a multiclass "
+                             "gradient is clipped in L2 norm; leave it unset")
+        if params.hess_clip is not None:
+            raise ValueError("hess_clip (Newton leaves) is for binary labels: a multiclass "
+                             "leaf divides by its noisy count; leave hess_clip unset")
+    if params.grid_share > 0 and schema.n_numeric == 0:
+        raise ValueError("grid_share buys a split grid for numeric features; this schema has "
+                         "none, so leave grid_share at 0")
+
+
 class SGBDTBooster:
     """The learner's mechanics over a :class:`RecordPool`; estimators wrap it.
 
@@ -358,22 +379,12 @@ class SGBDTBooster:
         #: store that was trained seeded): its guarantee then says ``seeded_for_testing``
         #: whatever :attr:`noise` is now.
         self.seeded_before = False
+        check_fits_schema(params, schema)
         if params.task == "regression":
-            if schema.target_bounds is None:
-                raise ValueError(
-                    "regression needs public target_bounds=(lo, hi); reading them from the "
-                    "labels would leak them"
-                )
-            lo, hi = schema.target_bounds
+            lo, hi = schema.target_bounds  # type: ignore[misc]
             self.loss: SquaredLoss | LogisticLoss | SoftmaxLoss = SquaredLoss(
                 lo, hi, params.grad_clip)
         elif schema.n_classes > 2:
-            if params.logistic_gradient != "clipped":
-                raise ValueError("logistic_gradient='proper' is for binary labels: a "
-                                 "multiclass gradient is clipped in L2 norm; leave it unset")
-            if params.hess_clip is not None:
-                raise ValueError("hess_clip (Newton leaves) is for binary labels: a multiclass "
-                                 "leaf divides by its noisy count; leave hess_clip unset")
             self.loss = SoftmaxLoss(schema.n_classes, params.grad_clip)
             # Multiclass rounds run the numpy reference (vectorised over records; the
             # compiled round pass is written for scalar margins).
@@ -419,9 +430,6 @@ class SGBDTBooster:
                 NoiseStage(cal, LeafRelease(cal.sigma, params.count_share,
                                             static=params.leaf_noise == "static"), flt)
                 for cal, flt in zip(calibrations, filters, strict=True))
-        if params.grid_share > 0 and schema.n_numeric == 0:
-            raise ValueError("grid_share buys a split grid for numeric features; this "
-                             "schema has none, so leave grid_share at 0")
         #: The smoothing windows' spans a private split grid set (``None``: public ranges).
         self.smoothing_spans: np.ndarray | None = None
         self.rounds_done = 0

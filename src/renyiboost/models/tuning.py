@@ -39,7 +39,7 @@ import numpy as np
 
 from renyiboost.accounting.selection import SelectionBudget
 from renyiboost.models.batch import SGBDT
-from renyiboost.models.booster import SGBDTParams
+from renyiboost.models.booster import SGBDTParams, check_fits_schema
 from renyiboost.models.defaults import covering_selection, default_params, policy_fields
 from renyiboost.randomness import NoiseSource, noise_source
 from renyiboost.schema import PublicSchema
@@ -235,8 +235,9 @@ def private_tune(
     budget = selection_budget(pool[0], task, epsilon, delta, mu)
     for index, params in enumerate(pool):  # each candidate, before any run reads a row
         try:
-            SGBDT(schema, seed=None, **_run_fields(params, task, budget, delta)
-                  ).params.calibrate()
+            run = SGBDT(schema, seed=None, **_run_fields(params, task, budget, delta)).params
+            check_fits_schema(run, schema)
+            run.calibrate()
         except (TypeError, ValueError) as error:
             raise ValueError(f"candidate {index} is not a configuration a run can fit at "
                              f"the selection's order {budget.order} and per-run budget: "

@@ -1158,3 +1158,39 @@ def test_a_wide_schema_reaches_its_last_column() -> None:
     narrow, _, _ = _wide_classification(10, 10, signal=9, seed=4)
     assert EngineConfig.from_defaults(narrow, "classification", 1.0, 1e-6,
                                       2_100).params.feature_selection == "mains_then_pairs"
+
+
+def test_a_selection_says_nothing_about_which_candidate_a_run_drew() -> None:
+    """A candidate's settings warning (``mains_cycles`` with one-feature trees) was given by
+    the up-front check and again by the first run's model when it drew that candidate, so
+    the log told the draw (review W #2): it is given once, whatever the runs draw. The
+    default candidates no longer carry ``mains_cycles`` where it is unread."""
+    import warnings
+
+    from renyiboost.models.tuning import default_candidates, private_tune
+
+    for candidate in default_candidates("classification", 0.5, n_numeric=2):
+        if candidate["feature_selection"] != "mains_then_pairs":
+            assert "mains_cycles" not in candidate
+    schema, X, y = _tuning_rows(600)
+    pairs = {k: v for k, v in default_params("classification", 1.0, 600).items()
+             if k != "mains_cycles"} | {"rounds": 10, "feature_selection": "pairs"}
+    unread = pairs | {"mains_cycles": 20}  # warns: pairs read no mains_cycles
+    counts = set()
+    for seed in range(6):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            private_tune(schema, X, y, "classification", 1.0, candidates=[pairs, unread],
+                         mean_runs=2.0, seed=seed)
+        counts.add(sum("mains_cycles=20" in str(w.message) for w in caught))
+    assert counts == {1}
+
+
+def test_a_selection_at_a_small_epsilon_reaches_the_large_orders() -> None:
+    """The selection's orders stopped at 1,024, below the calibration's 4,096: ε = 0.005 with
+    nine expected runs was refused although order 3,072 pays for it (review W #3)."""
+    from renyiboost.models.tuning import selection_budget
+
+    params = default_params("classification", 0.005, 10_000) | {"rounds": 10}
+    budget = selection_budget(params, "classification", 0.005, 1e-6, 9.0)
+    assert budget.order > 1024 and budget.epsilon <= 0.005 + 1e-12

@@ -269,3 +269,21 @@ def test_the_binary_learners_of_the_field_refuse_three_classes(learner) -> None:
     two = PublicSchema(features={"a": (0.0, 1.0)}, labels=["p", "r"])
     cls(two, seed=0, task="classification", epsilon=1.0).fit(X, y)
     SGBDT(schema, seed=0, task="classification", epsilon=1.0, rounds=2).fit(X, y)
+
+
+def test_a_multiclass_fit_given_depth_and_rounds_buys_no_size() -> None:
+    """The multiclass policy fixes the feature choice and the gradient, so a fit given depth
+    and rounds reads the size for nothing; it still bought one with 5 % of ε (review W #4).
+    A binary fit given the same still buys one (its feature choice needs the size)."""
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(300, 1))
+    three = PublicSchema(features={"a": (0.0, 1.0)}, labels=["x", "y", "z"])
+    model = SGBDT(three, task="classification", epsilon=1.0, depth=2, rounds=5)
+    model.fit(X, rng.choice(["x", "y", "z"], 300))
+    assert model.size_estimate_epsilon is None
+    assert model.privacy_guarantee().epsilon == pytest.approx(1.0, abs=1e-6)
+    binary = SGBDT(PublicSchema(features={"a": (0.0, 1.0)}), task="classification",
+                   epsilon=1.0, depth=2, rounds=5)
+    binary.fit(X, rng.integers(0, 2, 300))
+    assert binary.size_estimate_epsilon == pytest.approx(0.05)

@@ -429,8 +429,8 @@ class SGBDT(MarginModel):
     def _needs_size(self) -> bool:
         """Whether the policy needs the number of rows: it decides a parameter that depends
         on it (:func:`~renyiboost.models.defaults.size_fields`)."""
-        return self._needs_policy() and bool(size_fields(self._given.task)
-                                             - self.explicit_params.keys())
+        return self._needs_policy() and bool(
+            size_fields(self._given.task, self.schema.n_classes) - self.explicit_params.keys())
 
     def _resolve(self, records: float | None, epsilon: float | None = None) -> SGBDTParams:
         """Explicit parameters over the default policy at ``records`` (a provisional

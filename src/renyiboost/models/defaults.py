@@ -545,13 +545,15 @@ def policy_fields(task: str) -> frozenset[str]:
     return POLICY_FIELDS - {"hess_clip"} if task == "regression" else POLICY_FIELDS
 
 
-def size_fields(task: str) -> frozenset[str]:
+def size_fields(task: str, n_classes: int = 2) -> frozenset[str]:
     """The parameters :func:`default_params` reads the number of records for (the rest are
     constants, or functions of ε and the schema): a batch fit buys a size only when the
     caller left one of these out. It bought one, with 5 % of ε, whenever any policy field
-    was left out, and then used the size for nothing (review R, 29 November)."""
+    was left out, and then used the size for nothing (review R, 29 November); a multiclass
+    fit, whose feature choice and gradient are fixed (``_MULTICLASS``), did so still (W #4)."""
+    binary = task == "classification" and n_classes <= 2
     return frozenset({"depth", "rounds"} | (
-        {"feature_selection", "logistic_gradient"} if task == "classification" else set()))
+        {"feature_selection", "logistic_gradient"} if binary else set()))
 
 
 def stream_schedule(records: float, batch_rounds: int) -> dict[str, Any]:

@@ -1194,3 +1194,21 @@ def test_a_selection_at_a_small_epsilon_reaches_the_large_orders() -> None:
     params = default_params("classification", 0.005, 10_000) | {"rounds": 10}
     budget = selection_budget(params, "classification", 0.005, 1e-6, 9.0)
     assert budget.order > 1024 and budget.epsilon <= 0.005 + 1e-12
+
+
+def test_a_selection_refuses_candidates_it_would_change_or_repeat() -> None:
+    """A candidate's epsilon, delta, task and order were overwritten without a word (its
+    public report showed epsilon=50 beside a guarantee of 1.0), a repeated candidate ran as
+    a choice, and one dict or epsilon=None got errors about something else (review W #6)."""
+    from renyiboost.models.tuning import private_tune
+
+    schema, X, y = _tuning_rows(300)
+    good = default_params("classification", 1.0, 300) | {"rounds": 5}
+    for candidates, message in (([good, good | {"epsilon": 50}], "candidate 1 sets"),
+                                ([good, good | {"rdp_order": 8}], "candidate 1 sets"),
+                                ([good, dict(good)], "candidate 1 repeats candidate 0"),
+                                (good, "one dict"), ([good, 3], "candidate 1 is a int")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            private_tune(schema, X, y, "classification", 1.0, candidates=candidates)
+    with pytest.raises(ValueError, match="needs a finite epsilon"):
+        private_tune(schema, X, y, "classification", None, candidates=[good])

@@ -396,3 +396,24 @@ def test_a_fit_refused_for_its_settings_charges_no_budget() -> None:
         with pytest.raises(ValueError, match=message):
             model.fit(rows, labels)
         assert accountant.remaining_epsilon == 1.0, message
+
+
+def test_a_fit_whose_epsilon_no_calibration_reaches_charges_nothing_without_a_hint() -> None:
+    """Without a size hint the fit bought its size, charging the shared budget, and only then
+    found that ε = 1e-4 calibrates at no order (review W #5); with a hint it was refused
+    first. Both are refused before any charge now."""
+    import warnings
+
+    from renyiboost.accounting.budget import PrivacyAccountant
+    from renyiboost.models.batch import SGBDT
+
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    for hint in (None, 300):
+        accountant = PrivacyAccountant(1.0, 1e-5)
+        model = SGBDT(schema, task="regression", epsilon=1e-4, expected_records=hint)
+        model.draw_from(accountant)
+        with pytest.raises(ValueError, match="no noise scale reaches"):
+            model.fit(rng.uniform(size=(300, 1)), rng.uniform(size=300))
+        assert accountant.charges == [] and model.size_estimate_ is None

@@ -473,6 +473,12 @@ class SGBDT(MarginModel):
             # parameters known before the count: a calibration that cannot reach ε fails
             # here, before an accountant is charged (cached, so the booster's is free)
             self.params.calibrate()
+        elif self._given.private:
+            # the size is bought first; what the trees keep of ε either calibrates at some
+            # size or at none (a target past the conversion's reach fails at every size,
+            # and was found after the accountant was charged: review W #5)
+            rest = SizeEstimate.split(float(self._given.epsilon)).rest_epsilon
+            self._resolve(PRIOR_RECORDS, rest).calibrate()
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         self.size_estimate_epsilon = self.size_estimate_ = None
         self.stated_guarantee = None  # a new fit is neither the release read nor the choice

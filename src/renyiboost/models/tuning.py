@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,10 @@ MAX_MEAN_RUNS = 1000
 SELECTION_ORDERS = tuple(sorted({round(float(x)) for x in np.geomspace(2, 4096, 70)}))
 
 
+#: What the selection sets for every run, which a candidate may not set.
+SELECTION_SETS = frozenset({"task", "epsilon", "delta", "rdp_order"})
+
+
 def _run_fields(params: dict[str, Any], task: str, budget: SelectionBudget,
                 delta: float) -> dict[str, Any]:
     """A run's parameters: the candidate's, at the selection's order and per-run budget."""
@@ -216,11 +220,29 @@ def private_tune(
     """Select a configuration on ``(X, y)`` under a total (``epsilon``, ``delta``) (module
     docstring). Candidates must give every policy parameter (no run may buy a size
     estimate: its Laplace count is not Rényi-accounted at α̂)."""
+    if epsilon is None:
+        raise ValueError("a private selection needs a finite epsilon > 0: it is the total "
+                         "the selection spends")
+    if isinstance(candidates, Mapping):
+        raise TypeError("candidates is a list of configurations (dicts), got one dict: "
+                         "pass [config]")
     pool = list(candidates) if candidates is not None else default_candidates(
         task, epsilon, schema.n_numeric, schema.n_classes, schema.n_features)
     if not pool:
         raise ValueError("need at least one candidate")
     for index, params in enumerate(pool):
+        if not isinstance(params, Mapping):
+            raise TypeError(f"candidate {index} is a {type(params).__name__}, not a dict of "
+                             "parameters")
+        if (set_by_selection := sorted(SELECTION_SETS & set(params))):
+            # overwritten without a word, and public_report() showed the candidate's
+            # epsilon=50 beside a guarantee of 1.0 (review W #6)
+            raise ValueError(f"candidate {index} sets {set_by_selection}, which the selection "
+                             "sets for every run (the task, the per-run budget and order, δ): "
+                             "leave them out")
+        if params in pool[:index]:
+            raise ValueError(f"candidate {index} repeats candidate {pool.index(params)}: a "
+                             "repeat adds no choice, and each candidate costs the runs budget")
         missing = policy_fields(task) - set(params)
         if missing:
             raise ValueError(f"candidate {index} leaves {sorted(missing)} to the default "

@@ -85,3 +85,27 @@ def test_compiled_round_equals_the_numpy_reference(case: str) -> None:
         assert refused > 0
     if case == "regression":  # and retired for good
         assert retired > 4000 // 31 + 1
+
+
+@pytest.mark.parametrize("mode", [{"leaf_noise": "static"}, {"individual_filter": False},
+                                  {}], ids=["static leaves", "no individual filter", "dynamic"])
+def test_a_nan_gradient_never_reaches_a_leaf(mode: dict[str, object]) -> None:
+    """A record whose margin is NaN has a NaN gradient. With static leaves or without the
+    individual filter every record paid the full price, s² = 1, which skipped the check that
+    keeps a NaN out of the sums, and the released leaf was NaN: whether the record was
+    sampled, and where, for all to see (review G2 #3). The compiled round leaves it out of
+    every sum, as it did with dynamic leaves; the numpy reference refuses it."""
+    params = SGBDTParams(epsilon=1.0, rounds=5, depth=2, sampling_rate=1.0,
+                         task="regression", **mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TestingOnlyWarning)
+        compiled, reference = (SGBDTBooster(params, SCHEMA, seed=3, compiled=flag)
+                               for flag in (True, False))
+    pools = [_pool("regression", 100, 2) for _ in range(2)]
+    for pool in pools:
+        pool.retired[:] = False
+        pool.margin[7] = np.nan
+    outcome = compiled.plan_round(pools[0], None, None)
+    assert np.isfinite(outcome.leaves).all() and outcome.n_eligible == 99
+    with pytest.raises(ValueError, match="sensitivit"):
+        reference.plan_round(pools[1], None, None)

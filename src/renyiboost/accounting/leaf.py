@@ -46,6 +46,17 @@ def squared_sensitivity(count_share: float, grad_share: float, count_ratio: floa
     return count_share * count_ratio * count_ratio + grad_share * grad_ratio * grad_ratio
 
 
+def full_price(count_ratio: float | np.ndarray, grad_ratio: float | np.ndarray) -> np.ndarray:
+    """s² = 1 for every record that pays the full price (static leaves, no individual
+    filter), but NaN for a record whose gradient or denominator is not a finite number: the
+    filter refuses it (:func:`~renyiboost.accounting.filter.check_sensitivity2`) where a 1
+    had let its NaN into a released leaf (review G2 #3). Its inputs are the record's; that
+    it pays 1 is not."""
+    a = np.asarray(count_ratio, dtype=float)
+    b = np.asarray(grad_ratio, dtype=float)
+    return np.where(np.isfinite(a) & np.isfinite(b), 1.0, np.nan)
+
+
 @dataclass(frozen=True)
 class LeafRelease:
     """Noise of one DP leaf: scale ``sigma`` split with count share ``count_share`` (r1);
@@ -94,7 +105,7 @@ class LeafRelease:
         a = np.asarray(count_ratio, dtype=float)
         b = np.asarray(grad_ratio, dtype=float)
         if self.static:
-            return np.ones(np.broadcast(a, b).shape)
+            return full_price(a, b)
         return self.count_share * a * a + self.grad_share * b * b
 
     def noise_multiplier(self, sensitivity2: float | np.ndarray) -> np.ndarray:

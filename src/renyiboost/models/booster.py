@@ -46,6 +46,7 @@ from renyiboost.accounting import (
 )
 from renyiboost.accounting.filter import charged_many
 from renyiboost.accounting.inputs import Delta, OptionalEpsilon
+from renyiboost.accounting.leaf import full_price
 from renyiboost.exceptions import NonPrivateWarning, outside_stacklevel
 from renyiboost.models import kernels
 from renyiboost.models.grid import QuantileMap, histograms
@@ -695,7 +696,8 @@ class SGBDTBooster:
             if self.params.individual_filter:
                 s2 = stage.release.sensitivity2(stats.count_ratio, stats.grad_ratio)
             else:
-                s2 = np.ones(active.size)  # data-independent: everyone pays full price
+                # everyone pays the full price (a NaN gradient is refused: full_price)
+                s2 = full_price(stats.count_ratio, stats.grad_ratio)
             step = stage.filter.step(pool.spent[active], s2)
             eligible = step.eligible
             spent[active] = step.spent

@@ -124,8 +124,8 @@ def round_pass(
         g = min(max(raw, -grad_clip), grad_clip)
         eligible = True
         if private:
-            if full_charge:
-                s2 = 1.0
+            if full_charge:  # the full price; a NaN gradient or denominator is in no sum
+                s2 = 1.0 if math.isfinite(g) and math.isfinite(den) else math.nan  # (G2 #3)
             else:
                 s2 = squared_sensitivity(count_share, grad_share, a, abs(g) / grad_clip)
             index = charge_code(s2, min_sensitivity2, resolution)

@@ -1275,3 +1275,42 @@ def test_a_poll_that_failed_leaves_the_trainer_refusing_more_and_errors_are_no_m
     trainer.consumer = consumer
     trainer.close()
     engine.close()
+
+
+def test_a_restart_under_another_event_format_dead_letters_what_it_now_refuses(
+        kafka_bootstrap, tmp_path) -> None:
+    """Review K2 #3: a batch dead-lettered its bad event at offset 6 (mark 7) and the
+    trainer died before committing; restarted with a smaller ``max_bytes``, the 3 kB event
+    at offset 3, valid before, was refused, lay below the mark, and was counted a repeat:
+    neither learned nor dead-lettered. Marks set under another format are not trusted."""
+    topic = _topic("format")
+    create_topic(kafka_bootstrap, topic)
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    path = tmp_path / "s.db"
+    good = event_json("k", {"a": 0.5}, 0.5)
+    big = json.dumps({"x": {"a": 0.5}, "y": 0.5}).encode()[:-1] + b" " * 3000 + b"}"
+    batch = [Message(topic=topic, partition=0, offset=o, key=f"k{o}".encode(),
+                     value={3: big, 6: b"{bad"}.get(o, good), timestamp=(1, 5000 + o))
+             for o in range(8)]
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topics=[topic],
+                             model_topic=f"{topic}.m")
+    engine = StreamEngine(config, store=SQLiteStore(path, create=True))
+    trainer = KafkaTrainer(engine, settings)
+    with engine.group_commit():
+        trainer._process(batch)
+    assert trainer.dead_letters["json"] == 1
+    trainer.consumer.close()
+    engine.store.close()  # a crash: nothing of the batch committed, the mark kept
+    engine = StreamEngine(config, store=SQLiteStore(path))
+    trainer = KafkaTrainer(engine, settings, EventFormat(max_bytes=1000))
+    with engine.group_commit():
+        trainer._process(batch)
+    assert trainer.dead_letters == {"oversize": 1, "json": 1}
+    assert trainer.dead_letters_repeated == 0
+    letters = read_topic(kafka_bootstrap, f"{topic}.dlq", 3)
+    assert sorted(dict(m.headers())["reason"].decode() for m in letters) == [
+        "json", "json", "oversize"]
+    trainer.close()
+    engine.close()

@@ -178,6 +178,8 @@ class RepeatedClientLines(logging.Filter):
 log.addFilter(RepeatedClientLines())
 #: Consumer errors that are states, not failures: end of a partition, a topic not created yet.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART)
+#: The store's record of the event format its dead-letter marks were set under.
+DEAD_LETTER_FORMAT_META = "dead_letter_format"
 #: Why a shard dead-letters an event whose message key is not its key's canonical spelling.
 _OTHER_SPELLING = Rejected(
     "key", "with several shards the message key must be the key in its canonical form (NFC, "
@@ -491,7 +493,7 @@ class KafkaTrainer(_Loop):
         store = engine.store
         #: The last release on the model topic: its version, partition and offset.
         self._published = published_to(store.get_meta("published"), settings)
-        self._dead_lettered: dict[str, int] = dict(store.get_meta("dead_lettered") or {})
+        self._dead_lettered: dict[str, int] = self._dead_letter_marks(store)
         self._undelivered: list[str] = []
         #: Per partition, the offset the next message should have (:meth:`_positions`).
         self._expected: dict[str, int] = {}
@@ -846,6 +848,27 @@ class KafkaTrainer(_Loop):
             self._logged_client_errors.add(error)
             log.warning("the consumer reports %s; waiting for messages", error)
 
+    @property
+    def _judged_by(self) -> dict[str, Any]:
+        """The event format the dead-letter marks were set under."""
+        return self.parser.format.model_dump(mode="json")
+
+    def _dead_letter_marks(self, store: Any) -> dict[str, int]:
+        """Each partition's mark, the offset after its last dead letter (:meth:`_dead_letter_
+        batch`), unless the marks were set under another event format: an event the
+        earlier format took and this one refuses lies below its mark and was never sent,
+        and a restart counted it a repeat, lost without a dead letter (review K2 #3). Then
+        every refused event is sent again; the dead letters' ids let a reader drop the
+        repeats."""
+        marks = dict(store.get_meta("dead_lettered") or {})
+        judged = store.get_meta(DEAD_LETTER_FORMAT_META)
+        if marks and judged is not None and judged != self._judged_by:
+            log.warning("the event format changed since the last dead letters (%s → %s): "
+                        "the refused events after the committed offsets are dead-lettered "
+                        "again (repeats keep their renyiboost.dlq.id)", judged, self._judged_by)
+            return {}
+        return marks
+
     def _dead_letter_batch(self, messages: list[Message], rejected: list[tuple[int, Rejected]],
                            back: list[tuple[int, str, int, int]]) -> None:
         """Dead-letter the ``rejected`` events but those a restart found delivered already:
@@ -874,6 +897,7 @@ class KafkaTrainer(_Loop):
             if sent:
                 self._deliver_dead_letters()
             self.engine.store.set_meta("dead_lettered", reached)
+            self.engine.store.set_meta(DEAD_LETTER_FORMAT_META, self._judged_by)
             self._dead_lettered = reached
         if sent:
             log.warning("dead-lettered events to %s.dlq; by reason so far: %s (operator "

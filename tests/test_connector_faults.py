@@ -1314,3 +1314,26 @@ def test_a_restart_under_another_event_format_dead_letters_what_it_now_refuses(
         "json", "json", "oversize"]
     trainer.close()
     engine.close()
+
+
+def test_a_trainer_creates_its_dead_letter_topics_at_start(kafka_bootstrap, tmp_path) -> None:
+    """Review K2 #2: nothing checked the dead-letter topic at start, so a cluster that does
+    not create topics on first write stopped the trainer at the first bad event, weeks in,
+    and at every restart on that batch. A start creates each event topic's dead-letter
+    topic."""
+    from confluent_kafka.admin import AdminClient
+
+    topics = [_topic("letters"), _topic("letters")]
+    for topic in topics:
+        create_topic(kafka_bootstrap, topic)
+    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                     target_bounds=(0.0, 1.0)),
+                                        "regression", 1.0)
+    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    assert not {f"{t}.dlq" for t in topics} & set(admin.list_topics(timeout=10).topics)
+    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=kafka_bootstrap,
+                                                 topics=topics, model_topic=f"{topics[0]}.m"))
+    assert {f"{t}.dlq" for t in topics} <= set(admin.list_topics(timeout=10).topics)
+    trainer.close()
+    engine.close()

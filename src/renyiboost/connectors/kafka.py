@@ -555,6 +555,7 @@ class KafkaTrainer(_Loop):
                 "budget. Keep [kafka] partitioner as it was; producers that change theirs "
                 "need a new deployment, or one shard first (`renyiboost reshard --to 1`)"))
         self._check_group(owned)
+        ensure_dead_letter_topics(self.settings)
         if self.shard is None:
             keep_model_topic_forever(self.settings)  # once: the fenced re-check reads releases
             self._published, releases = still_published(self.settings, self._published,
@@ -1090,6 +1091,43 @@ def _forever(limit: str) -> bool:
         return int(limit) < 0 or int(limit) >= 2**62
     except ValueError:
         return False
+
+
+def ensure_dead_letter_topics(settings: KafkaSettings) -> None:
+    """Create each event topic's dead-letter topic that does not exist, or refuse the start
+    when it cannot be created: a trainer whose dead letters could not be delivered stopped
+    at the first bad event, perhaps weeks in, and again at every restart on the same batch,
+    its valid events never learned (review K2 #2). A client not allowed to list or create
+    topics is warned, as for the model topic, and finds out at its first dead letter."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(settings.client())
+    timeout = settings.connect_timeout
+    try:
+        present = admin.list_topics(timeout=timeout).topics
+        missing = [dead_letter_topic(topic) for topic in settings.topics
+                   if dead_letter_topic(topic) not in present]
+        created = admin.create_topics([NewTopic(name, num_partitions=1) for name in missing]
+                                      ) if missing else {}
+        for name, future in created.items():
+            try:
+                future.result(timeout)
+                log.info("created the dead-letter topic %r", name)
+            except KafkaException as error:
+                code = error.args[0].code()
+                if code in _NOT_AUTHORIZED:
+                    raise
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise RenyiboostError(f"cannot create the dead-letter topic {name!r} "
+                                          f"({error.args[0].str()}): create it before the "
+                                          "trainer starts") from None
+    except KafkaException as error:
+        if error.args[0].code() in _NOT_AUTHORIZED:
+            log.warning("cannot check or create the dead-letter topics %s (%s): create them, "
+                        "and let this client write to them, before the first bad event comes",
+                        [dead_letter_topic(t) for t in settings.topics], error.args[0].str())
+            return
+        raise _unreachable(settings, error) from None
 
 
 def keep_model_topic_forever(settings: KafkaSettings) -> None:

@@ -390,3 +390,23 @@ def test_the_experiment_modules_import_each_other_without_a_cycle() -> None:
 
     cycles = [m for m in graph if reaches(m, m, {m})]
     assert not cycles, cycles
+
+
+def test_a_replay_run_outside_the_main_thread_trains_without_signal_handlers(tmp_path,
+                                                                           capsys) -> None:
+    """Only the main thread may set signal handlers; a sharded ``memory:`` replay started
+    from another thread (a notebook's worker, a test runner) failed with "signal only works
+    in main thread" and left empty shard stores (review D7 #5)."""
+    import threading
+
+    example = (Path(__file__).parents[1] / "examples" / "abalone.toml").read_text()
+    config = tmp_path / "c.toml"
+    config.write_text(example.replace('state = "out/abalone-state.db"',
+                                      f'state = "{tmp_path / "s.db"}"'))
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(main(
+        ["train", "--config", str(config), "--new-state", "--json", "--shards", "2"])))
+    thread.start()
+    thread.join(300)
+    assert codes == [0], capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["consumed"] == 4177

@@ -416,6 +416,22 @@ def test_a_bool_or_text_is_never_taken_for_a_number(tmp_path, capsys, line) -> N
     assert (model.engine.config.params.depth, model.engine.config.params.rounds) == (3, 5)
 
 
+def test_a_bool_or_text_in_bounds_or_a_list_of_numbers_is_refused() -> None:
+    """``target_bounds = [true, 10]`` became (1.0, 10.0) and ``epsilons = [0.5, true]`` a
+    run at ε = 1 (review D7 #6); integers still pass."""
+    from renyiboost.connectors.service import ModelConfig
+    from renyiboost.experiments.field import FieldConfig
+
+    table = {"task": "regression", "features": {"a": [0.0, 1.0]}}
+    for bounds in ([True, 10], ["0", 10]):
+        with pytest.raises(ValueError, match="target_bounds\n  Value error, must hold numbers"):
+            ModelConfig(**table, target_bounds=bounds)
+    assert ModelConfig(**table, target_bounds=[0, 10]).target_bounds == (0.0, 10.0)
+    with pytest.raises(ValueError, match="must hold numbers, got bool True"):
+        FieldConfig(epsilons=[0.5, True])
+    assert FieldConfig(epsilons=[0.5, 1]).epsilons == [0.5, 1.0]
+
+
 def test_a_model_table_names_a_classifiers_labels(tmp_path) -> None:
     """``labels`` in ``[model]``: the table had no such key, so ``renyiboost train`` could not
     train string or multiclass labels, which the engine and the event parser take (review

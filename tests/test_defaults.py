@@ -1212,3 +1212,36 @@ def test_a_selection_refuses_candidates_it_would_change_or_repeat() -> None:
             private_tune(schema, X, y, "classification", 1.0, candidates=candidates)
     with pytest.raises(ValueError, match="needs a finite epsilon"):
         private_tune(schema, X, y, "classification", None, candidates=[good])
+
+
+@pytest.mark.parametrize(("task", "epsilon"), [("classification", 4.0),
+                                               ("regression", 0.005)])
+def test_the_default_candidates_are_distinct_and_a_selection_takes_them(task, epsilon) -> None:
+    """At ε = 4 (classification) and ε ≤ 0.01 the policy at 1,000, 10,000 and 100,000 records
+    coincides, so the default candidates repeated one another, and the repeat check refused
+    the tuner's own defaults (review D7 #1)."""
+    from renyiboost.models.tuning import default_candidates, private_tune
+
+    candidates = default_candidates(task, epsilon, n_numeric=2)
+    assert all(c not in candidates[:i] for i, c in enumerate(candidates))
+    schema, X, y = _tuning_rows(400)
+    if task == "regression":
+        schema = PublicSchema(features=schema.features, target_bounds=(0.0, 1.0))
+        y = X[:, 0]
+    result = private_tune(schema, X, y, task, epsilon, mean_runs=2.0, seed=1)
+    assert 0 <= result.candidate < len(candidates)
+
+
+def test_a_fit_that_buys_its_size_warns_only_about_what_it_uses() -> None:
+    """The check that ε calibrates before the size is bought resolved the policy at the prior
+    size, and warned about ``mains_cycles`` for that provisional choice, not the fit's
+    (review D7 #4)."""
+    import warnings
+
+    schema, X, y = _tuning_rows(40_000)  # pairs at this size, one-feature trees at the prior
+    model = SGBDT(schema, task="classification", epsilon=0.05, mains_cycles=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    said = [str(w.message) for w in caught if "mains_cycles" in str(w.message)]
+    assert model.params.feature_selection == "mains_then_pairs" and said == [], said

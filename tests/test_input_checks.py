@@ -1373,3 +1373,25 @@ def test_a_name_or_label_that_differs_only_in_unicode_normalisation_is_pointed_o
     with pytest.raises(InvalidRecord) as refused:
         validator.features({"thé": 0.5})
     assert twin not in str(refused.value)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+def test_an_engine_given_a_list_of_labels_judges_each_as_learn_many_does(sharded) -> None:
+    """``StreamEngine.add`` and ``ShardedEngine.add`` judged a list's labels one by one but
+    then learned the good ones from numpy's merge of the list: ``[0.5, "x", 1.0]`` became
+    strings, the good rows were refused as ``'0.5'``, and the call counted 0 or 1 positions
+    for 3 (review D7 #2); a ragged label failed the call with numpy's error."""
+    from renyiboost.stream.engine import EngineConfig, StreamEngine
+    from renyiboost.stream.sharded import ShardedEngine
+
+    schema = PublicSchema(features={"a": (0.0, 1.0)}, target_bounds=(0.0, 1.0))
+    config = EngineConfig.from_defaults(schema, "regression", 1.0, 1e-6, 500)
+    for labels, shown in (([0.5, "x", 1.0], "got str 'x'"), ([0.5, [0.5], 1.0], "got list")):
+        engine = (ShardedEngine(config, [None, None], seed=0) if sharded
+                  else StreamEngine(config, seed=0))
+        with pytest.raises(InvalidRecord, match=f"1 of 3 rows were not learned; row 1: .*{shown}"):
+            engine.add(np.array([[0.1], [0.2], [0.3]]), labels, ["a", "b", "c"])
+        assert engine.positions == 3
+        engine.flush()
+        assert engine.operator_budget_of("a").status in ("active", "pending")
+        assert engine.operator_budget_of("b").status == "unknown"

@@ -316,6 +316,14 @@ def test_postgres_urls_naming_one_store_are_one_place() -> None:
                   "postgresql://u@db2/state?schema=shard_0",
                   "postgresql://u@db:5433/state?schema=shard_0"):
         _check_places([one], [other])
+    # a service or host address names its own server; a socket directory keeps its case
+    # (they were taken for one store: review D7 #8)
+    _check_places(["postgresql:///state?service=prod&schema=s"],
+                  ["postgresql:///state?service=staging&schema=s"])
+    _check_places(["postgresql:///state?host=/run/PG&schema=s"],
+                  ["postgresql:///state?host=/run/pg&schema=s"])
+    _check_places(["postgresql://db/state?hostaddr=10.0.0.1&schema=s"],
+                  ["postgresql://db/state?hostaddr=10.0.0.2&schema=s"])
 
 
 def _one_store_reading_keys_from(tmp_path, name: str, key_source: dict) -> str:

@@ -7,8 +7,8 @@ good, ``expected_records = true`` calibrated a stream for one record, and
 ``warmup=True`` or ``depth=True`` were taken as 1 (reviews U #4, Y #6). Strict mode would
 refuse these, but also numpy integers for an ``int`` and TOML's lists for a tuple of
 bounds, which users pass every day. So :class:`Settings` refuses only the conversions no
-one means: a bool or a string where a field takes numbers only, and anything but a bool
-where it takes a bool only.
+one means: a bool or a string where a field takes numbers only (or a tuple or list of
+numbers only, such as bounds), and anything but a bool where it takes a bool only.
 """
 
 from __future__ import annotations
@@ -51,8 +51,30 @@ def _kinds(annotation: Any) -> frozenset[type]:
     return frozenset({object})
 
 
+def _item_kinds(annotation: Any) -> frozenset[type] | None:
+    """The types the items of a tuple or list field admit (through ``Optional`` and
+    ``Annotated``), or ``None`` for a field that is neither."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _item_kinds(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        found = [kinds for member in get_args(annotation)
+                 if (kinds := _item_kinds(member)) is not None]
+        return frozenset().union(*found) if found else None
+    if origin is tuple or origin is list:
+        return frozenset().union(*(_kinds(arg) for arg in get_args(annotation)
+                                   if arg is not Ellipsis))
+    return None
+
+
 def conversion_refused(annotation: Any, value: Any) -> str | None:
-    """Why ``value`` may not be converted for a field of ``annotation``, or ``None``."""
+    """Why ``value`` may not be converted for a field of ``annotation``, or ``None``: at the
+    top level, and in a tuple or list of numbers (``target_bounds = [true, 10]`` was
+    ``(1.0, 10.0)``: review D7 #6)."""
+    if isinstance(value, list | tuple) and (items := _item_kinds(annotation)):
+        odd = next((v for v in value if isinstance(v, bool | np.bool_ | str | bytes)), None)
+        if items <= _NUMBERS and odd is not None:
+            return f"must hold numbers, got {type(odd).__name__} {odd!r:.40}"
     kinds = _kinds(annotation)
     if not kinds:
         return None

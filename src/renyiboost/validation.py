@@ -207,7 +207,8 @@ def vector(values: Any) -> np.ndarray:
         return np.asarray(values)
     kinds = {type(value) for value in values}
     if (all(issubclass(kind, _NUMBERS) and not issubclass(kind, bool | np.bool_)
-            for kind in kinds) or kinds == {bool} or kinds == {str}):
+            for kind in kinds) or all(issubclass(kind, bool | np.bool_) for kind in kinds)
+            or all(issubclass(kind, str) for kind in kinds)):
         return np.asarray(values)
     if any(issubclass(kind, list | tuple | np.ndarray) for kind in kinds):
         try:  # rows given where a column goes: numpy's shape says so in the caller's check

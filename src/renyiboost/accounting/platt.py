@@ -31,11 +31,12 @@ import numpy as np
 
 #: The number of sums a Newton step of Platt's two parameters reads.
 N_PLATT_SUMS = 5
-#: The largest margin clip: σ(100) is 1 − 4·10⁻⁴⁴, so a margin past it says nothing more,
-#: and the sums' sensitivities (M²/4) and ``exp(a·m + b)`` stay finite. An infinite clip
-#: passed the config and failed the first refit, at every restart of the pinned store
-#: (review U #1).
-MAX_MARGIN_CLIP = 100.0
+#: The largest margin clip: σ(36) is already 1 − 2·10⁻¹⁶, so a margin past it says nothing
+#: more; up to 300 the sums' sensitivities (M²/4) and ``exp(a·m + b)`` (a ≤ 2, |b| ≤ 5: at
+#: most e⁶⁰⁵) stay finite, and every clip a store could have pinned and refitted with before
+#: is still taken. An infinite clip passed the config and failed the first refit, at every
+#: restart of the pinned store (review U #1).
+MAX_MARGIN_CLIP = 300.0
 
 
 def platt_sensitivities(margin_clip: float) -> np.ndarray:

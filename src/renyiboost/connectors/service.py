@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import signal
+import threading
 import time
 import tomllib
 import warnings
@@ -352,6 +353,9 @@ def _stopped_by_signals(stop: Callable[[int], None]) -> Iterator[None]:
     batch, commits and closes; their handlers are given back after. A Kafka run left them
     pointing at its closed trainer, so a later Ctrl-C in the same process was swallowed
     (review U #3), and a sharded replay had none, so SIGTERM killed it mid-commit (U #2)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread takes signals: a run in another thread has none to set
+        return  # (it failed there: review D7 #5)
     handlers = {sig: signal.signal(sig, lambda number, _: stop(number))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -478,7 +478,8 @@ class SGBDT(MarginModel):
             # size or at none (a target past the conversion's reach fails at every size,
             # and was found after the accountant was charged: review W #5)
             rest = SizeEstimate.split(float(self._given.epsilon)).rest_epsilon
-            self._resolve(PRIOR_RECORDS, rest).calibrate()
+            # at the provisional size, which warns about nothing: the fit's may differ
+            self._resolve(None, rest).calibrate()  # (it warned for its own: review D7 #4)
         X, y, _ = self._training_data(X, y)  # draws the target ε (a size estimate's too)
         self.size_estimate_epsilon = self.size_estimate_ = None
         self.stated_guarantee = None  # a new fit is neither the release read nor the choice

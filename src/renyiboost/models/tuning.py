@@ -60,8 +60,9 @@ def default_candidates(task: str, epsilon: float, n_numeric: int = 1,
             policy["feature_selection"] = covering_selection(policy, n_features)
         if policy.get("feature_selection") != "mains_then_pairs":
             policy.pop("mains_cycles", None)  # unread, and warned about (review W #2)
-        out.extend(policy | {"learning_rate": rate} for rate in (0.1, 0.2, 0.4))
-    return out
+        out.extend(candidate for rate in (0.1, 0.2, 0.4)
+                   if (candidate := policy | {"learning_rate": rate}) not in out)
+    return out  # the three sizes' policies coincide at some ε: each once (review D7 #1)
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,7 @@ from renyiboost.validation import (
     normalise_key,
     normalise_keys,
     rows_not_learned,
+    vector,
 )
 
 log = logging.getLogger("renyiboost.engine")
@@ -1307,7 +1308,7 @@ class StreamEngine(OwesRounds, AnnouncesOutputs):
         self._learn_gate()
         rows = np.array(rows, dtype=float, ndmin=2, copy=True)
         if not labels_checked and (bad := self.validator.bad_rows(targets, keys)):
-            raw = np.asarray(targets).reshape(-1)
+            raw = vector(targets).reshape(-1)  # as bad_rows judged them (review D7 #2)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
                 raise ValueError(f"got {len(rows)} rows and {raw.size} labels"
                                  + ("" if keys is None else f" and {len(keys)} keys"))

@@ -146,9 +146,13 @@ def place(url: str) -> str:
         parts = _psycopg().conninfo.conninfo_to_dict(base)
     except _psycopg().Error:  # libpq will refuse it when it opens; compare it as written
         return f"{base}#{schema}"
-    host = str(parts.get("host") or "").lower()
+    host = str(parts.get("host") or "")
+    host = host if host.startswith("/") else host.lower()  # a socket directory keeps its case
     dbname = parts.get("dbname") or parts.get("user") or ""
-    return f"postgresql://{host}:{parts.get('port') or 5432}/{dbname}#{schema}"
+    # a service file or a host address can name another server under the same host text
+    rest = {key: parts[key] for key in ("service", "hostaddr") if parts.get(key)}
+    return f"postgresql://{host}:{parts.get('port') or 5432}/{dbname}#{schema}" + (
+        f"?{sorted(rest.items())}" if rest else "")
 
 
 def _joined(scheme: str, netloc: str, path: str, query: str) -> str:

@@ -126,6 +126,7 @@ from renyiboost.validation import (
     normalise_key,
     normalise_keys,
     rows_not_learned,
+    vector,
 )
 
 
@@ -854,7 +855,7 @@ class ShardedEngine(OwesRounds, AnnouncesOutputs):
         self._usable()
         self._refresh_if_stale()
         if bad := self.validator.bad_rows(targets, keys):
-            raw = np.asarray(targets).reshape(-1)
+            raw = vector(targets).reshape(-1)  # as bad_rows judged them (review D7 #2)
             if len(rows) != raw.size or (keys is not None and len(keys) != raw.size):
                 raise ValueError(f"got {len(rows)} rows and {raw.size} labels"
                                  + ("" if keys is None else f" and {len(keys)} keys"))

@@ -2,8 +2,13 @@
 
 Every loader returns a :class:`Dataset`: the encoded feature matrix, the labels, and a
 :class:`~renyiboost.schema.PublicSchema` whose bounds and category lists come from the data
-sets' documentation and domain knowledge (units, census top-codes, geography), never from
-the rows. Values outside a bound are clipped when encoded, exactly as a new record would be.
+sets' documentation and domain knowledge (units, geography), each with its source beside it.
+Where the documentation is silent or is the rows themselves (Abalone's codebook prints the
+sample's extremes, Elec2 was normalised over its rows, California's caps and Adult's two
+weights were written by someone who had seen them), the comment says so: those bounds are
+public here but are no pattern for a user's private data, whose bounds must come from
+documentation alone. Values outside a bound are clipped when encoded, exactly as a new
+record would be.
 
 The files are small copies of public data (see ``DATA_LICENSES`` beside this module), so
 the main job and the tests run offline.
@@ -86,7 +91,11 @@ def _dataset(
 
 # --------------------------------------------------------------------------- Abalone
 #: UCI Abalone: lengths in units of 200 mm, weights in units of 200 g (abalone.names).
-#: The bounds are physical ones for the species, not the sample's extremes.
+#: The codebook itself prints the sample's extremes ("Statistics for numeric domains … Max
+#: 0.815 0.650 1.130 2.826 1.488 0.760 1.005 29"), and the bounds are those maxima rounded
+#: up (height apart): a codebook that publishes its rows' range is the rows, so like WDBC's
+#: these bounds were chosen knowing the sample and are no pattern for private data; both
+#: learners of the comparisons get them alike (review B2, 29 November).
 ABALONE_SCHEMA = PublicSchema(
     features={
         "sex": ["M", "F", "I"],
@@ -109,8 +118,9 @@ def load_abalone() -> Dataset:
 
 
 # --------------------------------------------------------------------------- Adult
-#: The category lists are the UCI codebook's (adult.names); numeric bounds follow the
-#: census: ages 16–100, top-codes 99,999 (capital gain) and 99 (hours), 16 education levels.
+#: The category lists are the UCI codebook's (adult.names); numeric bounds: ages from the
+#: extraction's AAGE > 16 (adult.names) to 100, a physical choice (the CPS top-codes at 90);
+#: top-codes 99,999 (capital gain) and 99 (hours), 16 education levels.
 #: Two bounds have no documented source: fnlwgt's 1,500,000 (the CPS weight has no cap;
 #: the training rows reach 1,484,705) and capital-loss's 5,000 (the rows reach 4,356). They
 #: were written by someone who had seen the rows, so they are not a pattern for private
@@ -174,6 +184,8 @@ def load_adult(split: str = "train") -> Dataset:
 
 # --------------------------------------------------------------------------- Elec2
 #: Elec2's features are normalised to [0, 1] by its publisher; the order is the stream's.
+#: The publisher normalised over these rows (every column reaches 0 and 1), so the bounds
+#: are documented but derived from the data: no pattern for private data (review B2).
 ELEC2_SCHEMA = PublicSchema(
     features={
         name: (0.0, 1.0)
@@ -189,8 +201,13 @@ def load_elec2() -> Dataset:
 
 
 # --------------------------------------------------------------------------- California
-#: 1990 census block groups: incomes in $10k (top-coded at 15), ages top-coded at 52,
-#: house values in $100k (top-coded at $500,001), California's latitude/longitude box.
+#: 1990 census block groups: incomes in $10k, house ages in years, house values in $100k,
+#: California's latitude/longitude box (geography). The data set's documentation (Pace and
+#: Barry 1997, scikit-learn's description) gives no ranges: the income cap 15, the age cap
+#: 52, the value cap 5.00001 and the population and room caps were written by someone who
+#: had seen the rows (52 and 5.00001 are their maxima, digit for digit; public pages that
+#: quote them are describe() tables of these rows). They are no pattern for private data;
+#: both learners of the comparisons get them alike (review B2, 29 November).
 CALIFORNIA_SCHEMA = PublicSchema(
     features={
         "MedInc": (0.0, 15.0),
@@ -294,11 +311,12 @@ def load_covertype(path: str | None = None, multiclass: bool = False) -> Dataset
 
 # --------------------------------------------------------------------------- ImageSegments
 #: UCI Statlog Image Segmentation (river's ``ImageSegments``): 3×3 regions of seven outdoor
-#: images. Bounds from the attributes' definitions (UCI ``segment.doc``), not the rows:
-#: centroids are pixel coordinates of 256-pixel images; line densities are fractions;
+#: images. Bounds from the attributes' definitions (UCI ``segment.doc``; DELVE's spec gives
+#: the centroids' (0, 255)): centroids are pixel coordinates; line densities are fractions;
 #: edge contrasts, RGB means, intensity (the RGB mean) and value are on the 8-bit scale;
-#: an excess colour such as 2R − (G + B) lies in [−510, 510]; saturation in [0, 1], hue an
-#: angle in radians. The edge "sd" columns reach 1,386 in the file, beyond what an sd on the
+#: an excess colour such as 2R − (G + B) lies in [−510, 510]; saturation in [0, 1]. Hue:
+#: segment.doc says only "see Foley and VanDam", whose hue is in degrees; its sign and unit
+#: here (radians in (−π, π)) were read from the rows (review B2). The edge "sd" columns reach 1,386 in the file, beyond what an sd on the
 #: 8-bit scale can be (they look like variances); the bound stays the definition's 255 and
 #: larger values clip (counted, with a warning, on a stream).
 IMAGE_SEGMENTS_SCHEMA = PublicSchema(
@@ -345,7 +363,8 @@ AGRAWAL_SCHEMA = PublicSchema(features={
     "loan": (0.0, 500_000.0),
 })
 
-#: Friedman (1991) #1, also river's FriedmanDrift (Ikonomovska et al. 2011): x_j ~ U[0, 1];
+#: Friedman (1991) #1, also river's FriedmanDrift with its global drifts, "gra" and "gsg"
+#: (Ikonomovska et al. 2011; its local "lea" drift reaches −10 and is not used): x_j ~ U[0, 1];
 #: y = 10 sin(π x0 x1) + 20 (x2 − ½)² + 10 x3 + 5 x4 + N(0, 1). The noiseless part lies in
 #: [0, 30]; five noise standard deviations each side.
 FRIEDMAN_SCHEMA = PublicSchema(features={f"x{j}": (0.0, 1.0) for j in range(10)},

@@ -305,10 +305,11 @@ SUITE: dict[str, SuiteSet] = {s.name: s for s in (
     SuiteSet(
         "abalone", "regression", _bundled.ABALONE_SCHEMA, False,
         "UCI Abalone codebook (abalone.names): lengths are in units of 200 mm and weights in "
-        "units of 200 g, so the bounds are physical limits of the species in those units "
-        "(length and diameter < 1 = 200 mm, height < 0.5, whole weight < 3 = 600 g, the parts "
-        "below it); sex is the codebook's {M, F, I}; rings (age - 1.5 years) bounded by 30, "
-        "the long-lived end for blacklip abalone. As renyiboost.datasets.ABALONE_SCHEMA, which "
+        "units of 200 g; sex is the codebook's {M, F, I}. The codebook prints the sample's "
+        "maxima (0.815, 0.650, 1.130, 2.826, 1.488, 0.760, 1.005, 29 rings) and the bounds are "
+        "those rounded up (length and diameter 1, whole weight 3, shucked weight 1.5, viscera "
+        "1, shell 1.5, rings 30), height 0.5: chosen knowing the sample, like WDBC's, so no "
+        "pattern for private data. As renyiboost.datasets.ABALONE_SCHEMA, which "
         "this module reuses unchanged: two raw heights exceed 0.5 (0.515, and 1.13 = 226 mm, a "
         "known recording error in the UCI file) and are clipped on encoding, as the library "
         "clips any record.",
@@ -316,8 +317,9 @@ SUITE: dict[str, SuiteSet] = {s.name: s for s in (
     ),
     SuiteSet(
         "adult", "classification", _bundled.ADULT_SCHEMA, False,
-        "UCI Adult codebook (adult.names) for every category list; census conventions for the "
-        "numbers: working ages 16-100, capital gain top-coded at 99,999, hours per week "
+        "UCI Adult codebook (adult.names) for every category list; for the numbers: ages from "
+        "the extraction's AAGE > 16 (adult.names) to 100 (the CPS top-codes at 90), capital "
+        "gain top-coded at 99,999, hours per week "
         "top-coded at 99, 16 education levels, fnlwgt a CPS population weight (< 1.5 M), "
         "capital loss (0, 5,000). Official training split only (30,162 complete rows); label "
         "1 = income > 50K. As renyiboost.datasets.ADULT_SCHEMA.",
@@ -325,10 +327,12 @@ SUITE: dict[str, SuiteSet] = {s.name: s for s in (
     ),
     SuiteSet(
         "california", "regression", _bundled.CALIFORNIA_SCHEMA, False,
-        "1990 US census block groups (Pace & Barry 1997): median income in $10k top-coded at "
-        "15, house age top-coded at 52 years, per-household room/bedroom/occupant averages "
-        "and population by order of magnitude, latitude/longitude the box around California; "
-        "target median house value in $100k, top-coded at $500,001. As "
+        "1990 US census block groups (Pace & Barry 1997): median income in $10k, house age in "
+        "years, per-household room/bedroom/occupant averages, population, latitude/longitude "
+        "the box around California (geography); target median house value in $100k. The "
+        "documentation gives no ranges: the caps (income 15, age 52, value 5.00001, averages "
+        "20 / 5 / 10, population 40,000) were written by someone who had seen the rows (52 "
+        "and 5.00001 are their maxima), so no pattern for private data. As "
         "renyiboost.datasets.CALIFORNIA_SCHEMA, reused unchanged, which clips some raw "
         "values on encoding: the income top-code is stored as 15.0001 (49 block groups, "
         "clipped by 1e-4), and the per-household averages are ratios that explode in resort "
@@ -338,8 +342,9 @@ SUITE: dict[str, SuiteSet] = {s.name: s for s in (
     ),
     SuiteSet(
         "elec2", "classification", _bundled.ELEC2_SCHEMA, True,
-        "Elec2 (Harries 1999): every feature was normalised to [0, 1] by the publisher, so "
-        "(0, 1) throughout; label 1 = NSW price UP. Kept in its half-hourly order (the "
+        "Elec2 (Harries 1999): every feature was normalised to [0, 1] by the publisher (over "
+        "these rows: every column reaches 0 and 1), so (0, 1) throughout; label 1 = NSW "
+        "price UP. Kept in its half-hourly order (the "
         "classic drift stream). As renyiboost.datasets.ELEC2_SCHEMA.",
         _bundled_loader(_bundled.load_elec2),
     ),

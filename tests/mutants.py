@@ -359,7 +359,7 @@ MUTATIONS = [
              ["tests/test_input_checks.py::test_a_batch_model_reads_series_labels_lists_and_dates_as_they_are_meant",
               "tests/test_input_checks.py::test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na"]),
     Mutation("a date column is read as numbers by the stream", "src/renyiboost/validation.py",
-             "            if values.dtype.kind in \"mM\":", "            if False:",
+             "            if values.dtype.kind in \"mMc\":", "            if False:",
              ["tests/test_input_checks.py::test_encode_columns_and_the_stream_refuse_dates_and_take_pandas_na"]),
     Mutation("a numpy duration is a real number", "src/renyiboost/validation.py",
              "and not isinstance(value, bool | np.bool_ | DATE_SCALARS))",
@@ -449,8 +449,18 @@ MUTATIONS = [
              "return math.sqrt(budget.order / (2.0 * budget.run_rdp))",
              "return 0.5 * math.sqrt(budget.order / (2.0 * budget.run_rdp))", DEFAULTS),
     Mutation("a private selection warns once a run (the log counts K)",
-             "src/renyiboost/models/tuning.py", 'warnings.simplefilter("ignore")', "pass",
+             "src/renyiboost/models/tuning.py",
+             '                # the same rows), and there is always a first\n'
+             '                warnings.simplefilter("ignore")',
+             '                # the same rows), and there is always a first\n                pass',
              [DEFAULTS[0] + "::test_a_private_selection_does_not_count_its_runs_into_warnings"]),
+    Mutation("a private selection's runs warn about the candidate they drew",
+             "src/renyiboost/models/tuning.py",
+             '            # candidate above; said again here, it told which candidate the run drew (W #2)\n'
+             '            warnings.simplefilter("ignore")',
+             '            # candidate above; said again here, it told which candidate the run drew (W #2)\n'
+             '            pass', [DEFAULTS[0] + "::test_a_selection_says_nothing_about_which_"
+                                 "candidate_a_run_drew"]),
     Mutation("a private selection runs twice as often as accounted",
              "src/renyiboost/models/tuning.py", "gamma = 1.0 / mean_runs",
              "gamma = 0.5 / mean_runs", DEFAULTS),

@@ -53,6 +53,23 @@ warnings.simplefilter("ignore", TestingOnlyWarning)
 SCHEMA = PublicSchema(features={"a": (0.0, 1.0), "b": (0.0, 1.0)}, target_bounds=(0.0, 3.0))
 
 
+def _one_feature_config() -> EngineConfig:
+    return EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
+                                                   target_bounds=(0.0, 1.0)), "regression", 1.0)
+
+
+def _trainer_on_new_topic(bootstrap: str, tmp_path: Path, prefix: str
+                          ) -> tuple[str, StreamEngine, KafkaTrainer]:
+    """A new topic, and a trainer of a one-feature regression on it with a new store."""
+    topic = _topic(prefix)
+    create_topic(bootstrap, topic)
+    engine = StreamEngine(_one_feature_config(),
+                          store=SQLiteStore(tmp_path / "s.db", create=True))
+    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=bootstrap, topics=[topic],
+                                                 model_topic=f"{topic}.m"))
+    return topic, engine, trainer
+
+
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -599,14 +616,7 @@ def test_a_partition_that_went_back_dead_letters_its_new_bad_events(kafka_bootst
     as repeats and reached no dead-letter topic. The mark goes back with the partition, in
     message order, and a repeat after a restart is still recognised; the dead letters' ids
     differ by the source's timestamp."""
-    topic = _topic("back")
-    create_topic(kafka_bootstrap, topic)
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
-    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
-    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                                                 topics=[topic], model_topic=f"{topic}.m"))
+    topic, engine, trainer = _trainer_on_new_topic(kafka_bootstrap, tmp_path, "back")
     good = event_json("k", {"a": 0.5}, 0.5)
 
     def batch(stamp: int, bad: int, n: int) -> list[Message]:
@@ -756,9 +766,7 @@ def test_a_kafka_shard_refuses_a_store_its_keys_reached_by_hash(tmp_path) -> Non
     fed by hash would give such a key a second ledger there, so it is refused before it
     connects (the broker address is unreachable on purpose); a store it fed itself, with
     its partition map recorded, is not."""
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
+    config = _one_feature_config()
     engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True),
                           coordinated=True)
     engine.add(np.array([[0.5]]), [0.5], ["person-1"])
@@ -789,9 +797,7 @@ def test_shards_refuse_a_payload_key_and_dead_letter_other_spellings(tmp_path) -
     key's bytes: a payload key (``key_field``) or a key sent in another spelling than its
     canonical one ("Zoë" decomposed) put one person on two shards, each charging its own
     budget (about 2B spent). The first is refused, the second dead-lettered (``key``)."""
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
+    config = _one_feature_config()
     engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True),
                           coordinated=True)
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", topics=["t"])
@@ -1239,14 +1245,7 @@ def test_a_poll_that_failed_leaves_the_trainer_refusing_more_and_errors_are_no_m
     learned nor counted. The trainer refuses every call after a failed one. K2 #6: an error
     event of the consumer (a topic deleted while running) counted as a message read, kept
     the trainer from going idle, and was dropped without a word."""
-    topic = _topic("failed")
-    create_topic(kafka_bootstrap, topic)
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
-    engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
-    trainer = KafkaTrainer(engine, KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                                                 topics=[topic], model_topic=f"{topic}.m"))
+    topic, engine, trainer = _trainer_on_new_topic(kafka_bootstrap, tmp_path, "failed")
     good = event_json("k", {"a": 0.5}, 0.5)
     batches = [
         [Message(topic=topic, partition=0, offset=o, key=f"k{o}".encode(),
@@ -1285,9 +1284,7 @@ def test_a_restart_under_another_event_format_dead_letters_what_it_now_refuses(
     neither learned nor dead-lettered. Marks set under another format are not trusted."""
     topic = _topic("format")
     create_topic(kafka_bootstrap, topic)
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
+    config = _one_feature_config()
     path = tmp_path / "s.db"
     good = event_json("k", {"a": 0.5}, 0.5)
     big = json.dumps({"x": {"a": 0.5}, "y": 0.5}).encode()[:-1] + b" " * 3000 + b"}"
@@ -1326,9 +1323,7 @@ def test_a_trainer_creates_its_dead_letter_topics_at_start(kafka_bootstrap, tmp_
     topics = [_topic("letters"), _topic("letters")]
     for topic in topics:
         create_topic(kafka_bootstrap, topic)
-    config = EngineConfig.from_defaults(PublicSchema(features={"a": (0.0, 1.0)},
-                                                     target_bounds=(0.0, 1.0)),
-                                        "regression", 1.0)
+    config = _one_feature_config()
     engine = StreamEngine(config, store=SQLiteStore(tmp_path / "s.db", create=True))
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     assert not {f"{t}.dlq" for t in topics} & set(admin.list_topics(timeout=10).topics)

@@ -42,7 +42,7 @@ _BOOLS = frozenset({bool, np.bool_})
 FeatureSpec = tuple[float, float] | list[Category]
 
 
-def _object_vector(values: Any) -> np.ndarray:
+def object_vector(values: Any) -> np.ndarray:
     """``values`` as a 1-D object array, one element per label. An array is flattened as
     it is; any other sequence is read element by element, so that labels which are
     themselves sequences (``["pos"]``) stay single, wrong labels instead of becoming a
@@ -419,7 +419,7 @@ class PublicSchema(BaseModel):
         unhashable value): ``dict.get`` mapped over the labels in C, as
         :meth:`encode_columns` encodes a categorical column; then a bool that met a
         non-bool class, or the reverse, is outside too (:attr:`label_is_bool`)."""
-        values = _object_vector(y)
+        values = object_vector(y)
         index = self.label_index
         try:
             codes = np.fromiter(map(index.get, values, itertools.repeat(-1)), dtype=np.int64,

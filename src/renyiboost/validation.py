@@ -52,6 +52,7 @@ from renyiboost.schema import (
     is_missing,
     named_columns,
     names_a_category,
+    object_vector,
     whole_number,
 )
 
@@ -215,7 +216,7 @@ def vector(values: Any) -> np.ndarray:
             return np.asarray(values)
         except ValueError:  # ragged: one element a sequence, refused on its own
             pass
-    return np.fromiter(values, dtype=object, count=len(values))
+    return object_vector(values)
 
 
 #: The element types a list is converted by numpy as numbers (bools apart).

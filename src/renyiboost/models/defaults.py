@@ -783,8 +783,6 @@ def stream_rounds(records: float, schedule: TriggerSchedule, trees_per_trigger: 
     >>> stream_rounds(10_000, TriggerSchedule(10, 100, 0.05, 50), 1)
     223
     """
-    if not math.isfinite(schedule.growth):  # an infinite growth has no next trigger
-        raise ValueError(f"trigger_growth must be a finite number >= 0, got {schedule.growth}")
     return max(1, schedule.releases_until(max(int(records), 1)) * trees_per_trigger)
 
 
